@@ -1,0 +1,3 @@
+"""Imports every command module so that each registers itself on ``app``."""
+
+from spectune.cli import _validate  # noqa: F401

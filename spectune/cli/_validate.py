@@ -1,0 +1,61 @@
+"""``spectune validate`` and ``spectune schema``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spectune.cli._app import app, handle_errors
+from spectune.config import DOCUMENT_KINDS, document_json_schema, find_documents, load_document
+from spectune.errors import DocumentError, Problem
+
+
+@app.command()
+@handle_errors
+def validate(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(help="Files (.yaml, .yml, .json) or directories to check, recursively.", show_default=False),
+    ],
+    strict: Annotated[bool, typer.Option("--strict", help="Treat warnings (deprecations, advice) as errors.")] = False,
+) -> None:
+    """Check speculative configs and spectune documents; one line per problem, exit 1 if any is invalid."""
+    files, problems = find_documents(paths)
+    invalid = len(problems)
+    warnings = 0
+    for file in files:
+        try:
+            document = load_document(file)
+        except DocumentError as err:
+            problems.extend(err.problems)
+            invalid += 1
+            continue
+        problems.extend(document.notices)
+        warnings += len(document.notices)
+        if strict and document.notices:
+            invalid += 1
+    for problem in problems:
+        typer.echo(str(problem))
+    errors = sum(1 for p in problems if p.severity == "error")
+    summary = f"{len(files)} file{'s' if len(files) != 1 else ''} checked: {len(files) - invalid if invalid <= len(files) else 0} valid"
+    summary += f", {invalid} invalid ({errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''})"
+    typer.echo(summary)
+    if invalid:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+@handle_errors
+def schema(
+    kind: Annotated[
+        str | None,
+        typer.Option(help=f"One document kind ({', '.join(sorted(DOCUMENT_KINDS))}); default: all kinds."),
+    ] = None,
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of spectune documents."""
+    if kind is not None and kind not in DOCUMENT_KINDS:
+        raise DocumentError([Problem("--kind", None, "", f"must be one of {', '.join(sorted(DOCUMENT_KINDS))}, got {kind!r}")])
+    typer.echo(json.dumps(document_json_schema(kind), indent=2, sort_keys=True))

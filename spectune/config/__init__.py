@@ -1,0 +1,51 @@
+"""Validated, frozen configuration documents and the conversions between acceptance forms.
+
+All validation in spectune lives here; downstream code trusts these models.
+"""
+
+from spectune.config._base import RuleViolations, SpectuneModel, SpectuneNotice
+from spectune.config._documents import (
+    DOCUMENT_KINDS,
+    DOCUMENT_SUFFIXES,
+    LoadedDocument,
+    find_documents,
+    load_document,
+    validate_source,
+)
+from spectune.config._loader import parse_mapping_text, read_mapping
+from spectune.config._rates import (
+    MIN_ACCEPTANCE_DECAY_FACTOR,
+    acceptance_length_to_rates,
+    conditional_to_unconditional,
+    decay_to_conditional_rates,
+    mean_acceptance_length,
+    mean_rate_to_decay,
+    unconditional_to_conditional,
+)
+from spectune.config._schema import document_json_schema
+from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
+
+__all__ = [
+    "DOCUMENT_KINDS",
+    "DOCUMENT_SUFFIXES",
+    "MAX_NUM_SPECULATIVE_TOKENS",
+    "METHODS",
+    "MIN_ACCEPTANCE_DECAY_FACTOR",
+    "LoadedDocument",
+    "RuleViolations",
+    "SpeculativeConfig",
+    "SpectuneModel",
+    "SpectuneNotice",
+    "acceptance_length_to_rates",
+    "conditional_to_unconditional",
+    "decay_to_conditional_rates",
+    "document_json_schema",
+    "find_documents",
+    "load_document",
+    "mean_acceptance_length",
+    "mean_rate_to_decay",
+    "parse_mapping_text",
+    "read_mapping",
+    "unconditional_to_conditional",
+    "validate_source",
+]

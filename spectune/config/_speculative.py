@@ -1,0 +1,360 @@
+"""The speculative config: vLLM's ``--speculative-config`` with vLLM's own field names.
+
+A user's existing ``--speculative-config`` JSON validates unchanged; spectune adds nothing to it. The
+rules are vLLM 0.33's (``vllm/config/speculative.py``), plus the checks a simulation needs, plus the
+older field forms (``strict``/``probabilistic``, the scalar ``synthetic_acceptance_rate``) that
+vLLM configs of early 2026 still carry.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, model_validator
+
+from spectune.config._base import SpectuneModel, check_rules, notify
+from spectune.config._rates import (
+    acceptance_length_to_rates,
+    decay_to_conditional_rates,
+    mean_rate_to_decay,
+    unconditional_to_conditional,
+)
+
+__all__ = [
+    "MAX_NUM_SPECULATIVE_TOKENS",
+    "METHODS",
+    "SpeculativeConfig",
+    "Method",
+]
+
+# Simulation cost grows with K and nobody serves with more; vLLM's V1 buffers stop at 128.
+MAX_NUM_SPECULATIVE_TOKENS = 64
+
+Method = Literal["eagle", "eagle3", "mtp", "ngram", "ngram_gpu", "draft_model", "suffix", "dflash", "dspark"]
+METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+
+# Methods whose drafter proposes tokens without a distribution: nothing for probabilistic
+# drafting or block verification to use.
+_DISTRIBUTION_FREE_METHODS = {"ngram", "ngram_gpu", "suffix"}
+_PROMPT_LOOKUP_METHODS = {"ngram", "ngram_gpu"}
+
+_REMOVED_METHODS = {
+    "medusa": "removed in vLLM 0.33.0",
+    "mlp_speculator": "removed in vLLM 0.33.0",
+}
+# Keys of old (V0-era) configs and common mistakes, with what to write instead.
+_RENAMED_KEYS = {
+    "tensor_parallel_size": "the draft's tensor parallelism is 'draft_tensor_parallel_size'",
+    "speculative_model": "V0 key; write 'model'",
+    "num_lookahead_slots": "V0 key; write 'num_speculative_tokens'",
+    "speculative_draft_tensor_parallel_size": "V0 key; write 'draft_tensor_parallel_size'",
+    "ngram_prompt_lookup_max": "V0 key; write 'prompt_lookup_max'",
+    "ngram_prompt_lookup_min": "V0 key; write 'prompt_lookup_min'",
+    "speculative_disable_by_batch_size": "V0 key; add a [start_bs, end_bs, 0] row to "
+    "'num_speculative_tokens_per_batch_size' instead",
+    "disable_by_batch_size": "V0 key; add a [start_bs, end_bs, 0] row to "
+    "'num_speculative_tokens_per_batch_size' instead",
+    "verify_method": "block verification is rejection_sample_method: block",
+}
+_LEGACY_REJECTION_METHODS = {
+    # Feb-Mar 2026 names: "strict" verified one-hot (greedy) drafts, "probabilistic" used the full draft
+    # distribution; vLLM later split them into the verification rule and the draft sampling.
+    "strict": "greedy",
+    "probabilistic": "probabilistic",
+}
+
+
+def _is_mtp_alias(method: str) -> bool:
+    return method.endswith("_mtp") and method != "mtp"
+
+
+class SpeculativeConfig(SpectuneModel):
+    """vLLM's speculative config (``--speculative-config``), as spectune validates and simulates it."""
+
+    method: Method = Field(
+        description="Drafting method. MTP aliases such as 'deepseek_mtp' normalise to 'mtp'; without a "
+        "method, vLLM infers it from the draft model's name (eagle3, eagle, dflash, dspark) or falls "
+        "back to 'draft_model'.",
+    )
+    model: str | None = Field(
+        default=None,
+        description="Draft model, EAGLE head or drafter weights (a Hugging Face id or a path). Not "
+        "needed for mtp/dspark (they reuse the target) or ngram/suffix (no weights).",
+    )
+    num_speculative_tokens: int = Field(
+        ge=1,
+        le=MAX_NUM_SPECULATIVE_TOKENS,
+        description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
+        "table it is the largest K in the table, which sizes vLLM's buffers.",
+    )
+    rejection_sample_method: Literal["standard", "block", "synthetic"] = Field(
+        default="standard",
+        description="Verification rule: 'standard' (Leviathan/Chen, token by token), 'block' (Sun et "
+        "al. 2024, joint over the block; gains only with probabilistic drafting), or 'synthetic' "
+        "(forced acceptance at given rates, a performance stand-in). Legacy 'strict' and "
+        "'probabilistic' are read as 'standard' with a deprecation notice.",
+    )
+    draft_sample_method: Literal["greedy", "probabilistic"] = Field(
+        default="greedy",
+        description="Draft sampling: 'greedy' verifies one-hot drafts (q = 1 at the draft token); "
+        "'probabilistic' keeps the drafter's full distribution (more memory, higher acceptance).",
+    )
+    synthetic_acceptance_rate: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Older (March 2026) synthetic form: mean joint acceptance rate p̄ in [0, 1] "
+        "(fraction), turned into conditional rates a0 * gamma^i.",
+    )
+    synthetic_acceptance_rates: list[float] | None = Field(
+        default=None,
+        description="Synthetic form: unconditional per-position acceptance rates (fractions, each in "
+        "[0, 1], non-increasing, exactly K of them): entry i = P(drafts 0..i all accepted).",
+    )
+    synthetic_acceptance_length: float | None = Field(
+        default=None,
+        description="Synthetic form: mean acceptance length L in [1, K+1] (tokens per step, bonus "
+        "included), resolved to the minimum-variance schedule (ones, one fraction, zeros).",
+    )
+    num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
+        default=None,
+        description="Dynamic speculation: rows [start_bs, end_bs, K] (batch sizes in requests, "
+        "inclusive; K in tokens, 0 = speculation off), sorted and non-overlapping, each K <= "
+        "num_speculative_tokens.",
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        default=None, ge=1, le=64, description="Tensor parallelism of the drafter (GPUs); 1 or the target's."
+    )
+    prompt_lookup_min: int | None = Field(
+        default=None, ge=1, le=1024, description="ngram: shortest prompt n-gram to match (tokens)."
+    )
+    prompt_lookup_max: int | None = Field(
+        default=None, ge=1, le=1024, description="ngram: longest prompt n-gram to match (tokens)."
+    )
+
+    # Secondary vLLM knobs: accepted so that real configs validate, not simulated.
+    quantization: str | None = Field(default=None, description="Drafter quantization (vLLM name), not simulated.")
+    revision: str | None = Field(default=None, description="Drafter model revision, not simulated.")
+    code_revision: str | None = Field(default=None, description="Drafter code revision, not simulated.")
+    max_model_len: int | None = Field(default=None, ge=1, description="Drafter context limit (tokens).")
+    enforce_eager: bool | None = Field(default=None, description="Run the drafter without CUDA graphs.")
+    parallel_drafting: bool | None = Field(default=None, description="Draft all K tokens in one pass.")
+    enable_adaptive_verification: bool | None = Field(
+        default=None, description="DSpark confidence-head budget allocation (dspark only)."
+    )
+    disable_padded_drafter_batch: bool | None = Field(default=None, description="vLLM drafter batching knob.")
+    use_local_argmax_reduction: bool | None = Field(default=None, description="vLLM TP argmax knob.")
+    use_heterogeneous_vocab: bool | None = Field(default=None, description="Drafter vocabulary differs from the target's.")
+    attention_backend: str | None = Field(default=None, description="Drafter attention backend (vLLM name).")
+    kv_cache_dtype: str | None = Field(default=None, description="Drafter KV-cache dtype (vLLM name).")
+    moe_backend: str | None = Field(default=None, description="Drafter MoE backend (vLLM name).")
+    suffix_decoding_max_tree_depth: int | None = Field(default=None, ge=1, description="suffix: tree depth (tokens).")
+    suffix_decoding_max_cached_requests: int | None = Field(default=None, ge=0, description="suffix: cached requests.")
+    suffix_decoding_max_spec_factor: float | None = Field(default=None, ge=0.0, description="suffix: spec factor.")
+    suffix_decoding_min_token_prob: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="suffix: minimum token probability (fraction)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_older_forms(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        problems = []
+        for key, advice in _RENAMED_KEYS.items():
+            if key in data:
+                problems.append(((key,), f"not a speculative-config field ({advice}), got {data[key]!r}"))
+        method = data.get("method")
+        if isinstance(method, str):
+            if method in _REMOVED_METHODS:
+                problems.append(
+                    (("method",), f"'{method}' was {_REMOVED_METHODS[method]}; allowed: {', '.join(METHODS)}")
+                )
+            elif _is_mtp_alias(method):
+                data["method"] = "mtp"
+                notify(info, ("method",), f"'{method}' is an MTP alias; vLLM normalises it to 'mtp'")
+        elif method is None and "method" not in data and isinstance(data.get("model"), str):
+            inferred = _infer_method(data["model"])
+            data["method"] = inferred
+            notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
+        rule = data.get("rejection_sample_method")
+        if isinstance(rule, str) and rule in _LEGACY_REJECTION_METHODS:
+            draft_sampling = _LEGACY_REJECTION_METHODS[rule]
+            data["rejection_sample_method"] = "standard"
+            data.setdefault("draft_sample_method", draft_sampling)
+            notify(
+                info,
+                ("rejection_sample_method",),
+                f"'{rule}' is deprecated (vLLM renamed it in April 2026); read as rejection_sample_method: "
+                f"standard with draft_sample_method: {draft_sampling}",
+            )
+        if isinstance(rule, str) and rule == "fly":
+            problems.append(
+                (("rejection_sample_method",), "'fly' is lossy and not simulated; allowed: standard, block, "
+                 "synthetic, got 'fly'")
+            )
+        check_rules(problems)
+        return data
+
+    @model_validator(mode="after")
+    def _check_cross_field_rules(self, info: ValidationInfo) -> SpeculativeConfig:
+        k = self.num_speculative_tokens
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        synthetic_fields = [
+            name
+            for name in ("synthetic_acceptance_rate", "synthetic_acceptance_rates", "synthetic_acceptance_length")
+            if getattr(self, name) is not None
+        ]
+        if self.rejection_sample_method == "synthetic":
+            if not synthetic_fields:
+                problems.append(
+                    (
+                        ("rejection_sample_method",),
+                        "'synthetic' needs exactly one of synthetic_acceptance_rates, "
+                        "synthetic_acceptance_length, synthetic_acceptance_rate; got none",
+                    )
+                )
+            elif len(synthetic_fields) > 1:
+                for name in synthetic_fields[1:]:
+                    problems.append(
+                        ((name,), f"give exactly one synthetic form; got {' and '.join(synthetic_fields)}")
+                    )
+        else:
+            for name in synthetic_fields:
+                problems.append(
+                    (
+                        (name,),
+                        "only allowed when rejection_sample_method is 'synthetic', got "
+                        f"rejection_sample_method '{self.rejection_sample_method}'",
+                    )
+                )
+        problems += self._check_synthetic_values()
+        problems += self._check_schedule()
+        if self.method in _DISTRIBUTION_FREE_METHODS and self.draft_sample_method == "probabilistic":
+            problems.append(
+                (
+                    ("draft_sample_method",),
+                    f"must be 'greedy' for method '{self.method}' (it proposes tokens without a "
+                    "distribution), got 'probabilistic'",
+                )
+            )
+        if (
+            self.prompt_lookup_min is not None
+            and self.prompt_lookup_max is not None
+            and self.prompt_lookup_min > self.prompt_lookup_max
+        ):
+            problems.append(
+                (
+                    ("prompt_lookup_min",),
+                    f"must be <= prompt_lookup_max ({self.prompt_lookup_max}), got {self.prompt_lookup_min}",
+                )
+            )
+        if self.enable_adaptive_verification and self.method != "dspark":
+            problems.append(
+                (("enable_adaptive_verification",), f"only for method 'dspark', got method '{self.method}'")
+            )
+        check_rules(problems)
+        self._advise(info)
+        return self
+
+    def _check_synthetic_values(self) -> list[tuple[tuple[str | int, ...], str]]:
+        k = self.num_speculative_tokens
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        rates = self.synthetic_acceptance_rates
+        if rates is not None:
+            if len(rates) != k:
+                problems.append(
+                    (("synthetic_acceptance_rates",), f"must have num_speculative_tokens ({k}) entries, got {len(rates)}")
+                )
+            for i, rate in enumerate(rates):
+                if not 0.0 <= rate <= 1.0:
+                    problems.append((("synthetic_acceptance_rates", i), f"must be in [0, 1], got {rate}"))
+            for i in range(1, len(rates)):
+                if rates[i] > rates[i - 1]:
+                    problems.append(
+                        (
+                            ("synthetic_acceptance_rates", i),
+                            "unconditional rates must be non-increasing (P(first i+1 accepted) <= "
+                            f"P(first i accepted)), got {rates[i]} after {rates[i - 1]}",
+                        )
+                    )
+        length = self.synthetic_acceptance_length
+        if length is not None and not 1.0 <= length <= k + 1:
+            problems.append((("synthetic_acceptance_length",), f"must be in [1, K+1] = [1, {k + 1}], got {length}"))
+        return problems
+
+    def _check_schedule(self) -> list[tuple[tuple[str | int, ...], str]]:
+        rows = self.num_speculative_tokens_per_batch_size
+        if rows is None:
+            return []
+        field = "num_speculative_tokens_per_batch_size"
+        if not rows:
+            return [((field,), "must have at least one [start_bs, end_bs, K] row, got []")]
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        previous_end = 0
+        for i, (start, end, k) in enumerate(rows):
+            if start < 1:
+                problems.append(((field, i, 0), f"start_bs must be >= 1, got {start}"))
+            if end < start:
+                problems.append(((field, i, 1), f"end_bs must be >= start_bs ({start}), got {end}"))
+            if not 0 <= k <= self.num_speculative_tokens:
+                problems.append(
+                    ((field, i, 2), f"K must be in [0, num_speculative_tokens] = [0, {self.num_speculative_tokens}], got {k}")
+                )
+            if i > 0 and start <= previous_end:
+                problems.append(
+                    (
+                        (field, i, 0),
+                        f"rows must be sorted and non-overlapping: start_bs must be > {previous_end} "
+                        f"(end of row {i - 1}), got {start}",
+                    )
+                )
+            previous_end = max(previous_end, end)
+        return problems
+
+    def _advise(self, info: ValidationInfo) -> None:
+        if self.rejection_sample_method == "block" and self.method in _DISTRIBUTION_FREE_METHODS:
+            notify(
+                info,
+                ("rejection_sample_method",),
+                f"'{self.method}' has no draft distribution; vLLM falls back to standard verification",
+            )
+        elif self.rejection_sample_method == "block" and self.draft_sample_method == "greedy":
+            notify(
+                info,
+                ("rejection_sample_method",),
+                "block verification gains nothing in expectation with one-hot (greedy) drafts; it pays "
+                "off with draft_sample_method: probabilistic",
+            )
+        if self.prompt_lookup_min is not None or self.prompt_lookup_max is not None:
+            if self.method not in _PROMPT_LOOKUP_METHODS:
+                notify(info, ("prompt_lookup_max",), f"prompt lookup only applies to ngram, ignored for '{self.method}'")
+
+    # --- derived values the simulator uses ----------------------------------------------------
+
+    def synthetic_conditional_rates(self) -> list[float] | None:
+        """Per-position conditional acceptance rates of the synthetic form, length K (None if not synthetic)."""
+        k = self.num_speculative_tokens
+        if self.synthetic_acceptance_rates is not None:
+            return unconditional_to_conditional(self.synthetic_acceptance_rates)
+        if self.synthetic_acceptance_length is not None:
+            return unconditional_to_conditional(acceptance_length_to_rates(self.synthetic_acceptance_length, k))
+        if self.synthetic_acceptance_rate is not None:
+            return decay_to_conditional_rates(*mean_rate_to_decay(self.synthetic_acceptance_rate, k), k)
+        return None
+
+    def num_speculative_tokens_for_batch(self, batch_size: int) -> int:
+        """K at a batch size: the schedule row that covers it, else ``num_speculative_tokens``."""
+        for start, end, k in self.num_speculative_tokens_per_batch_size or ():
+            if start <= batch_size <= end:
+                return k
+        return self.num_speculative_tokens
+
+
+def _infer_method(model: str) -> str:
+    name = model.lower()
+    for marker in ("eagle3", "dflash", "dspark", "eagle"):
+        if marker in name:
+            return marker
+    return "draft_model"
