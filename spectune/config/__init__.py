@@ -13,6 +13,7 @@ from spectune.config._documents import (
     validate_source,
 )
 from spectune.config._loader import parse_mapping_text, read_mapping
+from spectune.config._profile import AcceptanceCounts, AcceptanceProfile, AcceptanceRates, BatchSizeBin
 from spectune.config._rates import (
     MIN_ACCEPTANCE_DECAY_FACTOR,
     acceptance_length_to_rates,
@@ -26,6 +27,10 @@ from spectune.config._schema import document_json_schema
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
 
 __all__ = [
+    "AcceptanceCounts",
+    "AcceptanceProfile",
+    "AcceptanceRates",
+    "BatchSizeBin",
     "DOCUMENT_KINDS",
     "DOCUMENT_SUFFIXES",
     "MAX_NUM_SPECULATIVE_TOKENS",

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from spectune.config._loader import SourceMapping, read_mapping
 from spectune.config._messages import problems_from_validation_error
+from spectune.config._profile import AcceptanceProfile
 from spectune.config._speculative import SpeculativeConfig
 from spectune.errors import DocumentError, Problem
 
@@ -35,6 +36,7 @@ DOCUMENT_SUFFIXES = (".yaml", ".yml", ".json")
 # kind -> model. Models other than the bare speculative config carry a ``kind: Literal[...]`` field.
 DOCUMENT_KINDS: dict[str, type[BaseModel]] = {
     "speculative": SpeculativeConfig,
+    "acceptance_profile": AcceptanceProfile,
 }
 
 _SERVE_CONFIG_KEYS = ("speculative_config", "speculative-config")
