@@ -119,6 +119,10 @@ def problems_from_validation_error(
         path = _document_path(loc, positions)
         is_key_error = error["type"] == "extra_forbidden"
         message = _message(error, known)
+        if error["type"] == "missing" and path and isinstance(path[-1], int):
+            # A fixed-length list (a tuple) with too few items: point at the list, not the absent item.
+            message = f"too few items: item {path[-1]} is missing, got {_show(error.get('input'))}"
+            path = path[:-1]
         if error["type"] == "value_error" and exc is not None:
             message = str(exc)
         problems.append(Problem(file, positions.line_of(path, key=is_key_error), _dotted(path), message))

@@ -1,0 +1,82 @@
+"""``spectune validate`` and ``spectune schema`` as a user runs them: output lines and exit codes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from spectune.cli import app
+from spectune.cli import _commands  # noqa: F401 -- registers the commands
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_shipped_configs_are_all_valid():
+    result = runner.invoke(app, ["validate", str(REPO / "configs")])
+    assert result.exit_code == 0, result.output
+    assert "0 invalid" in result.output.splitlines()[-1]
+
+
+def test_invalid_file_exits_1_with_one_line_per_problem(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text('{"method": "eagle3", "num_speculative_tokens": 3}')
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("method: eagle\nnum_speculative_tokens: 0\ndraft_sample_method: topk\n")
+    result = runner.invoke(app, ["validate", str(good), str(bad)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0] == f"{bad}:2: num_speculative_tokens: must be >= 1, got 0"
+    assert lines[1] == f"{bad}:3: draft_sample_method: must be one of 'greedy', 'probabilistic', got 'topk'"
+    assert lines[-1] == "2 files checked: 1 valid, 1 invalid (2 errors, 0 warnings)"
+    assert "Traceback" not in result.output
+
+
+def test_directory_is_searched_recursively(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.yml").write_text("method: ngram\nnum_speculative_tokens: 2\n")
+    (tmp_path / "notes.txt").write_text("not a config")
+    result = runner.invoke(app, ["validate", str(tmp_path)])
+    assert result.exit_code == 0 and result.output.startswith("1 file checked: 1 valid")
+
+
+def test_missing_path_is_an_error_not_a_crash(tmp_path):
+    result = runner.invoke(app, ["validate", str(tmp_path / "absent.yaml")])
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'absent.yaml'}: no such file or directory" in result.output
+
+
+def test_warnings_pass_unless_strict(tmp_path):
+    path = tmp_path / "legacy.yaml"
+    path.write_text("method: eagle\nnum_speculative_tokens: 2\nrejection_sample_method: strict\n")
+    relaxed = runner.invoke(app, ["validate", str(path)])
+    assert relaxed.exit_code == 0 and f"{path}:3: warning: rejection_sample_method:" in relaxed.output
+    assert runner.invoke(app, ["validate", "--strict", str(path)]).exit_code == 1
+
+
+def test_usage_errors_exit_2():
+    assert runner.invoke(app, ["validate"]).exit_code == 2
+    assert runner.invoke(app, ["validate", "--no-such-flag", "x"]).exit_code == 2
+
+
+def test_schema_is_json_schema_of_every_kind():
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    assert schema["$schema"].endswith("2020-12/schema")
+    titles = {entry.get("$ref", "").rsplit("/", 1)[-1] for entry in schema["anyOf"]}
+    assert {"SpeculativeConfig", "AcceptanceProfile"} <= titles
+    only = json.loads(runner.invoke(app, ["schema", "--kind", "speculative"]).output)
+    assert only["title"] == "SpeculativeConfig" and only["additionalProperties"] is False
+
+
+def test_schema_rejects_unknown_kind():
+    result = runner.invoke(app, ["schema", "--kind", "banana"])
+    assert result.exit_code == 1 and "must be one of" in result.output
+
+
+def test_python_dash_m_runs_the_cli():
+    result = subprocess.run([sys.executable, "-m", "spectune", "validate", str(REPO / "configs")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,165 @@
+"""Every rule of the speculative config, fed a bad value: the message names file, line and field."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spectune.config import SpeculativeConfig, SpectuneNotice, load_document
+
+BASE = "method: eagle3\nmodel: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\nnum_speculative_tokens: 3\n"
+
+# (document text, line, dotted field, fragment of the message)
+BAD_DOCUMENTS = [
+    ("method: medusa\nnum_speculative_tokens: 3\n", 1, "method", "removed in vLLM 0.33.0"),
+    ("method: eagle4\nnum_speculative_tokens: 3\n", 1, "method", "must be one of 'eagle', 'eagle3'"),
+    ("method: eagle\nnum_speculative_tokens: 0\n", 2, "num_speculative_tokens", "must be >= 1, got 0"),
+    ("method: eagle\nnum_speculative_tokens: 65\n", 2, "num_speculative_tokens", "must be <= 64, got 65"),
+    ("method: eagle\nnum_speculative_tokens: three\n", 2, "num_speculative_tokens", "must be an integer, got 'three'"),
+    ("method: eagle\nnum_speculative_tokens: 2.5\n", 2, "num_speculative_tokens", "must be a whole number, got 2.5"),
+    ("method: eagle\n", 1, "num_speculative_tokens", "required field is missing"),
+    (BASE + "rejection_sample_method: fancy\n", 4, "rejection_sample_method", "must be one of 'standard', 'block'"),
+    (BASE + "rejection_sample_method: fly\n", 4, "rejection_sample_method", "'fly' is lossy"),
+    (BASE + "draft_sample_method: topk\n", 4, "draft_sample_method", "must be one of 'greedy', 'probabilistic'"),
+    (BASE + "num_speculative_tokenz: 3\n", 4, "num_speculative_tokenz", "did you mean 'num_speculative_tokens'"),
+    (BASE + "tensor_parallel_size: 2\n", 4, "tensor_parallel_size", "draft_tensor_parallel_size"),
+    (BASE + "speculative_model: x\n", 4, "speculative_model", "write 'model'"),
+    (BASE + "draft_tensor_parallel_size: 0\n", 4, "draft_tensor_parallel_size", "must be >= 1, got 0"),
+    # synthetic forms: only with synthetic, exactly one, each in range
+    (BASE + "synthetic_acceptance_rates: [0.9, 0.5, 0.2]\n", 4, "synthetic_acceptance_rates",
+     "only allowed when rejection_sample_method is 'synthetic'"),
+    (BASE + "synthetic_acceptance_length: 2.0\n", 4, "synthetic_acceptance_length", "only allowed when"),
+    (BASE + "synthetic_acceptance_rate: 0.5\n", 4, "synthetic_acceptance_rate", "only allowed when"),
+    (BASE + "rejection_sample_method: synthetic\n", 4, "rejection_sample_method", "needs exactly one of"),
+    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.9, 0.5, 0.2]\n"
+     "synthetic_acceptance_length: 2.0\n", 6, "synthetic_acceptance_length", "give exactly one synthetic form"),
+    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.9, 0.5]\n", 5,
+     "synthetic_acceptance_rates", "must have num_speculative_tokens (3) entries, got 2"),
+    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates:\n  - 0.9\n  - 1.5\n  - 0.2\n", 7,
+     "synthetic_acceptance_rates[1]", "must be in [0, 1], got 1.5"),
+    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.5, 0.6, 0.2]\n", 5,
+     "synthetic_acceptance_rates[1]", "non-increasing"),
+    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_length: 4.5\n", 5,
+     "synthetic_acceptance_length", "must be in [1, K+1] = [1, 4], got 4.5"),
+    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_length: 0.5\n", 5,
+     "synthetic_acceptance_length", "must be in [1, K+1]"),
+    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 1.2\n", 5,
+     "synthetic_acceptance_rate", "must be <= 1.0, got 1.2"),
+    # the per-batch-size schedule
+    (BASE + "num_speculative_tokens_per_batch_size: [[1, 16, 4]]\n", 4,
+     "num_speculative_tokens_per_batch_size[0][2]", "K must be in [0, num_speculative_tokens] = [0, 3], got 4"),
+    (BASE + "num_speculative_tokens_per_batch_size:\n  - [1, 16, 3]\n  - [8, 32, 2]\n", 6,
+     "num_speculative_tokens_per_batch_size[1][0]", "sorted and non-overlapping"),
+    (BASE + "num_speculative_tokens_per_batch_size:\n  - [17, 32, 3]\n  - [1, 16, 2]\n", 6,
+     "num_speculative_tokens_per_batch_size[1][0]", "sorted and non-overlapping"),
+    (BASE + "num_speculative_tokens_per_batch_size: [[16, 8, 3]]\n", 4,
+     "num_speculative_tokens_per_batch_size[0][1]", "end_bs must be >= start_bs (16), got 8"),
+    (BASE + "num_speculative_tokens_per_batch_size: [[0, 8, 3]]\n", 4,
+     "num_speculative_tokens_per_batch_size[0][0]", "start_bs must be >= 1, got 0"),
+    (BASE + "num_speculative_tokens_per_batch_size: []\n", 4, "num_speculative_tokens_per_batch_size", "at least one"),
+    (BASE + "num_speculative_tokens_per_batch_size: [[1, 8]]\n", 4, "num_speculative_tokens_per_batch_size[0]",
+     "too few items: item 2 is missing, got [1, 8]"),
+    # drafting and lookup rules
+    ("method: ngram\nnum_speculative_tokens: 3\ndraft_sample_method: probabilistic\n", 3, "draft_sample_method",
+     "must be 'greedy' for method 'ngram'"),
+    ("method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 6\nprompt_lookup_max: 3\n", 3, "prompt_lookup_min",
+     "must be <= prompt_lookup_max (3), got 6"),
+    ("method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 0\n", 3, "prompt_lookup_min", "must be >= 1"),
+    (BASE + "enable_adaptive_verification: true\n", 4, "enable_adaptive_verification", "only for method 'dspark'"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "field", "fragment"), BAD_DOCUMENTS)
+def test_bad_value_is_reported_with_file_line_and_field(problems_of, text, line, field, fragment):
+    file, problems = problems_of(text)
+    errors = [p for p in problems if p.severity == "error"]
+    assert errors, f"expected an error for:\n{text}"
+    matching = [p for p in errors if p.field == field]
+    assert matching, f"no error on field {field!r}; got {[str(p) for p in errors]}"
+    problem = matching[0]
+    assert problem.file == file
+    assert problem.line == line, str(problem)
+    assert fragment in problem.message, str(problem)
+    assert str(problem).startswith(f"{file}:{line}: {field}: ")
+
+
+def test_plain_vllm_json_validates_unchanged(tmp_path: Path):
+    config = {"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(config))
+    document = load_document(path)
+    assert document.kind == "speculative"
+    assert document.notices == []
+    assert document.model.model_dump(exclude_defaults=True) == config
+
+
+def test_every_synthetic_form_gives_conditional_rates():
+    by_rates = SpeculativeConfig(
+        method="eagle3", num_speculative_tokens=3, rejection_sample_method="synthetic",
+        synthetic_acceptance_rates=[0.9, 0.45, 0.09],
+    )
+    assert by_rates.synthetic_conditional_rates() == pytest.approx([0.9, 0.5, 0.2])
+    by_length = SpeculativeConfig(
+        method="mtp", num_speculative_tokens=3, rejection_sample_method="synthetic", synthetic_acceptance_length=2.6
+    )
+    assert by_length.synthetic_conditional_rates() == pytest.approx([1.0, 0.6, 0.0])
+    by_mean = SpeculativeConfig(
+        method="mtp", num_speculative_tokens=3, rejection_sample_method="synthetic", synthetic_acceptance_rate=0.6
+    )
+    assert by_mean.synthetic_conditional_rates() == pytest.approx([0.839, 0.839 * 0.85, 0.839 * 0.85**2], abs=1e-3)
+    assert SpeculativeConfig(method="mtp", num_speculative_tokens=3).synthetic_conditional_rates() is None
+
+
+def test_legacy_rejection_methods_are_mapped_with_a_deprecation_notice(problems_of, tmp_path):
+    file, notices = problems_of(BASE + "rejection_sample_method: strict\n")
+    assert [n.severity for n in notices] == ["warning"]
+    assert notices[0].line == 4 and notices[0].field == "rejection_sample_method"
+    assert "deprecated" in notices[0].message
+    path = tmp_path / "legacy.yaml"
+    path.write_text(BASE + "rejection_sample_method: probabilistic\n")
+    model = load_document(path).model
+    assert (model.rejection_sample_method, model.draft_sample_method) == ("standard", "probabilistic")
+
+
+def test_mtp_alias_normalises_to_mtp(problems_of, tmp_path):
+    path = tmp_path / "mtp.yaml"
+    path.write_text("method: deepseek_mtp\nnum_speculative_tokens: 1\n")
+    document = load_document(path)
+    assert document.model.method == "mtp"
+    assert "alias" in document.notices[0].message and document.notices[0].line == 1
+
+
+def test_method_is_inferred_from_the_model_name_like_vllm(tmp_path):
+    path = tmp_path / "nomethod.json"
+    path.write_text('{"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 2}')
+    assert load_document(path).model.method == "eagle3"
+
+
+def test_block_with_greedy_drafting_gets_advice_not_an_error(problems_of):
+    _, notices = problems_of(BASE + "rejection_sample_method: block\n")
+    assert len(notices) == 1 and notices[0].severity == "warning"
+    assert "probabilistic" in notices[0].message
+
+
+def test_notice_outside_a_loader_is_a_python_warning():
+    with pytest.warns(SpectuneNotice, match="alias"):
+        SpeculativeConfig.model_validate({"method": "qwen3_next_mtp", "num_speculative_tokens": 2})
+
+
+def test_config_is_frozen():
+    config = SpeculativeConfig(method="eagle", num_speculative_tokens=2)
+    with pytest.raises(Exception, match="frozen"):
+        config.num_speculative_tokens = 3  # type: ignore[misc]
+
+
+def test_schedule_lookup_covers_rows_and_falls_back_to_k():
+    config = SpeculativeConfig(
+        method="eagle", num_speculative_tokens=5, num_speculative_tokens_per_batch_size=[(1, 16, 5), (17, 64, 2), (65, 512, 0)]
+    )
+    assert [config.num_speculative_tokens_for_batch(b) for b in (1, 16, 17, 64, 65, 512, 1000)] == [5, 5, 2, 2, 0, 0, 5]
+
+
+def test_embedded_in_a_vllm_serve_config(problems_of):
+    text = "model: meta-llama/Llama-3.1-8B-Instruct\nspeculative-config:\n  method: eagle3\n  num_speculative_tokens: 0\n"
+    file, problems = problems_of(text)
+    assert [str(p) for p in problems] == [f"{file}:4: speculative-config.num_speculative_tokens: must be >= 1, got 0"]
