@@ -13,6 +13,7 @@ from spectune.config._documents import (
     validate_source,
 )
 from spectune.config._loader import parse_mapping_text, read_mapping
+from spectune.config._overrides import apply_overrides, parse_override
 from spectune.config._profile import AcceptanceCounts, AcceptanceProfile, AcceptanceRates, BatchSizeBin
 from spectune.config._rates import (
     MIN_ACCEPTANCE_DECAY_FACTOR,
@@ -42,6 +43,7 @@ __all__ = [
     "SpectuneModel",
     "SpectuneNotice",
     "acceptance_length_to_rates",
+    "apply_overrides",
     "conditional_to_unconditional",
     "decay_to_conditional_rates",
     "document_json_schema",
@@ -50,6 +52,7 @@ __all__ = [
     "mean_acceptance_length",
     "mean_rate_to_decay",
     "parse_mapping_text",
+    "parse_override",
     "read_mapping",
     "unconditional_to_conditional",
     "validate_source",

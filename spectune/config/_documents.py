@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from spectune.config._loader import SourceMapping, read_mapping
+from spectune.config._loader import SourceMapping, dotted_path, read_mapping
 from spectune.config._messages import problems_from_validation_error
 from spectune.config._profile import AcceptanceProfile
 from spectune.config._speculative import SpeculativeConfig
@@ -99,17 +99,25 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
     try:
         model = DOCUMENT_KINDS[kind].model_validate(data, context=context)
     except ValidationError as err:
-        raise DocumentError(
-            problems_from_validation_error(
-                err, file=source.file, positions=source.positions, prefix=prefix, known_fields=_known_fields()
-            )
-        ) from None
+        problems = problems_from_validation_error(
+            err, file=source.file, positions=source.positions, prefix=prefix, known_fields=_known_fields()
+        )
+        raise DocumentError([_blame_override(source, p) for p in problems]) from None
     problems = []
     for path, message in notices:
         full = _locate_notice(source, prefix + tuple(path))
         line = source.positions.line_of(full)
         problems.append(Problem(source.file, line, ".".join(map(str, full)), message, severity="warning"))
     return LoadedDocument(kind=kind, model=model, notices=problems, source=source)
+
+
+def _blame_override(source: SourceMapping, problem: Problem) -> Problem:
+    """A problem inside a value that came from ``--set`` is reported against that argument."""
+    for path, expression in source.overrides.items():
+        dotted = dotted_path(path)
+        if problem.field == dotted or problem.field.startswith((dotted + ".", dotted + "[")):
+            return Problem(f"--set {expression}", None, problem.field, problem.message, problem.severity)
+    return problem
 
 
 def _embedded_speculative_config(source: SourceMapping, key: str) -> Any:

@@ -20,7 +20,7 @@ import yaml
 
 from spectune.errors import DocumentError, Problem
 
-__all__ = ["MAX_DOCUMENT_BYTES", "Positions", "SourceMapping", "read_mapping", "parse_mapping_text"]
+__all__ = ["MAX_DOCUMENT_BYTES", "Positions", "SourceMapping", "dotted_path", "parse_mapping_text", "read_mapping"]
 
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 MAX_NODES = 200_000  # counted after alias expansion: a billion-laughs document stops here
@@ -56,6 +56,7 @@ class SourceMapping:
     file: str
     data: dict[str, Any]
     positions: Positions
+    overrides: dict[Path_, str] = field(default_factory=dict)  # path -> the --set expression that wrote it
 
 
 class _Loader(yaml.SafeLoader):
@@ -78,7 +79,7 @@ class _Walker:
         self.constructor = _Loader("")
 
     def fail(self, node: yaml.Node, path: Path_, message: str) -> None:
-        self.problems.append(Problem(self.file, node.start_mark.line + 1, _dotted(path), message))
+        self.problems.append(Problem(self.file, node.start_mark.line + 1, dotted_path(path), message))
 
     def walk(self, node: yaml.Node, path: Path_, depth: int) -> Any:
         self.nodes += 1
@@ -123,7 +124,8 @@ class _TooLarge(Exception):
     pass
 
 
-def _dotted(path: Path_) -> str:
+def dotted_path(path: Path_) -> str:
+    """('a', 'b', 2, 'c') -> 'a.b[2].c'."""
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from spectune.config._base import RuleViolations
-from spectune.config._loader import Positions, _dotted
+from spectune.config._loader import Positions, dotted_path
 from spectune.errors import Problem
 
 __all__ = ["problems_from_validation_error"]
@@ -114,7 +114,7 @@ def problems_from_validation_error(
             for sub_path, message in exc.violations:
                 path = base + tuple(sub_path)
                 line = positions.line_of(path, key=path not in positions.values)
-                problems.append(Problem(file, line, _dotted(path), message))
+                problems.append(Problem(file, line, dotted_path(path), message))
             continue
         path = _document_path(loc, positions)
         is_key_error = error["type"] == "extra_forbidden"
@@ -125,7 +125,7 @@ def problems_from_validation_error(
             path = path[:-1]
         if error["type"] == "value_error" and exc is not None:
             message = str(exc)
-        problems.append(Problem(file, positions.line_of(path, key=is_key_error), _dotted(path), message))
+        problems.append(Problem(file, positions.line_of(path, key=is_key_error), dotted_path(path), message))
     return _deduplicated(problems)
 
 

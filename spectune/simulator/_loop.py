@@ -1,0 +1,191 @@
+"""The iteration-level serving loop.
+
+One iteration is one engine step, as in vLLM V1 with chunked prefill: requests that have arrived join
+the running batch (their prefill runs in this step and produces their first token); every running
+request that is already decoding gets K draft tokens, which the rejection kernel verifies; each
+request advances by the tokens the kernel emitted (accepted drafts + 1, cut at its output length);
+the clock advances by the cost model's step time. Finished requests leave; in a closed loop a new
+request takes each freed slot at once.
+
+The loop is plain and sequential on purpose (read it top to bottom); per-request state is kept in
+numpy arrays so that a step costs O(batch) vector operations, not Python work per token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+__all__ = ["LoopInputs", "LoopTrace", "StepVerifier", "run_serving_loop"]
+
+
+class StepVerifier(Protocol):
+    """Draft + verify for one step: returns emitted tokens per request (accepted drafts + 1), int64 [B]."""
+
+    def __call__(self, request_ids: np.ndarray, steps_done: np.ndarray, num_speculative_tokens: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class LoopInputs:
+    """The requests of one simulation, as arrays over request index (length N).
+
+    arrival_s: float64 [N], arrival times (open loop; ignored in a closed loop)
+    prompt_tokens, output_tokens: int64 [N]
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    closed_loop_concurrency: int | None
+    max_running_requests: int
+
+
+@dataclass
+class LoopTrace:
+    """What happened, per request and per step; ``spectune.simulator._metrics`` turns it into results."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    output_tokens: np.ndarray
+    chunk_gaps_s: list[np.ndarray] = field(default_factory=list)  # per step: gap since each request's last chunk
+    step_end_s: list[float] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    step_batch_size: list[int] = field(default_factory=list)
+    step_k: list[int] = field(default_factory=list)
+    step_breakdown_s: np.ndarray = field(default_factory=lambda: np.zeros(5))  # drafting, verify, sampling, overhead, prefill
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    accepted_per_position: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    verify_wall_s: float = 0.0
+    truncated: bool = False
+
+    @property
+    def simulated_steps(self) -> int:
+        return len(self.step_end_s)
+
+
+StepTimeFn = Callable[[int, int, float], tuple[float, float, float, float]]
+PrefillTimeFn = Callable[[int], float]
+
+
+def run_serving_loop(
+    inputs: LoopInputs,
+    *,
+    k_for_batch: Callable[[int], int],
+    verify: StepVerifier | None,
+    step_time: StepTimeFn,
+    prefill_time: PrefillTimeFn,
+    max_steps: int,
+    on_step: Callable[[int, int], None] | None = None,
+) -> LoopTrace:
+    """Simulate serving ``inputs``; K per step comes from ``k_for_batch(decode batch size)``.
+
+    ``verify`` is None for plain decoding (every step emits one token per request).
+    ``step_time(batch, K, mean_context_tokens)`` -> (drafting_s, verification_s, sampling_s, overhead_s).
+    ``on_step(finished requests, total requests)`` is called after every step (progress bars).
+    """
+    n = len(inputs.output_tokens)
+    trace = LoopTrace(
+        arrival_s=inputs.arrival_s.astype(np.float64).copy(),
+        first_token_s=np.full(n, np.nan),
+        finish_s=np.full(n, np.nan),
+        output_tokens=inputs.output_tokens.astype(np.int64),
+    )
+    generated = np.zeros(n, dtype=np.int64)
+    steps_done = np.zeros(n, dtype=np.int64)  # verification steps each request has taken (RNG stream index)
+    last_chunk_s = np.zeros(n)
+    closed = inputs.closed_loop_concurrency
+    cap = min(closed, inputs.max_running_requests) if closed is not None else inputs.max_running_requests
+    next_request = 0
+    running = np.zeros(0, dtype=np.int64)  # decoding requests
+    finished = 0
+    clock = 0.0
+    while finished < n:
+        if trace.simulated_steps >= max_steps:
+            trace.truncated = True
+            break
+        # 1. Admit arrived requests into free slots; their prefill runs in this step.
+        admitted = []
+        while next_request < n and len(running) + len(admitted) < cap:
+            if closed is not None:
+                trace.arrival_s[next_request] = clock
+            elif inputs.arrival_s[next_request] > clock:
+                break
+            admitted.append(next_request)
+            next_request += 1
+        if not admitted and len(running) == 0:
+            clock = float(inputs.arrival_s[next_request])  # idle until the next arrival
+            continue
+        prefill_s = prefill_time(int(inputs.prompt_tokens[admitted].sum())) if admitted else 0.0
+
+        # 2. Draft and verify for the requests already decoding.
+        batch = len(running)
+        k = k_for_batch(batch) if (batch and verify is not None) else 0
+        if batch and k > 0:
+            started = time.perf_counter()
+            emitted = verify(running, steps_done[running], k)
+            trace.verify_wall_s += time.perf_counter() - started
+            _count_acceptance(trace, emitted, k)
+            steps_done[running] += 1
+        else:
+            emitted = np.ones(batch, dtype=np.int64)
+        if batch:
+            context = float((inputs.prompt_tokens[running] + generated[running]).mean())
+            drafting, verification, sampling, overhead = step_time(batch, k, context)
+        else:
+            drafting = verification = sampling = overhead = 0.0
+        clock += drafting + verification + sampling + overhead + prefill_s
+        trace.step_breakdown_s += (drafting, verification, sampling, overhead, prefill_s)
+
+        # 3. Advance every request by what it emitted, cut at its output length.
+        tokens_this_step = 0
+        if batch:
+            remaining = trace.output_tokens[running] - generated[running]
+            emitted = np.minimum(emitted, remaining)
+            generated[running] += emitted
+            trace.chunk_gaps_s.append(clock - last_chunk_s[running])
+            last_chunk_s[running] = clock
+            tokens_this_step += int(emitted.sum())
+        if admitted:
+            ids = np.asarray(admitted, dtype=np.int64)
+            trace.first_token_s[ids] = clock
+            last_chunk_s[ids] = clock
+            generated[ids] = 1
+            tokens_this_step += len(ids)
+        decoding = np.concatenate([running, np.asarray(admitted, dtype=np.int64)])
+        done = generated[decoding] >= trace.output_tokens[decoding]
+        trace.finish_s[decoding[done]] = clock
+        finished += int(done.sum())
+        running = decoding[~done]
+        trace.step_end_s.append(clock)
+        trace.step_tokens.append(tokens_this_step)
+        trace.step_batch_size.append(batch)
+        trace.step_k.append(k)
+        if on_step is not None:
+            on_step(finished, n)
+    return trace
+
+
+def _count_acceptance(trace: LoopTrace, emitted: np.ndarray, k: int) -> None:
+    """vLLM's counters: drafts, draft tokens, and per position the drafts accepted there."""
+    accepted = np.asarray(emitted, dtype=np.int64) - 1
+    if len(trace.accepted_per_position) < k:
+        trace.accepted_per_position = np.pad(trace.accepted_per_position, (0, k - len(trace.accepted_per_position)))
+    positions = np.arange(k)
+    trace.accepted_per_position[:k] += (accepted[:, None] > positions[None, :]).sum(axis=0)
+    trace.num_drafts += len(accepted)
+    trace.num_draft_tokens += len(accepted) * k
+
+
+def seeds_for(request_seeds: np.ndarray, steps_done: np.ndarray) -> torch.Tensor:
+    """A distinct kernel seed per (request, step): the kernel keys its randomness by (seed, position, purpose)."""
+    mixed = (request_seeds.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (
+        steps_done.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+    )
+    return torch.from_numpy((mixed >> np.uint64(1)).astype(np.int64))

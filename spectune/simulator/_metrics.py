@@ -1,0 +1,135 @@
+"""Serving metrics from a loop trace, in the units vLLM and `vllm bench serve` report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from spectune.simulator._loop import LoopTrace
+
+__all__ = ["SimulationResult", "summarize"]
+
+_NOISE_BLOCKS = 20
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """One simulation's numbers. Times at this boundary carry their unit in the name.
+
+    TPOT is per request, (finish - first token) / (output tokens - 1); ITL is the gap between successive
+    chunks a request receives (a speculative step delivers several tokens in one chunk), as
+    `vllm bench serve` measures it. Acceptance is in vLLM's units: mean acceptance length includes the
+    bonus token; ``acceptance_per_position`` is unconditional (what vLLM logs as "Per-position
+    acceptance rate"); ``conditional_acceptance_per_position`` divides consecutive positions.
+    """
+
+    throughput_tokens_per_s: float
+    throughput_stderr_tokens_per_s: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    mean_acceptance_length: float | None
+    acceptance_per_position: list[float]
+    conditional_acceptance_per_position: list[float]
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    speedup_vs_no_spec: float | None
+    baseline_throughput_tokens_per_s: float | None
+    mean_batch_size: float
+    mean_step_ms: float
+    step_time_share: dict[str, float]
+    num_requests: int
+    output_tokens: int
+    simulated_time_s: float
+    simulated_steps: int
+    truncated: bool
+    wall_time_s: float
+    kernel_wall_time_s: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _percentile_ms(values: np.ndarray, q: float) -> float:
+    values = values[np.isfinite(values)]
+    return float(np.percentile(values, q) * 1e3) if len(values) else float("nan")
+
+
+def _throughput_and_noise(trace: LoopTrace) -> tuple[float, float]:
+    """Throughput over the run, and its standard error from batch means over contiguous step blocks."""
+    ends = np.asarray(trace.step_end_s)
+    tokens = np.asarray(trace.step_tokens, dtype=np.float64)
+    if len(ends) == 0:
+        return 0.0, 0.0
+    start = float(np.nanmin(trace.arrival_s))
+    elapsed = ends[-1] - start
+    throughput = float(tokens.sum() / elapsed) if elapsed > 0 else 0.0
+    if len(ends) < 2 * _NOISE_BLOCKS:
+        return throughput, throughput  # too few steps to tell noise from signal: say so loudly
+    starts = np.concatenate([[start], ends[:-1]])
+    block_rates = []
+    for block in np.array_split(np.arange(len(ends)), _NOISE_BLOCKS):
+        span = ends[block[-1]] - starts[block[0]]
+        if span > 0:
+            block_rates.append(tokens[block].sum() / span)
+    stderr = float(np.std(block_rates, ddof=1) / np.sqrt(len(block_rates))) if len(block_rates) > 1 else throughput
+    return throughput, stderr
+
+
+def summarize(
+    trace: LoopTrace, *, baseline: LoopTrace | None, wall_time_s: float, kernel_wall_time_s: float
+) -> SimulationResult:
+    """Turn a trace (and the same workload's no-speculation trace) into a ``SimulationResult``."""
+    throughput, stderr = _throughput_and_noise(trace)
+    finished = np.isfinite(trace.finish_s)
+    decode_tokens = trace.output_tokens[finished] - 1
+    decode_time = trace.finish_s[finished] - trace.first_token_s[finished]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(decode_tokens > 0, decode_time / np.maximum(decode_tokens, 1), np.nan)
+    gaps = np.concatenate(trace.chunk_gaps_s) if trace.chunk_gaps_s else np.zeros(0)
+    ttft = trace.first_token_s - trace.arrival_s
+    unconditional = (trace.accepted_per_position / trace.num_drafts).tolist() if trace.num_drafts else []
+    conditional = []
+    previous = 1.0
+    for rate in unconditional:
+        conditional.append(rate / previous if previous > 0 else 0.0)
+        previous = rate
+    accepted = int(trace.accepted_per_position.sum())
+    baseline_throughput = _throughput_and_noise(baseline)[0] if baseline is not None else None
+    breakdown = trace.step_breakdown_s
+    total_step_s = float(breakdown.sum())
+    names = ("drafting", "verification", "sampling", "overhead", "prefill")
+    steps = max(trace.simulated_steps, 1)
+    return SimulationResult(
+        throughput_tokens_per_s=throughput,
+        throughput_stderr_tokens_per_s=stderr,
+        tpot_p50_ms=_percentile_ms(tpot, 50),
+        tpot_p99_ms=_percentile_ms(tpot, 99),
+        itl_p50_ms=_percentile_ms(gaps, 50),
+        itl_p99_ms=_percentile_ms(gaps, 99),
+        ttft_p50_ms=_percentile_ms(ttft, 50),
+        ttft_p99_ms=_percentile_ms(ttft, 99),
+        mean_acceptance_length=1.0 + accepted / trace.num_drafts if trace.num_drafts else None,
+        acceptance_per_position=unconditional,
+        conditional_acceptance_per_position=conditional,
+        num_drafts=trace.num_drafts,
+        num_draft_tokens=trace.num_draft_tokens,
+        num_accepted_tokens=accepted,
+        speedup_vs_no_spec=throughput / baseline_throughput if baseline_throughput else None,
+        baseline_throughput_tokens_per_s=baseline_throughput,
+        mean_batch_size=float(np.mean(trace.step_batch_size)) if trace.step_batch_size else 0.0,
+        mean_step_ms=total_step_s / steps * 1e3,
+        step_time_share={name: float(v / total_step_s) if total_step_s else 0.0 for name, v in zip(names, breakdown)},
+        num_requests=int(finished.sum()),
+        output_tokens=int(np.sum(trace.step_tokens)),
+        simulated_time_s=float(trace.step_end_s[-1] - np.nanmin(trace.arrival_s)) if trace.step_end_s else 0.0,
+        simulated_steps=trace.simulated_steps,
+        truncated=trace.truncated,
+        wall_time_s=wall_time_s,
+        kernel_wall_time_s=kernel_wall_time_s,
+    )
