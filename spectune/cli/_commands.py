@@ -1,3 +1,4 @@
 """Imports every command module so that each registers itself on ``app``."""
 
 from spectune.cli import _validate  # noqa: F401
+from spectune.cli import _calibrate  # noqa: F401

@@ -14,7 +14,13 @@ from spectune.config._documents import (
 )
 from spectune.config._loader import parse_mapping_text, read_mapping
 from spectune.config._overrides import apply_overrides, parse_override
-from spectune.config._profile import AcceptanceCounts, AcceptanceProfile, AcceptanceRates, BatchSizeBin
+from spectune.config._profile import (
+    AcceptanceCounts,
+    AcceptanceProfile,
+    AcceptanceRates,
+    BatchSizeBin,
+    MeasuredAcceptance,
+)
 from spectune.config._rates import (
     MIN_ACCEPTANCE_DECAY_FACTOR,
     acceptance_length_to_rates,
@@ -35,6 +41,7 @@ __all__ = [
     "DOCUMENT_KINDS",
     "DOCUMENT_SUFFIXES",
     "MAX_NUM_SPECULATIVE_TOKENS",
+    "MeasuredAcceptance",
     "METHODS",
     "MIN_ACCEPTANCE_DECAY_FACTOR",
     "LoadedDocument",

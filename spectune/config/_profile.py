@@ -8,17 +8,20 @@ documents reference them. Positions past the profile's last one repeat its last 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from spectune.config._base import SpectuneModel, check_rules
+from spectune.config._base import SpectuneModel, check_rules, notify
 from spectune.config._rates import conditional_to_unconditional, mean_acceptance_length, unconditional_to_conditional
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 
-__all__ = ["AcceptanceCounts", "AcceptanceProfile", "AcceptanceRates", "BatchSizeBin"]
+__all__ = ["AcceptanceCounts", "AcceptanceProfile", "AcceptanceRates", "BatchSizeBin", "MeasuredAcceptance"]
 
 _Rate = float
+_Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
+# Measured unconditional rates are written rounded; the product of written conditional rates may differ by this.
+_MEASURED_RATE_TOLERANCE = 1e-4
 
 
 class AcceptanceCounts(SpectuneModel):
@@ -109,12 +112,83 @@ class AcceptanceRates(SpectuneModel):
         return mean_acceptance_length(self.unconditional(num_positions))
 
 
-class BatchSizeBin(AcceptanceRates):
+class MeasuredAcceptance(AcceptanceRates):
+    """Rates plus what a measurement says about them: counts, standard errors, rounding, windows.
+
+    Every field beyond the rates is optional; ``spectune calibrate`` fills them. Per-position lists have
+    one entry per rate. Uncertainty is stated twice: ``*_stderr`` (sampling: the larger of the binomial
+    and the between-window estimate) and ``*_rounding_error`` (worst case from the source's rounding of
+    the numbers it printed; absent when the source gave exact counts).
+    """
+
+    counts: AcceptanceCounts | None = Field(default=None, description="The counts behind the rates.")
+    num_windows: int | None = Field(
+        default=None, ge=1, description="Measurement windows aggregated: log intervals, scrape intervals or requests."
+    )
+    conditional_rates_stderr: list[_Fraction] | None = Field(
+        default=None, description="Standard error of each conditional rate (fractions)."
+    )
+    conditional_rates_rounding_error: list[_Fraction] | None = Field(
+        default=None, description="Worst-case error of each conditional rate from the source's rounding (fractions)."
+    )
+    unconditional_rates_measured: list[_Fraction] | None = Field(
+        default=None,
+        description="Unconditional per-position rates the counts give, as vLLM logs them (fractions); "
+        "for reading -- simulations use the rates above.",
+    )
+    unconditional_rates_stderr: list[_Fraction] | None = Field(
+        default=None, description="Standard error of each measured unconditional rate (fractions)."
+    )
+    unconditional_rates_rounding_error: list[_Fraction] | None = Field(
+        default=None, description="Worst-case error of each measured unconditional rate from the source's rounding (fractions)."
+    )
+    mean_acceptance_length_measured: float | None = Field(
+        default=None, ge=1.0, description="Mean acceptance length the source reported (tokens per step, bonus included)."
+    )
+    mean_acceptance_length_stderr: float | None = Field(
+        default=None, ge=0.0, description="Standard error of the measured mean acceptance length (tokens per step)."
+    )
+
+    @model_validator(mode="after")
+    def _per_position_lengths(self, info: ValidationInfo) -> MeasuredAcceptance:
+        rates = self.conditional_rates if self.conditional_rates is not None else self.unconditional_rates
+        num_positions = len(rates or [])
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for name in (
+            "conditional_rates_stderr",
+            "conditional_rates_rounding_error",
+            "unconditional_rates_measured",
+            "unconditional_rates_stderr",
+            "unconditional_rates_rounding_error",
+        ):
+            values = getattr(self, name)
+            if values is not None and len(values) != num_positions:
+                problems.append(((name,), f"must have one entry per rate ({num_positions}), got {len(values)}"))
+        per_position = self.counts.accepted_per_position if self.counts is not None else None
+        if per_position is not None and len(per_position) != num_positions:
+            problems.append(
+                (("counts", "accepted_per_position"), f"must have one entry per rate ({num_positions}), got {len(per_position)}")
+            )
+        check_rules(problems)
+        measured = self.unconditional_rates_measured
+        if measured is not None:
+            implied = self.unconditional()
+            for i, (rate, implied_rate) in enumerate(zip(measured, implied, strict=True)):
+                if abs(rate - implied_rate) > _MEASURED_RATE_TOLERANCE:
+                    notify(
+                        info,
+                        ("unconditional_rates_measured", i),
+                        f"{rate} differs from what the rates give ({implied_rate:.6f}); the rates no longer match the measurement",
+                    )
+                    break
+        return self
+
+
+class BatchSizeBin(MeasuredAcceptance):
     """A profile measured while the server ran between ``min_running`` and ``max_running`` requests."""
 
     min_running: int = Field(ge=0, description="Fewest running requests in the windows of this bin (requests).")
     max_running: int = Field(ge=0, description="Most running requests in the windows of this bin (requests).")
-    counts: AcceptanceCounts | None = Field(default=None, description="The counts behind this bin's rates.")
 
     @model_validator(mode="after")
     def _ordered_range(self) -> BatchSizeBin:
@@ -123,7 +197,7 @@ class BatchSizeBin(AcceptanceRates):
         return self
 
 
-class AcceptanceProfile(AcceptanceRates):
+class AcceptanceProfile(MeasuredAcceptance):
     """``kind: acceptance_profile``: a drafter's measured or assumed acceptance on some traffic."""
 
     kind: Literal["acceptance_profile"] = Field(description="Document kind.")
@@ -137,13 +211,6 @@ class AcceptanceProfile(AcceptanceRates):
         default=None, ge=0.0, le=10.0, description="Sampling temperature of the measured traffic, if known."
     )
     source: str | None = Field(default=None, max_length=2000, description="Where the numbers come from.")
-    mean_acceptance_length_measured: float | None = Field(
-        default=None, ge=1.0, description="Mean acceptance length the source reported (tokens per step, bonus included)."
-    )
-    counts: AcceptanceCounts | None = Field(default=None, description="The counts behind the rates.")
-    conditional_rates_stderr: list[float] | None = Field(
-        default=None, description="Standard error of each conditional rate (fractions)."
-    )
     bins: list[BatchSizeBin] | None = Field(
         default=None, description="Profiles per running-request range, when the source logged batch sizes."
     )

@@ -1,0 +1,27 @@
+"""Acceptance profiles from real deployments: vLLM/SGLang logs, Prometheus scrapes, per-request metrics.
+
+``calibrate(paths)`` reads the files (format detected per file), rebuilds per-window counts, pools
+them and bins them by running-request count; ``calibration_profile`` turns the result into a
+``kind: acceptance_profile`` document and ``profile_yaml`` into its text. The call order::
+
+    calibration = calibrate([Path("server.log")])
+    profile = calibration_profile(calibration, name="llama-eagle3")
+    Path("profile.yaml").write_text(profile_yaml(profile))
+"""
+
+from spectune.calibrate._calibrate import DEFAULT_BIN_EDGES, Calibration, calibrate
+from spectune.calibrate._estimate import AcceptanceEstimate
+from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
+from spectune.calibrate._profile_writer import calibration_profile, profile_yaml
+
+__all__ = [
+    "DEFAULT_BIN_EDGES",
+    "LOG_FORMATS",
+    "AcceptanceEstimate",
+    "Calibration",
+    "LogFormat",
+    "calibrate",
+    "calibration_profile",
+    "detect_format",
+    "profile_yaml",
+]

@@ -1,0 +1,206 @@
+"""``calibrate``: read the files, check they agree on K, pool the windows, bin them by batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from spectune.calibrate._estimate import AcceptanceEstimate, estimate_from_counts, estimate_from_lengths
+from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
+from spectune.calibrate._per_request import read_per_request_jsonl
+from spectune.calibrate._prometheus import read_scrape, windows_between_scrapes
+from spectune.calibrate._sglang_log import infer_sglang_num_positions, read_sglang_log
+from spectune.calibrate._vllm_log import read_vllm_log
+from spectune.calibrate._windows import CountWindow, LengthWindow, SourceWindows
+from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
+from spectune.errors import DocumentError, Problem, SpectuneError
+
+__all__ = ["DEFAULT_BIN_EDGES", "Calibration", "calibrate"]
+
+# Lower edges of the running-request bins: 1, 2-3, 4-7, ... (a bin ends where the next begins).
+DEFAULT_BIN_EDGES: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the files say about a drafter's acceptance: overall and per running-request bin."""
+
+    log_format: LogFormat
+    files: tuple[str, ...]
+    num_positions: int
+    overall: AcceptanceEstimate
+    bins: tuple[AcceptanceEstimate, ...]
+    skipped: tuple[Problem, ...]  # lines not used, as warnings
+    notes: tuple[str, ...]  # statements for the profile: assumptions, rounding, what was left out
+    model_name: str | None = None
+
+
+def calibrate(
+    paths: Sequence[Path],
+    *,
+    log_format: LogFormat | None = None,
+    num_speculative_tokens: int | None = None,
+    model_name: str | None = None,
+    bin_edges: Sequence[int] | None = DEFAULT_BIN_EDGES,
+) -> Calibration:
+    """Read vLLM/SGLang logs, Prometheus scrapes or per-request JSON lines into pooled acceptance estimates.
+
+    All files must hold one format (detected per file unless ``log_format`` is given). Prometheus
+    scrapes are taken in the order given, earlier first. ``num_speculative_tokens`` (K) is needed
+    where the source does not state it (vLLM's older log line, SGLang without ``accept rate``) and
+    checked where it does. ``bin_edges`` are the lower edges of the running-request bins (None: no
+    bins). Raises ``DocumentError`` naming file and line for unusable or contradictory input.
+    """
+    if not paths:
+        raise SpectuneError("no input files given")
+    _check_options(log_format, num_speculative_tokens, bin_edges)
+    formats = {str(path): log_format or detect_format(path) for path in paths}
+    if len(set(formats.values())) > 1:
+        listing = ", ".join(f"{file}: {fmt}" for file, fmt in formats.items())
+        raise SpectuneError(f"the files hold different formats ({listing}); calibrate from one source at a time")
+    chosen: LogFormat = next(iter(formats.values()))
+    sources, num_positions = _read(chosen, list(paths), num_speculative_tokens, model_name)
+    skipped = tuple(problem for source in sources for problem in source.skipped)
+    notes = [note for source in sources for note in source.notes]
+    count_windows = [w for source in sources for w in source.count_windows]
+    length_windows = [w for source in sources for w in source.length_windows]
+    if not count_windows and not length_windows:
+        reasons = "; ".join(f"line {p.line}: {p.message}" for p in skipped[:3]) or "no window had drafts"
+        raise DocumentError([Problem(", ".join(formats), None, "", f"no usable lines ({reasons})")])
+    estimate = estimate_from_counts if count_windows else estimate_from_lengths
+    windows: list = count_windows or length_windows
+    overall = estimate(windows, num_positions)
+    bins = tuple(estimate(group, num_positions) for group in _binned(windows, bin_edges)) if bin_edges else ()
+    return Calibration(
+        log_format=chosen,
+        files=tuple(formats),
+        num_positions=num_positions,
+        overall=overall,
+        bins=bins,
+        skipped=skipped,
+        notes=tuple(dict.fromkeys(notes)),
+        model_name=model_name,
+    )
+
+
+def _check_options(log_format: str | None, num_speculative_tokens: int | None, bin_edges: Sequence[int] | None) -> None:
+    if log_format is not None and log_format not in LOG_FORMATS:
+        raise SpectuneError(f"--format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    if num_speculative_tokens is not None and not 1 <= num_speculative_tokens <= MAX_NUM_SPECULATIVE_TOKENS:
+        raise SpectuneError(
+            f"--num-speculative-tokens must be in [1, {MAX_NUM_SPECULATIVE_TOKENS}], got {num_speculative_tokens}"
+        )
+    if bin_edges is not None and (
+        any(edge < 0 for edge in bin_edges) or any(b <= a for a, b in zip(bin_edges, bin_edges[1:], strict=False))
+    ):
+        raise SpectuneError(f"--bin-edges must be increasing whole numbers >= 0, got {','.join(map(str, bin_edges))}")
+
+
+def _read(
+    log_format: LogFormat, paths: list[Path], num_speculative_tokens: int | None, model_name: str | None
+) -> tuple[list[SourceWindows], int]:
+    if log_format == "vllm-prometheus":
+        if len(paths) < 2:
+            raise SpectuneError(
+                f"Prometheus counters are cumulative: give two scrapes of /metrics (before and after), got {len(paths)} file"
+            )
+        sources = [windows_between_scrapes([read_scrape(path) for path in paths], model_name=model_name)]
+    elif log_format == "vllm-log":
+        sources = [read_vllm_log(path, num_speculative_tokens=num_speculative_tokens) for path in paths]
+    elif log_format == "vllm-per-request":
+        sources = [read_per_request_jsonl(path) for path in paths]
+    else:
+        return _read_sglang(paths, num_speculative_tokens)
+    windows = [w for source in sources for w in source.count_windows]
+    return sources, _common_num_positions(windows, num_speculative_tokens)
+
+
+def _read_sglang(paths: list[Path], num_speculative_tokens: int | None) -> tuple[list[SourceWindows], int]:
+    sources, candidates = [], set()
+    for path in paths:
+        source, rates = read_sglang_log(path)
+        sources.append(source)
+        candidates.add(infer_sglang_num_positions(source.file, rates, num_speculative_tokens) if rates else num_speculative_tokens)
+    if None in candidates or len(candidates) != 1:
+        raise SpectuneError(
+            "SGLang logs do not state K (--speculative-num-steps) unambiguously"
+            + (f" (the files suggest K in {sorted(k for k in candidates if k is not None)})" if len(candidates) > 1 else "")
+            + "; give it with --num-speculative-tokens"
+        )
+    num_positions = next(k for k in candidates if k is not None)
+    for window in (w for source in sources for w in source.length_windows):
+        _check_sglang_length(window, num_positions)
+    for source in sources:
+        source.notes.append(
+            "SGLang logs only the mean acceptance length: per-position rates are not measured; they are assumed "
+            "from vLLM's base-rate/decay model (decay >= 0.85) so that the mean length matches at this K."
+        )
+    return sources, num_positions
+
+
+def _check_sglang_length(window: LengthWindow, num_positions: int) -> None:
+    if window.mean_acceptance_length > num_positions + 1 + window.rounding:
+        raise DocumentError(
+            [
+                Problem(
+                    window.file,
+                    window.line,
+                    "accept len",
+                    f"{window.mean_acceptance_length:g} tokens per step exceeds K + 1 = {num_positions + 1}; is K right? "
+                    "(SGLang trees, --speculative-eagle-topk > 1, can accept more than steps + 1)",
+                )
+            ]
+        )
+
+
+def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
+    """The K every window shares; ``DocumentError`` at the first window that differs."""
+    first: CountWindow | None = None
+    first_k: int | None = None
+    for window in windows:
+        k = window.num_positions or given or _k_from_totals(window)
+        if given is not None and k != given:
+            raise DocumentError(
+                [Problem(window.file, window.line, "K", f"the source has {k} draft positions, but K={given} was given (--num-speculative-tokens)")]
+            )
+        if first is None:
+            first, first_k = window, k
+            continue
+        has_rates = window.accepted_per_position is not None
+        if k != first_k or has_rates != (first.accepted_per_position is not None):
+            seen = f"{k} draft positions" if has_rates else f"no per-position data (K={k})"
+            before = f"{first_k} positions" if first.accepted_per_position is not None else "no per-position data"
+            raise DocumentError(
+                [
+                    Problem(
+                        window.file,
+                        window.line,
+                        "K",
+                        f"K changed between windows: {seen} here, {before} at {first.file}:{first.line} (the first window); "
+                        "calibrate each K from its own files (split the log where the server restarted)",
+                    )
+                ]
+            )
+    if first_k is None:
+        file = first.file if first is not None else ""
+        raise DocumentError([Problem(file, None, "K", "the source does not state K; give it with --num-speculative-tokens")])
+    return first_k
+
+
+def _k_from_totals(window: CountWindow) -> int | None:
+    """K as draft tokens per draft, when that is whole (counters without per-position series)."""
+    if window.num_drafts and window.num_draft_tokens % window.num_drafts == 0:
+        return window.num_draft_tokens // window.num_drafts
+    return None
+
+
+def _binned(windows: Sequence[CountWindow] | Sequence[LengthWindow], lower_edges: Sequence[int]) -> list[list]:
+    """Windows with a running-request count, grouped by the bin its count falls in; empty bins dropped."""
+    groups: dict[int, list] = {}
+    for window in windows:
+        if window.num_running is None:
+            continue
+        index = max(i for i, edge in enumerate(lower_edges) if edge <= window.num_running) if window.num_running >= lower_edges[0] else -1
+        groups.setdefault(index, []).append(window)
+    return [groups[index] for index in sorted(groups)]
