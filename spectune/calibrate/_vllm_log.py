@@ -61,7 +61,7 @@ def read_vllm_log(path: Path, *, num_speculative_tokens: int | None = None) -> S
         try:
             window = _window(fields, source.file, number, num_speculative_tokens, running)
         except _SkipLine as skip:
-            source.skip(number, skip.field_name, str(skip))
+            source.skip(number, skip.field_name.capitalize(), str(skip))
         else:
             source.count_windows.append(window)
         running = None

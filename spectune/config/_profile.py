@@ -177,8 +177,9 @@ class MeasuredAcceptance(AcceptanceRates):
                 if abs(rate - implied_rate) > _MEASURED_RATE_TOLERANCE:
                     notify(
                         info,
-                        ("unconditional_rates_measured", i),
-                        f"{rate} differs from what the rates give ({implied_rate:.6f}); the rates no longer match the measurement",
+                        ("unconditional_rates_measured",),
+                        f"position {i}: {rate} differs from what the rates give ({implied_rate:.6f}); "
+                        "the rates no longer match the measurement",
                     )
                     break
         return self
