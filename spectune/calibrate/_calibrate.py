@@ -196,11 +196,14 @@ def _k_from_totals(window: CountWindow) -> int | None:
 
 
 def _binned(windows: Sequence[CountWindow] | Sequence[LengthWindow], lower_edges: Sequence[int]) -> list[list]:
-    """Windows with a running-request count, grouped by the bin its count falls in; empty bins dropped."""
+    """Windows with a running-request count, grouped by the bin its count falls in; empty bins dropped.
+
+    Bin i holds counts in [lower_edges[i], lower_edges[i + 1]); counts below the first edge form their own bin.
+    """
     groups: dict[int, list] = {}
     for window in windows:
         if window.num_running is None:
             continue
-        index = max(i for i, edge in enumerate(lower_edges) if edge <= window.num_running) if window.num_running >= lower_edges[0] else -1
+        index = sum(1 for edge in lower_edges if edge <= window.num_running) - 1
         groups.setdefault(index, []).append(window)
     return [groups[index] for index in sorted(groups)]

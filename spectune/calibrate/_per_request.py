@@ -71,6 +71,11 @@ def read_per_request_jsonl(path: Path) -> SourceWindows:
             source.count_windows.append(window)
     if null_lines:
         source.notes.append(f"{source.file}: {null_lines} requests had null per-request metrics (n > 1) and were not used.")
+    if any(w.num_draft_tokens != w.num_drafts * (w.num_positions or 0) for w in source.count_windows):
+        source.notes.append(
+            f"{source.file}: some steps drafted fewer than K tokens; like vLLM's counters, their later positions "
+            "count as not accepted."
+        )
     if no_draft_lines:
         source.notes.append(f"{source.file}: {no_draft_lines} requests drafted nothing and add no windows.")
     return source

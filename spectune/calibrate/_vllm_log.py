@@ -31,6 +31,7 @@ SPEC_DECODING_MARKER = "SpecDecoding metrics:"
 _RUNNING = re.compile(r"\bRunning:\s*(\d+)\s*reqs?\b")
 _TOKENS = re.compile(r"^(\d+)(?:\s*tokens?)?$")
 _NUMBER = re.compile(r"^[0-9]+(?:\.[0-9]+)?$")
+_LEADING_NUMBER = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)")
 
 _PER_POSITION = "per-position acceptance rate"
 _MEAN_LENGTH = "mean acceptance length"
@@ -85,16 +86,18 @@ def _tokens(fields: dict[str, str], key: str) -> int:
 
 
 def _number(fields: dict[str, str], key: str) -> tuple[float, float] | None:
-    """(value, half step of its printed precision), or None when the field is absent or 'nan'."""
+    """(value, half step of its printed precision), or None when the field is absent or 'nan'.
+
+    Only the leading number counts: the last field may carry what a log shipper appended (the rest of
+    a Docker JSON log record, for one).
+    """
     value = fields.get(key)
-    if value is None:
+    if value is None or value.strip().lower().startswith("nan"):
         return None
-    text = value.rstrip("%").strip()
-    if text.lower() == "nan":
-        return None
-    if not _NUMBER.match(text):
+    match = _LEADING_NUMBER.match(value)
+    if not match:
         raise _SkipLine(key, f"'{key}' must be a number, got {value!r}")
-    return float(text), decimal_half_step(text)
+    return float(match.group(1)), decimal_half_step(match.group(1))
 
 
 def _rates(fields: dict[str, str]) -> tuple[list[float], float] | None:

@@ -47,3 +47,13 @@ def test_bad_json_lines_are_skipped_with_warnings(tmp_path):
     calibration = calibrate([path])
     assert calibration.overall.accepted_per_position == (5, 3)
     assert [(p.line, p.severity) for p in calibration.skipped] == [(2, "warning")]
+
+
+def test_short_drafts_are_noted(tmp_path):
+    # Two steps of K=3 proposing only 2 tokens each (grammar-trimmed): 4 draft tokens, not 6.
+    record = {"speculative_decoding": {"acceptance_histogram": [0, 1, 1, 0], "num_draft_tokens": 4}}
+    path = tmp_path / "requests.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    calibration = calibrate([path])
+    assert calibration.overall.accepted_per_position == (2, 1, 0)
+    assert any("fewer than K" in note for note in calibration.notes)

@@ -193,3 +193,13 @@ def test_several_logs_pool_their_windows(tmp_path):
     split = calibrate([tmp_path / "a.log", tmp_path / "b.log"]).overall
     assert split.accepted_per_position == whole.accepted_per_position
     assert split.num_windows == whole.num_windows
+
+
+def test_docker_json_file_records_parse(tmp_path):
+    # docker's json-file driver wraps each line: the last field is followed by the rest of the record.
+    record = '{"log":"(APIServer pid=1) INFO 05-06 04:34:37 [metrics.py:101] ' + GOOD + '\\n","stream":"stdout","time":"2026-05-06T04:34:37.1Z"}'
+    path = tmp_path / "container-json.log"
+    path.write_text(record + "\n")
+    calibration = calibrate([path])
+    assert calibration.overall.accepted_per_position == (306, 200, 133)
+    assert calibration.skipped == ()
