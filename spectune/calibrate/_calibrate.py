@@ -182,10 +182,9 @@ def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
                     )
                 ]
             )
-    if first_k is None:
-        file = first.file if first is not None else ""
-        raise DocumentError([Problem(file, None, "K", "the source does not state K; give it with --num-speculative-tokens")])
-    return first_k
+    if first is not None and first_k is None:
+        raise DocumentError([Problem(first.file, first.line, "K", "the source does not state K; give it with --num-speculative-tokens")])
+    return first_k or 0  # 0 only when no window was usable, which the caller reports
 
 
 def _k_from_totals(window: CountWindow) -> int | None:

@@ -203,3 +203,10 @@ def test_docker_json_file_records_parse(tmp_path):
     calibration = calibrate([path])
     assert calibration.overall.accepted_per_position == (306, 200, 133)
     assert calibration.skipped == ()
+
+
+def test_only_skipped_lines_means_no_usable_lines(tmp_path):
+    path = tmp_path / "server.log"
+    path.write_text(f"INFO {GOOD[: GOOD.index('0.524') + 3]}\n")
+    with pytest.raises(DocumentError, match=r"no usable lines \(line 1: line skipped: no field after the per-position rates"):
+        calibrate([path])
