@@ -71,8 +71,8 @@ class StepTimeInterpolator:
             return row[i][1]
         (b0, t0), (b1, t1) = row[i - 1], row[i]
         slope = (t1 - t0) / (b1 - b0)
-        if batch_size > b1:  # extrapolating past the last point: never downhill
-            slope = max(slope, 0.0)
+        if batch_size > b1:  # past the last point: the last slope, never downhill
+            return t1 + max(slope, 0.0) * (batch_size - b1)
         return t0 + slope * (batch_size - b0)
 
     def __call__(self, batch_size: int, num_speculative_tokens: int) -> float:
