@@ -106,8 +106,8 @@ class CostModel(ABC):
        -> ``StepTime``; advance the clock by ``total_s``. ``batch_size`` counts decoding requests,
        K = 0 is plain decoding (no draft, one token verified per request), ``context_tokens`` is the
        mean number of tokens already in each request's KV cache.
-    4. Each admitted request: ``prefill_time(num_prompt_tokens)`` for its time to first token
-       (target and neural drafter both read the prompt).
+    4. Each step that admits requests: ``prefill_time(num_prompt_tokens, num_prompts=...)`` for their
+       prompts (target and neural drafter both read them); it is the time to their first token.
     5. ``fit_report()`` after building, to show how well a measured table predicts its own held-back
        points (None for the roofline, which is not fitted).
 
@@ -127,8 +127,9 @@ class CostModel(ABC):
         """
 
     @abstractmethod
-    def prefill_time(self, num_prompt_tokens: int) -> float:
-        """Seconds to prefill one prompt of ``num_prompt_tokens`` tokens on its own (target + drafter)."""
+    def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
+        """Seconds to prefill ``num_prompt_tokens`` tokens, split evenly over ``num_prompts`` prompts, in one
+        pass of the target and of a neural drafter (plus the step overhead)."""
 
     @property
     @abstractmethod
@@ -153,10 +154,12 @@ def check_step_arguments(batch_size: int, num_speculative_tokens: int, context_t
         raise ValueError(f"context_tokens must be a finite number >= 0, got {context_tokens!r}")
 
 
-def check_prompt_tokens(num_prompt_tokens: int) -> None:
-    """Raise ``ValueError`` unless ``num_prompt_tokens`` is an integer >= 1."""
-    if not _is_integer(num_prompt_tokens) or num_prompt_tokens < 1:
-        raise ValueError(f"num_prompt_tokens must be an integer >= 1, got {num_prompt_tokens!r}")
+def check_prompt_tokens(num_prompt_tokens: int, num_prompts: int = 1) -> None:
+    """Raise ``ValueError`` unless 1 <= ``num_prompts`` <= ``num_prompt_tokens``, both integers."""
+    if not _is_integer(num_prompts) or num_prompts < 1:
+        raise ValueError(f"num_prompts must be an integer >= 1, got {num_prompts!r}")
+    if not _is_integer(num_prompt_tokens) or num_prompt_tokens < num_prompts:
+        raise ValueError(f"num_prompt_tokens must be an integer >= num_prompts ({num_prompts}), got {num_prompt_tokens!r}")
 
 
 def _is_integer(value: object) -> bool:

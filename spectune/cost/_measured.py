@@ -147,8 +147,8 @@ class MeasuredCostModel(CostModel):
             overhead_s=estimate.overhead_s * scale,
         )
 
-    def prefill_time(self, num_prompt_tokens: int) -> float:
-        return self._roofline.prefill_time(num_prompt_tokens)
+    def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
+        return self._roofline.prefill_time(num_prompt_tokens, num_prompts=num_prompts)
 
     def fit_report(self) -> FitReport:
         """Leave-one-out over the table's own points, under the same interpolation policy."""

@@ -121,7 +121,7 @@ class RooflineCostModel(CostModel):
     def limits(self) -> CostLimits:
         return CostLimits(max_batch_size=None, min_num_speculative_tokens=0, max_num_speculative_tokens=None)
 
-    def _pass_time(self, shape: _PassShape, requests: int, tokens_each: int, context: float, outputs: int) -> float:
+    def _pass_time(self, shape: _PassShape, requests: int, tokens_each: float, context: float, outputs: int) -> float:
         """Seconds for one forward pass of ``requests`` × ``tokens_each`` new tokens over ``context`` cached ones."""
         tokens = requests * tokens_each
         linear = max(
@@ -177,9 +177,11 @@ class RooflineCostModel(CostModel):
             overhead_s=self._overhead_s,
         )
 
-    def prefill_time(self, num_prompt_tokens: int) -> float:
-        check_prompt_tokens(num_prompt_tokens)
-        seconds = self._pass_time(self._target, 1, num_prompt_tokens, 0.0, 1) + self._overhead_s
+    def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
+        check_prompt_tokens(num_prompt_tokens, num_prompts)
+        tokens_each = num_prompt_tokens / num_prompts  # attention is quadratic per prompt, not over their sum
+        seconds = self._pass_time(self._target, num_prompts, tokens_each, 0.0, num_prompts) + self._overhead_s
         if self._draft is not None:
-            seconds += self._pass_time(self._draft, 1, num_prompt_tokens, 0.0, 1) + self._draft_pass_overhead_s
+            draft = self._pass_time(self._draft, num_prompts, tokens_each, 0.0, num_prompts)
+            seconds += draft + self._draft_pass_overhead_s
         return seconds

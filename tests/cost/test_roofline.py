@@ -180,8 +180,22 @@ def test_bad_step_arguments_are_named(args, message):
 
 
 def test_bad_prompt_length_is_named():
-    with pytest.raises(ValueError, match="num_prompt_tokens must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"num_prompt_tokens must be an integer >= num_prompts \(1\), got 0"):
         model().prefill_time(0)
+    with pytest.raises(ValueError, match=r"num_prompt_tokens must be an integer >= num_prompts \(4\), got 3"):
+        model().prefill_time(3, num_prompts=4)
+    with pytest.raises(ValueError, match="num_prompts must be an integer >= 1, got 0"):
+        model().prefill_time(3, num_prompts=0)
+
+
+def test_prompts_prefilled_together_share_the_weight_read_and_not_the_attention():
+    cost = model(drafter=None)
+    one = cost.prefill_time(4096)
+    four = cost.prefill_time(4 * 4096, num_prompts=4)
+    # four prompts in one pass: less than four separate passes (one weight read, one overhead) ...
+    assert four < 4 * one
+    # ... and less than one prompt four times as long (attention is quadratic per prompt)
+    assert four < cost.prefill_time(4 * 4096)
 
 
 def test_numpy_integers_are_accepted():
