@@ -28,6 +28,7 @@ __all__ = ["STEP_TIME_COLUMNS", "CostModelConfig", "StepTimePoint", "StepTimeTab
 STEP_TIME_COLUMNS = ("batch_size", "num_speculative_tokens", "step_time_ms")
 _MAX_BATCH_SIZE = 1_000_000
 _MAX_STEP_TIME_MS = 1e6
+_MAX_POINTS = 10_000  # keeps the leave-one-out fit report under a second
 _YAML_KEYS = ("kind", "points", "source", "notes")
 
 
@@ -47,7 +48,7 @@ class StepTimeTable(SpectuneModel):
     file: str | None = Field(default=None, description="The table file the points were read from (None: inline).")
     source: str | None = Field(default=None, max_length=2000, description="Where the numbers come from.")
     notes: str | None = Field(default=None, max_length=4000, description="Free text.")
-    points: list[StepTimePoint] = Field(min_length=2, max_length=100_000, description="The measured points.")
+    points: list[StepTimePoint] = Field(min_length=2, max_length=_MAX_POINTS, description="The measured points.")
 
     @model_validator(mode="after")
     def _check_points(self) -> StepTimeTable:
@@ -212,8 +213,8 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     keys = [(row["batch_size"], row["num_speculative_tokens"]) for _, row in rows]
     found = _point_problems(keys, lambda i: f"line {rows[i][0]}")
     problems = [Problem(file, rows[index][0], "", message) for index, message in found]
-    if len(rows) < 2:
-        problems.append(Problem(file, None, "", f"needs >= 2 points (two batch sizes per K), got {len(rows)}"))
+    if not 2 <= len(rows) <= _MAX_POINTS:
+        problems.append(Problem(file, None, "", f"must have 2 to {_MAX_POINTS} points (two batch sizes per K), got {len(rows)}"))
     if problems:
         raise DocumentError(problems)
     return StepTimeTable(file=file, points=[StepTimePoint(**row) for _, row in rows], **extras)

@@ -49,6 +49,17 @@ class StepTimeInterpolator:
         self._ks = list(self._rows)
         self._label = label
 
+    def without(self, batch_size: int, num_speculative_tokens: int) -> StepTimeInterpolator:
+        """The same table less one point (a K left with one batch size drops out); other rows are shared."""
+        rest = StepTimeInterpolator((), label=self._label)
+        rows = dict(self._rows)
+        row = [point for point in rows.pop(num_speculative_tokens, []) if point[0] != batch_size]
+        if len(row) >= 2:
+            rows[num_speculative_tokens] = row
+        rest._rows = dict(sorted(rows.items()))
+        rest._ks = list(rest._rows)
+        return rest
+
     @property
     def limits(self) -> CostLimits:
         if not self._ks:
@@ -96,8 +107,9 @@ def leave_one_out(points: list[tuple[int, int, float]], label: str) -> FitReport
     """Predict each point from all the others; points the rest cannot reach are listed as skipped."""
     held_out: list[HeldOutPoint] = []
     skipped: list[tuple[int, int]] = []
-    for index, (batch_size, k, seconds) in enumerate(points):
-        rest = StepTimeInterpolator(points[:index] + points[index + 1:], label=label)
+    full = StepTimeInterpolator(points, label=label)
+    for batch_size, k, seconds in points:
+        rest = full.without(batch_size, k)
         try:
             predicted = rest(batch_size, k)
         except OutOfTableRange:

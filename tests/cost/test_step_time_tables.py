@@ -112,7 +112,13 @@ def test_a_k_with_one_batch_size_is_too_few_points(write_file):
 def test_a_single_point_table_is_too_small(write_file):
     path = write_file("t.csv", "batch_size,num_speculative_tokens,step_time_ms\n1,0,6.5\n")
     found = problems_of(path)
-    assert f"{path}: needs >= 2 points (two batch sizes per K), got 1" in found
+    assert f"{path}: must have 2 to 10000 points (two batch sizes per K), got 1" in found
+
+
+def test_a_huge_table_is_refused(write_file):
+    rows = "\n".join(f"{b},{k},7.0" for k in range(10) for b in range(1, 1002))
+    path = write_file("t.csv", "batch_size,num_speculative_tokens,step_time_ms\n" + rows + "\n")
+    assert problems_of(path) == [f"{path}: must have 2 to 10000 points (two batch sizes per K), got 10010"]
 
 
 def test_empty_missing_and_wrongly_named_files(write_file, tmp_path):
