@@ -14,10 +14,12 @@ achievable fractions of bandwidth and compute are nominal, not measurements: see
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import Field, GetJsonSchemaHandler, ValidationInfo, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware_presets import (
@@ -36,13 +38,13 @@ from spectune.config._speculative import Method
 from spectune.errors import SpectuneError
 
 __all__ = [
+    "DRAFTER_PRESET_NAMES",
+    "GPU_PRESET_NAMES",
+    "TARGET_MODEL_PRESET_NAMES",
     "DrafterSpec",
     "DraftingMode",
     "GpuSpec",
-    "DRAFTER_PRESET_NAMES",
-    "GPU_PRESET_NAMES",
     "HardwareConfig",
-    "TARGET_MODEL_PRESET_NAMES",
     "TargetModelSpec",
     "default_drafter",
     "default_drafter_preset",
@@ -54,6 +56,7 @@ DraftingMode = Literal["sequential", "parallel", "lookup"]
 GPU_PRESET_NAMES: tuple[str, ...] = tuple(GPU_PRESETS)
 TARGET_MODEL_PRESET_NAMES: tuple[str, ...] = tuple(TARGET_MODEL_PRESETS)
 DRAFTER_PRESET_NAMES: tuple[str, ...] = tuple(DRAFTER_PRESETS)
+
 
 def _normalise_preset(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
@@ -70,9 +73,22 @@ def _expand_preset(data: Any, presets: Mapping[str, Mapping[str, Any]]) -> Any:
     key = _normalise_preset(given)
     if key not in presets:
         where: tuple[str | int, ...] = () if bare else ("preset",)
-        raise RuleViolations([(where, f"must be a preset name ({', '.join(presets)}) or a mapping of fields, got {given!r}")])
+        choices = ", ".join(presets)
+        raise RuleViolations([(where, f"must be a preset name ({choices}) or a mapping of fields, got {given!r}")])
     overrides = {name: value for name, value in data.items() if name != "preset"}
     return {**presets[key], **overrides, "preset": key}
+
+
+def schema_with_name_forms(
+    core_schema: CoreSchema, handler: GetJsonSchemaHandler, names: Iterable[str], *, overrides: bool = True
+) -> JsonSchemaValue:
+    """JSON Schema for a model that also reads a bare name: the name, [a preset with overrides,] every field."""
+    explicit = dict(handler.resolve_ref_schema(handler(core_schema)))
+    forms = [{"type": "string", "enum": list(names)}]
+    if overrides:
+        forms.append({**explicit, "required": ["preset"]})
+    forms.append(explicit)
+    return {"title": explicit.get("title"), "description": explicit.get("description"), "anyOf": forms}
 
 
 class GpuSpec(SpectuneModel):
@@ -94,6 +110,10 @@ class GpuSpec(SpectuneModel):
     achievable_compute_fraction: float = Field(
         default=0.7, gt=0, le=1, description="Fraction of peak BF16 throughput that GEMMs reach (fraction)."
     )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, GPU_PRESETS)
 
     @model_validator(mode="before")
     @classmethod
@@ -128,6 +148,10 @@ class HardwareConfig(SpectuneModel):
         default=5e-6, ge=0, le=1e-2, description="Fixed latency of one tensor-parallel all-reduce (seconds)."
     )
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, GPU_PRESETS, overrides=False)
+
     @model_validator(mode="before")
     @classmethod
     def _bare_gpu(cls, data: Any) -> Any:
@@ -157,6 +181,10 @@ class TargetModelSpec(SpectuneModel):
         default=2.0, gt=0, le=8, description="KV-cache storage (bytes/element; bf16 = 2, fp8 = 1)."
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=1024, description="GPUs one model replica spans (GPUs).")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, TARGET_MODEL_PRESETS)
 
     @model_validator(mode="before")
     @classmethod
@@ -233,7 +261,9 @@ class DrafterSpec(SpectuneModel):
     num_attention_heads: int = Field(default=0, ge=0, le=4096, description="Query heads (count).")
     num_key_value_heads: int = Field(default=0, ge=0, le=4096, description="Key/value heads (count).")
     head_dim: int = Field(default=0, ge=0, le=4096, description="Width of one attention head (elements).")
-    vocab_size: int = Field(default=0, ge=0, le=10_000_000, description="Draft vocabulary (tokens); draft logits per position.")
+    vocab_size: int = Field(
+        default=0, ge=0, le=10_000_000, description="Draft vocabulary (tokens); draft logits per position."
+    )
     bytes_per_parameter: float = Field(default=2.0, gt=0, le=8, description="Weight storage (bytes/parameter).")
     kv_cache_bytes_per_element: float = Field(default=2.0, gt=0, le=8, description="KV-cache storage (bytes/element).")
     tensor_parallel_size: int | None = Field(
@@ -242,6 +272,10 @@ class DrafterSpec(SpectuneModel):
     host_time_per_request_s: float = Field(
         default=0.0, ge=0, le=1.0, description="CPU time a lookup drafter spends per request per step (seconds)."
     )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, DRAFTER_PRESETS)
 
     @model_validator(mode="before")
     @classmethod
@@ -268,7 +302,8 @@ class DrafterSpec(SpectuneModel):
             for name in ("num_parameters", "num_hidden_layers", "hidden_size", "num_attention_heads",
                          "num_key_value_heads", "head_dim", "vocab_size"):
                 if getattr(self, name) <= 0:
-                    problems.append(((name,), f"must be > 0 for a {self.drafting} (neural) drafter, got {getattr(self, name)}"))
+                    value = getattr(self, name)
+                    problems.append(((name,), f"must be > 0 for a {self.drafting} (neural) drafter, got {value}"))
             if self.num_key_value_heads > 0 and self.num_attention_heads % self.num_key_value_heads:
                 problems.append(
                     (("num_key_value_heads",), f"must divide num_attention_heads ({self.num_attention_heads}), "

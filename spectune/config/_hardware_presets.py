@@ -67,7 +67,9 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _target(name: str, params: float, layers: int, hidden: int, inter: int, heads: int, vocab: int, tp: int) -> dict[str, Any]:
+def _target(
+    name: str, params: float, layers: int, hidden: int, inter: int, heads: int, vocab: int, tp: int
+) -> dict[str, Any]:
     return {
         "name": name,
         "num_parameters": params,
@@ -122,7 +124,9 @@ def drafting_mode(method: str) -> str | None:
     return _MODES.get(method)
 
 
-def layer_parameters(hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int, *, input_width: int = 0) -> int:
+def layer_parameters(
+    hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int, *, input_width: int = 0
+) -> int:
     """Parameters of one dense Llama-style decoder layer: q, k, v, o and a gated MLP (count).
 
     ``input_width`` is the width q/k/v read (default ``hidden``; EAGLE-3 feeds them 2h).

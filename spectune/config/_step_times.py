@@ -16,9 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, GetJsonSchemaHandler, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
+from spectune.config._hardware import schema_with_name_forms
 from spectune.config._loader import MAX_DOCUMENT_BYTES, read_mapping
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem
@@ -137,7 +140,8 @@ def _read_csv(text: str, file: str) -> tuple[list[tuple[int, dict[str, Any]]], l
     for number, line in lines[1:]:
         cells = next(csv.reader([line]))
         if len(cells) != len(names):
-            problems.append(Problem(file, number, "", f"has {len(cells)} fields, the header has {len(names)} ({', '.join(names)})"))
+            header_names = ", ".join(names)
+            problems.append(Problem(file, number, "", f"has {len(cells)} fields, the header has {len(names)} ({header_names})"))
             continue
         row = {}
         for position, (name, cell) in enumerate(zip(names, cells, strict=True), start=1):
@@ -155,7 +159,8 @@ def _read_yaml(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, 
     problems = [Problem(file, positions.line_of((key,), key=True), key, f"unknown field; allowed: {', '.join(_YAML_KEYS)}")
                 for key in data if key not in _YAML_KEYS]
     if data.get("kind", "step_time_table") != "step_time_table":
-        problems.append(Problem(file, positions.line_of(("kind",)), "kind", f"must be step_time_table, got {data['kind']!r}"))
+        line = positions.line_of(("kind",))
+        problems.append(Problem(file, line, "kind", f"must be step_time_table, got {data['kind']!r}"))
     points = data.get("points")
     if not isinstance(points, list):
         got = "nothing" if points is None else type(points).__name__
@@ -167,7 +172,8 @@ def _read_yaml(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, 
         where = f"points[{index}]"
         line = positions.line_of(("points", index))
         if not isinstance(item, dict):
-            problems.append(Problem(file, line, where, f"must be a mapping with keys {', '.join(STEP_TIME_COLUMNS)}, got {item!r:.60}"))
+            keys = ", ".join(STEP_TIME_COLUMNS)
+            problems.append(Problem(file, line, where, f"must be a mapping with keys {keys}, got {item!r:.60}"))
             continue
         for key in item:
             if key not in STEP_TIME_COLUMNS:
@@ -214,7 +220,8 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     found = _point_problems(keys, lambda i: f"line {rows[i][0]}")
     problems = [Problem(file, rows[index][0], "", message) for index, message in found]
     if not 2 <= len(rows) <= _MAX_POINTS:
-        problems.append(Problem(file, None, "", f"must have 2 to {_MAX_POINTS} points (two batch sizes per K), got {len(rows)}"))
+        count = f"must have 2 to {_MAX_POINTS} points (two batch sizes per K), got {len(rows)}"
+        problems.append(Problem(file, None, "", count))
     if problems:
         raise DocumentError(problems)
     return StepTimeTable(file=file, points=[StepTimePoint(**row) for _, row in rows], **extras)
@@ -245,12 +252,16 @@ class CostModelConfig(SpectuneModel):
         default=1e-4, ge=0, le=1, description="roofline: fixed time per neural draft pass (seconds)."
     )
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, ["roofline"], overrides=False)
+
     @model_validator(mode="before")
     @classmethod
     def _bare_method(cls, data: Any) -> Any:
         return {"method": data} if isinstance(data, str) else data
 
-    @field_validator("step_times", mode="before")
+    @field_validator("step_times", mode="before", json_schema_input_type=str | StepTimeTable | None)
     @classmethod
     def _read_table_file(cls, value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, str | Path):

@@ -39,6 +39,12 @@ class DeploymentDocument(SpectuneModel):
 
 
 @pytest.fixture
+def deployment_document() -> type[DeploymentDocument]:
+    """The stand-in document model (for its JSON Schema)."""
+    return DeploymentDocument
+
+
+@pytest.fixture
 def load_deployment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Write ``text`` (YAML, dedented) to a file in ``tmp_path`` and load it as a deployment document."""
     monkeypatch.setitem(DOCUMENT_KINDS, "cost_test", DeploymentDocument)

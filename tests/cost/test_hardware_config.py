@@ -14,7 +14,6 @@ from spectune.config import (
     TARGET_MODEL_PRESET_NAMES,
     DrafterSpec,
     GpuSpec,
-    HardwareConfig,
     TargetModelSpec,
     default_drafter,
     default_drafter_preset,
@@ -227,3 +226,17 @@ def test_seventy_b_at_tp4_on_four_h100s_with_its_eagle3_head_loads(load_deployme
         """)
     assert doc.notices == []
     assert doc.model.drafter.hidden_size == 8192
+
+
+def test_json_schema_offers_the_preset_name_and_override_forms(deployment_document):
+    schema = deployment_document.model_json_schema()
+    definitions = schema["$defs"]
+    gpu_forms = definitions["GpuSpec"]["anyOf"]
+    assert gpu_forms[0] == {"type": "string", "enum": list(GPU_PRESET_NAMES)}
+    assert gpu_forms[1]["required"] == ["preset"]
+    assert "hbm_bandwidth_bytes_per_s" in gpu_forms[2]["required"]
+    assert definitions["TargetModelSpec"]["anyOf"][0]["enum"] == list(TARGET_MODEL_PRESET_NAMES)
+    assert definitions["DrafterSpec"]["anyOf"][0]["enum"] == list(DRAFTER_PRESET_NAMES)
+    assert definitions["HardwareConfig"]["anyOf"][0]["enum"] == list(GPU_PRESET_NAMES)
+    step_times = definitions["CostModelConfig"]["anyOf"][1]["properties"]["step_times"]
+    assert {"type": "string"} in step_times["anyOf"]
