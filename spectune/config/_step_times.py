@@ -288,7 +288,8 @@ class CostModelConfig(SpectuneModel):
         if self.method == "measured":
             for name in ("overhead_s", "draft_pass_overhead_s"):
                 if name in self.model_fields_set:
-                    notify(info, (name,), "ignored with method: measured (the measured step times include it)")
+                    notify(info, (name,), "does not change measured step times (they include it); it only shapes "
+                           "the split into phases")
             if self.step_times is not None and 0 not in self.step_times.num_speculative_tokens_measured():
                 notify(info, ("step_times",), "the table has no num_speculative_tokens 0 points, so plain decoding "
                        "(speculation off) cannot be costed")

@@ -29,7 +29,7 @@ class StepTime:
 
 @dataclass(frozen=True)
 class CostLimits:
-    """The batch sizes and K a cost model can answer for; ``None`` means no bound."""
+    """The batch sizes and K a cost model can answer for; a ``None`` bound means unbounded."""
 
     max_batch_size: int | None
     min_num_speculative_tokens: int

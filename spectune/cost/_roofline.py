@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from spectune.config import CostModelConfig, DrafterSpec, HardwareConfig, TargetModelSpec
+from spectune.config import MAX_NUM_SPECULATIVE_TOKENS, CostModelConfig, DrafterSpec, HardwareConfig, TargetModelSpec
 from spectune.cost._interface import (
     CostLimits,
     CostModel,
@@ -119,7 +119,9 @@ class RooflineCostModel(CostModel):
 
     @property
     def limits(self) -> CostLimits:
-        return CostLimits(max_batch_size=None, min_num_speculative_tokens=0, max_num_speculative_tokens=None)
+        return CostLimits(
+            max_batch_size=None, min_num_speculative_tokens=0, max_num_speculative_tokens=MAX_NUM_SPECULATIVE_TOKENS
+        )
 
     def _pass_time(self, shape: _PassShape, requests: int, tokens_each: float, context: float, outputs: int) -> float:
         """Seconds for one forward pass of ``requests`` × ``tokens_each`` new tokens over ``context`` cached ones."""

@@ -158,7 +158,7 @@ def test_prefill_is_compute_bound_and_includes_the_drafter():
 
 def test_roofline_has_no_limits_and_no_fit_report():
     cost = model()
-    assert cost.limits.max_batch_size is None and cost.limits.max_num_speculative_tokens is None
+    assert cost.limits.max_batch_size is None and cost.limits.max_num_speculative_tokens == 64
     assert cost.fit_report() is None
 
 

@@ -207,7 +207,7 @@ def test_measured_warns_about_ignored_overheads_and_a_missing_plain_decoding_row
         """)
     fields = sorted((notice.field, notice.message.split(" (")[0]) for notice in doc.notices)
     assert fields == [
-        ("cost_model.overhead_s", "ignored with method: measured"),
+        ("cost_model.overhead_s", "does not change measured step times"),
         ("cost_model.step_times", "the table has no num_speculative_tokens 0 points, so plain decoding"),
     ]
 
