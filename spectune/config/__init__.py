@@ -12,6 +12,19 @@ from spectune.config._documents import (
     load_document,
     validate_source,
 )
+from spectune.config._hardware import (
+    DRAFTER_PRESET_NAMES,
+    GPU_PRESET_NAMES,
+    TARGET_MODEL_PRESET_NAMES,
+    DrafterSpec,
+    DraftingMode,
+    GpuSpec,
+    HardwareConfig,
+    TargetModelSpec,
+    default_drafter,
+    default_drafter_preset,
+    deployment_problems,
+)
 from spectune.config._loader import parse_mapping_text, read_mapping
 from spectune.config._overrides import apply_overrides, parse_override
 from spectune.config._profile import (
@@ -32,14 +45,28 @@ from spectune.config._rates import (
 )
 from spectune.config._schema import document_json_schema
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
+from spectune.config._step_times import (
+    STEP_TIME_COLUMNS,
+    CostModelConfig,
+    StepTimePoint,
+    StepTimeTable,
+    read_step_time_table,
+)
 
 __all__ = [
     "AcceptanceCounts",
     "AcceptanceProfile",
     "AcceptanceRates",
     "BatchSizeBin",
+    "CostModelConfig",
+    "DRAFTER_PRESET_NAMES",
     "DOCUMENT_KINDS",
     "DOCUMENT_SUFFIXES",
+    "DrafterSpec",
+    "DraftingMode",
+    "GPU_PRESET_NAMES",
+    "GpuSpec",
+    "HardwareConfig",
     "MAX_NUM_SPECULATIVE_TOKENS",
     "MeasuredAcceptance",
     "METHODS",
@@ -48,11 +75,19 @@ __all__ = [
     "RuleViolations",
     "SpeculativeConfig",
     "SpectuneModel",
+    "STEP_TIME_COLUMNS",
     "SpectuneNotice",
+    "StepTimePoint",
+    "StepTimeTable",
+    "TARGET_MODEL_PRESET_NAMES",
+    "TargetModelSpec",
     "acceptance_length_to_rates",
     "apply_overrides",
     "conditional_to_unconditional",
     "decay_to_conditional_rates",
+    "default_drafter",
+    "default_drafter_preset",
+    "deployment_problems",
     "document_json_schema",
     "find_documents",
     "load_document",
@@ -61,6 +96,7 @@ __all__ = [
     "parse_mapping_text",
     "parse_override",
     "read_mapping",
+    "read_step_time_table",
     "unconditional_to_conditional",
     "validate_source",
 ]

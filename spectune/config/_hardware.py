@@ -1,0 +1,402 @@
+"""What the simulation runs on: the GPU, the target model and the drafter, by preset name or explicit.
+
+Each of ``GpuSpec``, ``TargetModelSpec`` and ``DrafterSpec`` reads three forms:
+
+- a preset name: ``gpu: h100-sxm`` (case, ``_`` and spaces are forgiven: ``H100_SXM`` works);
+- a preset with overrides: ``{preset: h100-sxm, achievable_bandwidth_fraction: 0.9}``;
+- fully explicit: every field given, no ``preset``.
+
+Presets fill the fields; the validated model always carries every number, so downstream code never
+looks a preset up again. Preset numbers come from vendor datasheets (GPUs) and the models' published
+``config.json`` files (targets, draft models); drafter heads are sized from their target's shape. The
+achievable fractions of bandwidth and compute are nominal, not measurements: see ``spectune.cost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from pydantic import Field, GetJsonSchemaHandler, ValidationInfo, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
+from spectune.config._hardware_presets import (
+    DRAFTER_PRESETS,
+    GPU_PRESETS,
+    TARGET_MODEL_PRESETS,
+    DrafterPresetName,
+    GpuPresetName,
+    TargetModelPresetName,
+    default_drafter_preset,
+    drafting_mode,
+    head_drafter_fields,
+    layer_parameters,
+)
+from spectune.config._speculative import Method
+from spectune.errors import SpectuneError
+
+__all__ = [
+    "DRAFTER_PRESET_NAMES",
+    "GPU_PRESET_NAMES",
+    "TARGET_MODEL_PRESET_NAMES",
+    "DrafterSpec",
+    "DraftingMode",
+    "GpuSpec",
+    "HardwareConfig",
+    "TargetModelSpec",
+    "default_drafter",
+    "default_drafter_preset",
+    "deployment_problems",
+]
+
+DraftingMode = Literal["sequential", "parallel", "lookup"]
+
+GPU_PRESET_NAMES: tuple[str, ...] = tuple(GPU_PRESETS)
+TARGET_MODEL_PRESET_NAMES: tuple[str, ...] = tuple(TARGET_MODEL_PRESETS)
+DRAFTER_PRESET_NAMES: tuple[str, ...] = tuple(DRAFTER_PRESETS)
+
+
+def _normalise_preset(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _expand_preset(data: Any, presets: Mapping[str, Mapping[str, Any]]) -> Any:
+    """A preset name, or a mapping with ``preset``, becomes the preset's fields under the given overrides."""
+    bare = isinstance(data, str)
+    if bare:
+        data = {"preset": data}
+    if not isinstance(data, dict) or not isinstance(data.get("preset"), str):
+        return data
+    given = data["preset"]
+    key = _normalise_preset(given)
+    if key not in presets:
+        where: tuple[str | int, ...] = () if bare else ("preset",)
+        choices = ", ".join(presets)
+        raise RuleViolations([(where, f"must be a preset name ({choices}) or a mapping of fields, got {given!r}")])
+    overrides = {name: value for name, value in data.items() if name != "preset"}
+    return {**presets[key], **overrides, "preset": key}
+
+
+def schema_with_name_forms(
+    core_schema: CoreSchema, handler: GetJsonSchemaHandler, names: Iterable[str], *, overrides: bool = True
+) -> JsonSchemaValue:
+    """JSON Schema for a model that also reads a bare name: the name, [a preset with overrides,] every field."""
+    explicit = dict(handler.resolve_ref_schema(handler(core_schema)))
+    forms = [{"type": "string", "enum": list(names)}]
+    if overrides:
+        forms.append({**explicit, "required": ["preset"]})
+    forms.append(explicit)
+    return {"title": explicit.get("title"), "description": explicit.get("description"), "anyOf": forms}
+
+
+class GpuSpec(SpectuneModel):
+    """One GPU: HBM bandwidth, dense BF16 tensor-core throughput, memory, and how much of each is reachable."""
+
+    preset: GpuPresetName | None = Field(
+        default=None, description=f"GPU preset that filled the fields not given: {', '.join(GPU_PRESETS)}."
+    )
+    name: str = Field(min_length=1, max_length=200, description="Display name.")
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0, description="Peak HBM bandwidth (bytes/s).")
+    dense_bf16_flops: float = Field(gt=0, description="Peak dense (no sparsity) BF16 tensor throughput (FLOP/s).")
+    memory_bytes: float = Field(gt=0, description="HBM capacity (bytes).")
+    interconnect_bandwidth_bytes_per_s: float = Field(
+        gt=0, description="GPU-to-GPU bandwidth per direction for tensor-parallel all-reduce (bytes/s)."
+    )
+    achievable_bandwidth_fraction: float = Field(
+        default=0.8, gt=0, le=1, description="Fraction of peak HBM bandwidth that decode kernels reach (fraction)."
+    )
+    achievable_compute_fraction: float = Field(
+        default=0.7, gt=0, le=1, description="Fraction of peak BF16 throughput that GEMMs reach (fraction)."
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, GPU_PRESETS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        return _expand_preset(data, GPU_PRESETS)
+
+    @property
+    def effective_bandwidth_bytes_per_s(self) -> float:
+        """Bandwidth the roofline uses (bytes/s)."""
+        return self.hbm_bandwidth_bytes_per_s * self.achievable_bandwidth_fraction
+
+    @property
+    def effective_flops(self) -> float:
+        """Throughput the roofline uses (FLOP/s)."""
+        return self.dense_bf16_flops * self.achievable_compute_fraction
+
+    @property
+    def ridge_point_flop_per_byte(self) -> float:
+        """Arithmetic intensity above which a kernel is compute-bound (FLOP/byte)."""
+        return self.effective_flops / self.effective_bandwidth_bytes_per_s
+
+
+class HardwareConfig(SpectuneModel):
+    """The GPUs of one deployment. A bare preset name (``hardware: h200``) means one such GPU."""
+
+    gpu: GpuSpec = Field(description="The GPU model (a preset name, a preset with overrides, or explicit).")
+    num_gpus: int = Field(
+        default=1, ge=1, le=4096,
+        description="GPUs serving the deployment (GPUs); a multiple of the target's tensor_parallel_size.",
+    )
+    allreduce_latency_s: float = Field(
+        default=5e-6, ge=0, le=1e-2, description="Fixed latency of one tensor-parallel all-reduce (seconds)."
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, GPU_PRESETS, overrides=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_gpu(cls, data: Any) -> Any:
+        return {"gpu": data} if isinstance(data, str) else data
+
+
+class TargetModelSpec(SpectuneModel):
+    """The served (target) model: size and shape in Hugging Face ``config.json`` names, and its parallelism."""
+
+    preset: TargetModelPresetName | None = Field(
+        default=None, description=f"Model preset that filled the fields not given: {', '.join(TARGET_MODEL_PRESETS)}."
+    )
+    name: str = Field(min_length=1, max_length=200, description="Display name.")
+    num_parameters: float = Field(gt=0, le=1e14, description="Total parameters, embeddings included (count).")
+    num_hidden_layers: int = Field(ge=1, le=1024, description="Decoder layers (count).")
+    hidden_size: int = Field(ge=1, le=1_000_000, description="Model width (elements).")
+    intermediate_size: int = Field(ge=1, le=10_000_000, description="MLP inner width (elements).")
+    num_attention_heads: int = Field(ge=1, le=4096, description="Query heads (count).")
+    num_key_value_heads: int = Field(ge=1, le=4096, description="Key/value heads (count; < query heads = GQA).")
+    head_dim: int = Field(ge=1, le=4096, description="Width of one attention head (elements).")
+    vocab_size: int = Field(ge=1, le=10_000_000, description="Vocabulary (tokens); logits per position.")
+    tie_word_embeddings: bool = Field(
+        description="The LM head shares the input embedding; if not, the embedding table is gathered, not read whole."
+    )
+    bytes_per_parameter: float = Field(default=2.0, gt=0, le=8, description="Weight storage (bytes/parameter; bf16 = 2).")
+    kv_cache_bytes_per_element: float = Field(
+        default=2.0, gt=0, le=8, description="KV-cache storage (bytes/element; bf16 = 2, fp8 = 1)."
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, le=1024, description="GPUs one model replica spans (GPUs).")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, TARGET_MODEL_PRESETS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        return _expand_preset(data, TARGET_MODEL_PRESETS)
+
+    @model_validator(mode="after")
+    def _check_shape(self, info: ValidationInfo) -> TargetModelSpec:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        heads, kv_heads, tp = self.num_attention_heads, self.num_key_value_heads, self.tensor_parallel_size
+        if heads % kv_heads:
+            problems.append((("num_key_value_heads",), f"must divide num_attention_heads ({heads}), got {kv_heads}"))
+        if heads % tp:
+            problems.append(
+                (("tensor_parallel_size",), f"must divide num_attention_heads ({heads}) as vLLM requires, got {tp}")
+            )
+        check_rules(problems)
+        estimate = self.estimated_parameters
+        if not 0.75 <= self.num_parameters / estimate <= 1.33:
+            notify(
+                info,
+                ("num_parameters",),
+                f"{self.num_parameters:.3g} is far from the {estimate:.3g} that the layer shapes imply; check "
+                "the count (it sets the weight bytes read per step)",
+            )
+        return self
+
+    @property
+    def estimated_parameters(self) -> float:
+        """Parameters implied by the shapes (dense Llama-style layers, count)."""
+        layer = layer_parameters(
+            self.hidden_size, self.intermediate_size, self.num_attention_heads, self.num_key_value_heads, self.head_dim
+        )
+        embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * layer + embeddings
+
+    @property
+    def lm_head_parameters(self) -> int:
+        """Parameters of the LM head (count)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def parameters_read_per_pass(self) -> float:
+        """Parameters one forward reads from HBM: all but an untied embedding table, which is only gathered."""
+        return self.num_parameters - (0 if self.tie_word_embeddings else self.lm_head_parameters)
+
+    @property
+    def kv_cache_bytes_per_token(self) -> float:
+        """KV-cache bytes one token occupies across all layers and all GPUs of a replica (bytes)."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * self.kv_cache_bytes_per_element
+
+
+class DrafterSpec(SpectuneModel):
+    """What proposes the draft tokens and how: K sequential passes, one parallel pass, or a lookup off the GPU."""
+
+    preset: DrafterPresetName | None = Field(
+        default=None,
+        description="Drafter preset that filled the fields not given (e.g. eagle3-llama-3.1-8b, llama-3.2-1b, "
+        "ngram); default_drafter(method, target) picks one.",
+    )
+    name: str = Field(min_length=1, max_length=200, description="Display name.")
+    method: Method = Field(description="The speculative method this drafter serves (vLLM's method name).")
+    drafting: DraftingMode | None = Field(
+        default=None,
+        description="sequential: K passes, one token each (eagle, eagle3, mtp, draft_model); parallel: one pass "
+        "drafts all K (dflash, dspark); lookup: no neural pass (ngram, ngram_gpu, suffix). Default: from method.",
+    )
+    num_parameters: float = Field(
+        ge=0, le=1e14, description="Parameters one draft pass reads from HBM: layers and LM head, not embedding "
+        "gathers (count; 0 for lookup drafters).",
+    )
+    num_hidden_layers: int = Field(default=0, ge=0, le=1024, description="Decoder layers with a KV cache (count).")
+    hidden_size: int = Field(default=0, ge=0, le=1_000_000, description="Drafter width (elements).")
+    num_attention_heads: int = Field(default=0, ge=0, le=4096, description="Query heads (count).")
+    num_key_value_heads: int = Field(default=0, ge=0, le=4096, description="Key/value heads (count).")
+    head_dim: int = Field(default=0, ge=0, le=4096, description="Width of one attention head (elements).")
+    vocab_size: int = Field(
+        default=0, ge=0, le=10_000_000, description="Draft vocabulary (tokens); draft logits per position."
+    )
+    bytes_per_parameter: float = Field(default=2.0, gt=0, le=8, description="Weight storage (bytes/parameter).")
+    kv_cache_bytes_per_element: float = Field(default=2.0, gt=0, le=8, description="KV-cache storage (bytes/element).")
+    tensor_parallel_size: int | None = Field(
+        default=None, ge=1, le=1024, description="GPUs the drafter spans (GPUs); default: the target's, as in vLLM."
+    )
+    host_time_per_request_s: float = Field(
+        default=0.0, ge=0, le=1.0, description="CPU time a lookup drafter spends per request per step (seconds)."
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return schema_with_name_forms(core_schema, handler, DRAFTER_PRESETS)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        data = _expand_preset(data, DRAFTER_PRESETS)
+        if isinstance(data, dict) and data.get("drafting") is None and isinstance(data.get("method"), str):
+            mode = drafting_mode(data["method"])
+            if mode is not None:
+                data = {**data, "drafting": mode}
+        return data
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> DrafterSpec:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        expected = drafting_mode(self.method)
+        if self.drafting != expected:
+            problems.append(
+                (("drafting",), f"method '{self.method}' drafts as '{expected}', got '{self.drafting}'")
+            )
+        if self.drafting == "lookup":
+            if self.num_parameters != 0:
+                problems.append((("num_parameters",), f"must be 0 for a lookup drafter, got {self.num_parameters:g}"))
+        else:
+            for name in ("num_parameters", "num_hidden_layers", "hidden_size", "num_attention_heads",
+                         "num_key_value_heads", "head_dim", "vocab_size"):
+                if getattr(self, name) <= 0:
+                    value = getattr(self, name)
+                    problems.append(((name,), f"must be > 0 for a {self.drafting} (neural) drafter, got {value}"))
+            if self.num_key_value_heads > 0 and self.num_attention_heads % self.num_key_value_heads:
+                problems.append(
+                    (("num_key_value_heads",), f"must divide num_attention_heads ({self.num_attention_heads}), "
+                     f"got {self.num_key_value_heads}")
+                )
+        check_rules(problems)
+        return self
+
+    @property
+    def kv_cache_bytes_per_token(self) -> float:
+        """Draft KV-cache bytes per token across its layers and GPUs (bytes)."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * self.kv_cache_bytes_per_element
+
+
+
+_SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")
+
+
+def default_drafter(method: str, target_model: TargetModelSpec) -> DrafterSpec:
+    """The drafter a method gets when the user names none.
+
+    Heads (eagle, eagle3, mtp, dflash, dspark) are sized from the target's shape; draft_model picks
+    Llama-3.2-1B for Llama targets, Qwen3-0.6B for Qwen3-8B and Qwen3-1.7B for Qwen3-32B; lookup
+    methods (ngram, ngram_gpu, suffix) cost no GPU time. Raises ``SpectuneError`` for draft_model with
+    a target that is not a preset, and for an unknown method.
+    """
+    mode = drafting_mode(method)
+    if mode is None:
+        raise SpectuneError(f"no drafter for method {method!r}; methods: {', '.join(_SORTED_METHODS)}")
+    if mode == "lookup":
+        return DrafterSpec.model_validate(method)
+    preset = target_model.preset
+    if preset is not None and _has_preset_shape(target_model, preset):
+        return DrafterSpec.model_validate(default_drafter_preset(method, preset))
+    if method != "draft_model":
+        return DrafterSpec.model_validate(head_drafter_fields(method, target_model.model_dump()))
+    raise SpectuneError(
+        f"no default draft model for target '{target_model.name}' (defaults exist for the presets "
+        f"{', '.join(TARGET_MODEL_PRESETS)} in their preset shape); give the drafter explicitly (preset "
+        "llama-3.2-1b, qwen3-0.6b, qwen3-1.7b, or its shape)"
+    )
+
+
+def _has_preset_shape(target_model: TargetModelSpec, preset: str) -> bool:
+    return all(getattr(target_model, name) == TARGET_MODEL_PRESETS[preset][name] for name in _SHAPE_FIELDS)
+
+
+_SORTED_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "dflash", "dspark", "ngram", "ngram_gpu", "suffix")
+_GB = 1e9
+
+
+def deployment_problems(
+    hardware: HardwareConfig,
+    target_model: TargetModelSpec,
+    drafter: DrafterSpec | None = None,
+    *,
+    paths: tuple[str, str, str] = ("hardware", "target_model", "drafter"),
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """Rules that tie hardware, target and drafter together, as ``(field path, message)`` pairs.
+
+    A document that holds all three calls ``check_rules(deployment_problems(...))`` from its
+    ``model_validator(mode="after")``; ``paths`` names the three fields in that document.
+    """
+    hw, tgt, dft = ((name,) for name in paths)
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    tp = target_model.tensor_parallel_size
+    if hardware.num_gpus % tp:
+        problems.append(
+            (hw + ("num_gpus",), f"must be a multiple of target_model.tensor_parallel_size ({tp}), got {hardware.num_gpus}")
+        )
+    memory = hardware.gpu.memory_bytes
+    target_bytes = target_model.num_parameters * target_model.bytes_per_parameter / tp
+    draft_bytes = 0.0
+    if drafter is not None:
+        draft_tp = drafter.tensor_parallel_size or tp
+        draft_bytes = drafter.num_parameters * drafter.bytes_per_parameter / draft_tp
+        if draft_tp not in (1, tp):
+            problems.append(
+                (dft + ("tensor_parallel_size",), f"must be 1 or the target's tensor_parallel_size ({tp}) as vLLM "
+                 f"requires, got {draft_tp}")
+            )
+        if drafter.method in _HEAD_METHODS_NEEDING_TARGET_WIDTH and drafter.hidden_size != target_model.hidden_size:
+            problems.append(
+                (dft + ("hidden_size",), f"a {drafter.method} drafter reads the target's hidden states, so it must "
+                 f"be the target's hidden_size ({target_model.hidden_size}), got {drafter.hidden_size}")
+            )
+    if target_bytes + draft_bytes > memory:
+        problems.append(
+            (tgt + ("tensor_parallel_size",), f"weights need {(target_bytes + draft_bytes) / _GB:.1f} GB per GPU "
+             f"(target at TP {tp}{' plus drafter' if draft_bytes else ''}), more than the {memory / _GB:.0f} GB of "
+             f"{hardware.gpu.name}; raise tensor_parallel_size, got {tp}")
+        )
+    return problems
+
+
+_HEAD_METHODS_NEEDING_TARGET_WIDTH = ("eagle", "eagle3", "mtp", "dflash", "dspark")

@@ -1,0 +1,197 @@
+"""Preset numbers for GPUs, target models and drafters (plain data; the models live in ``_hardware``).
+
+Sources: NVIDIA datasheets for the GPUs (dense BF16, i.e. without 2:4 sparsity; NVLink bandwidth per
+direction); each model's Hugging Face ``config.json`` for the targets and draft LLMs. Drafter heads
+are sized from their target's shape:
+
+- EAGLE: one decoder layer + an fc (2h -> h), and the target's LM head (read each pass);
+- EAGLE-3: one decoder layer whose q/k/v take 2h inputs, an fc (3h -> h), its own 32k-token LM head;
+- MTP: one decoder layer + an eh projection (2h -> h), and the target's LM head;
+- DFlash: five decoder layers at the target's width drafting a block in one pass, an fc over five
+  tapped hidden states (5h -> h), and the target's LM head (z-lab's released drafters have 5 layers);
+- DSpark: assumed shaped like DFlash (no public checkpoint shape); give it explicitly when you know it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+__all__ = [
+    "DRAFTER_PRESETS",
+    "GPU_PRESETS",
+    "TARGET_MODEL_PRESETS",
+    "DrafterPresetName",
+    "GpuPresetName",
+    "TargetModelPresetName",
+    "default_drafter_preset",
+    "drafting_mode",
+    "layer_parameters",
+]
+
+GPU_PRESETS: dict[str, dict[str, Any]] = {
+    "h100-sxm": {
+        "name": "NVIDIA H100 SXM 80GB",
+        "hbm_bandwidth_bytes_per_s": 3.35e12,
+        "dense_bf16_flops": 989e12,
+        "memory_bytes": 80e9,
+        "interconnect_bandwidth_bytes_per_s": 450e9,
+    },
+    "h200": {
+        "name": "NVIDIA H200 SXM 141GB",
+        "hbm_bandwidth_bytes_per_s": 4.8e12,
+        "dense_bf16_flops": 989e12,
+        "memory_bytes": 141e9,
+        "interconnect_bandwidth_bytes_per_s": 450e9,
+    },
+    "a100-80gb": {
+        "name": "NVIDIA A100 SXM 80GB",
+        "hbm_bandwidth_bytes_per_s": 2.039e12,
+        "dense_bf16_flops": 312e12,
+        "memory_bytes": 80e9,
+        "interconnect_bandwidth_bytes_per_s": 300e9,
+    },
+    "l40s": {
+        "name": "NVIDIA L40S",
+        "hbm_bandwidth_bytes_per_s": 0.864e12,
+        "dense_bf16_flops": 362e12,
+        "memory_bytes": 48e9,
+        "interconnect_bandwidth_bytes_per_s": 32e9,  # PCIe Gen4 x16, no NVLink
+    },
+    "b200": {
+        "name": "NVIDIA B200",
+        "hbm_bandwidth_bytes_per_s": 8e12,
+        "dense_bf16_flops": 2.25e15,
+        "memory_bytes": 180e9,
+        "interconnect_bandwidth_bytes_per_s": 900e9,
+    },
+}
+
+
+def _target(
+    name: str, params: float, layers: int, hidden: int, inter: int, heads: int, vocab: int, tp: int
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "num_parameters": params,
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": vocab,
+        "tie_word_embeddings": False,
+        "tensor_parallel_size": tp,
+    }
+
+
+TARGET_MODEL_PRESETS: dict[str, dict[str, Any]] = {
+    "llama-3.1-8b": _target("Llama-3.1-8B", 8.03e9, 32, 4096, 14336, 32, 128256, 1),
+    "llama-3.1-70b": _target("Llama-3.1-70B", 70.55e9, 80, 8192, 28672, 64, 128256, 4),
+    "qwen3-8b": _target("Qwen3-8B", 8.19e9, 36, 4096, 12288, 32, 151936, 1),
+    "qwen3-32b": _target("Qwen3-32B", 32.76e9, 64, 5120, 25600, 64, 151936, 2),
+}
+
+_DRAFT_LLMS: dict[str, dict[str, Any]] = {
+    "llama-3.2-1b": {
+        "name": "Llama-3.2-1B", "num_parameters": 1.236e9, "num_hidden_layers": 16, "hidden_size": 2048,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+    },
+    "qwen3-0.6b": {
+        "name": "Qwen3-0.6B", "num_parameters": 0.596e9, "num_hidden_layers": 28, "hidden_size": 1024,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+    },
+    "qwen3-1.7b": {
+        "name": "Qwen3-1.7B", "num_parameters": 1.72e9, "num_hidden_layers": 28, "hidden_size": 2048,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+    },
+}
+_DEFAULT_DRAFT_LLM = {"llama-3.1-8b": "llama-3.2-1b", "llama-3.1-70b": "llama-3.2-1b", "qwen3-8b": "qwen3-0.6b",
+                      "qwen3-32b": "qwen3-1.7b"}
+
+_MODES = {
+    "eagle": "sequential", "eagle3": "sequential", "mtp": "sequential", "draft_model": "sequential",
+    "dflash": "parallel", "dspark": "parallel",
+    "ngram": "lookup", "ngram_gpu": "lookup", "suffix": "lookup",
+}
+_HEAD_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+_EAGLE3_DRAFT_VOCAB = 32000
+_DFLASH_LAYERS = 5
+
+
+def drafting_mode(method: str) -> str | None:
+    """How a method drafts: 'sequential', 'parallel' or 'lookup' (None for an unknown method)."""
+    return _MODES.get(method)
+
+
+def layer_parameters(
+    hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int, *, input_width: int = 0
+) -> int:
+    """Parameters of one dense Llama-style decoder layer: q, k, v, o and a gated MLP (count).
+
+    ``input_width`` is the width q/k/v read (default ``hidden``; EAGLE-3 feeds them 2h).
+    """
+    qkv_in = input_width or hidden
+    attention = qkv_in * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    return attention + 3 * hidden * intermediate
+
+
+def head_drafter_fields(method: str, target: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an EAGLE / EAGLE-3 / MTP / DFlash / DSpark drafter sized from ``target``'s shape."""
+    hidden, vocab = target["hidden_size"], target["vocab_size"]
+    shape = (hidden, target["intermediate_size"], target["num_attention_heads"], target["num_key_value_heads"],
+             target["head_dim"])
+    if method == "eagle3":
+        layers, head_vocab = 1, _EAGLE3_DRAFT_VOCAB
+        params = layer_parameters(*shape, input_width=2 * hidden) + 3 * hidden * hidden + head_vocab * hidden
+    elif method in ("dflash", "dspark"):
+        layers, head_vocab = _DFLASH_LAYERS, vocab
+        params = layers * layer_parameters(*shape) + _DFLASH_LAYERS * hidden * hidden + vocab * hidden
+    else:  # eagle, mtp: one layer, a 2h -> h projection, the target's LM head
+        layers, head_vocab = 1, vocab
+        params = layer_parameters(*shape) + 2 * hidden * hidden + vocab * hidden
+    label = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP", "dflash": "DFlash", "dspark": "DSpark"}[method]
+    return {
+        "name": f"{label} head for {target['name']}",
+        "method": method,
+        "num_parameters": float(params),
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": target["num_attention_heads"],
+        "num_key_value_heads": target["num_key_value_heads"],
+        "head_dim": target["head_dim"],
+        "vocab_size": head_vocab,
+    }
+
+
+def _drafter_presets() -> dict[str, dict[str, Any]]:
+    presets: dict[str, dict[str, Any]] = {}
+    for target_name, target in TARGET_MODEL_PRESETS.items():
+        for method in _HEAD_METHODS:
+            presets[f"{method}-{target_name}"] = head_drafter_fields(method, target)
+    for name, fields in _DRAFT_LLMS.items():
+        presets[name] = {**fields, "method": "draft_model"}
+    presets["ngram"] = {"name": "n-gram prompt lookup (CPU)", "method": "ngram", "num_parameters": 0.0}
+    presets["ngram-gpu"] = {"name": "n-gram prompt lookup (GPU kernel)", "method": "ngram_gpu", "num_parameters": 0.0}
+    presets["suffix"] = {"name": "suffix-tree lookup (CPU)", "method": "suffix", "num_parameters": 0.0}
+    return presets
+
+
+DRAFTER_PRESETS: dict[str, dict[str, Any]] = _drafter_presets()
+
+GpuPresetName = Literal["h100-sxm", "h200", "a100-80gb", "l40s", "b200"]
+TargetModelPresetName = Literal["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-32b"]
+DrafterPresetName = Literal[tuple(DRAFTER_PRESETS)]  # type: ignore[valid-type]
+
+
+def default_drafter_preset(method: str, target_preset: str) -> str:
+    """The drafter preset a (method, target preset) pair gets by default; ``KeyError`` if there is none."""
+    if method in _HEAD_METHODS:
+        if target_preset not in TARGET_MODEL_PRESETS:
+            raise KeyError(target_preset)
+        return f"{method}-{target_preset}"
+    if method == "draft_model":
+        return _DEFAULT_DRAFT_LLM[target_preset]
+    if drafting_mode(method) == "lookup":
+        return method.replace("_", "-")
+    raise KeyError(method)

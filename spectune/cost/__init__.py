@@ -1,0 +1,25 @@
+"""Step time of one serving iteration (drafting + verification + sampling + overhead) and prefill time.
+
+``build_cost_model(hardware, target_model, drafter, config)`` returns a ``CostModel``: a roofline from
+the GPU's bandwidth and FLOP/s and the models' shapes, or a measured step-time table interpolated
+between its points. ``CostModel``'s docstring walks through the call order.
+"""
+
+from spectune.cost._build import build_cost_model
+from spectune.cost._interface import CostLimits, CostModel, FitReport, HeldOutPoint, OutOfTableRange, StepTime
+from spectune.cost._measured import MAX_BATCH_EXTRAPOLATION, MeasuredCostModel, StepTimeInterpolator
+from spectune.cost._roofline import RooflineCostModel
+
+__all__ = [
+    "MAX_BATCH_EXTRAPOLATION",
+    "CostLimits",
+    "CostModel",
+    "FitReport",
+    "HeldOutPoint",
+    "MeasuredCostModel",
+    "OutOfTableRange",
+    "RooflineCostModel",
+    "StepTime",
+    "StepTimeInterpolator",
+    "build_cost_model",
+]
