@@ -52,6 +52,15 @@ from spectune.config._step_times import (
     StepTimeTable,
     read_step_time_table,
 )
+from spectune.config._workload import (
+    MAX_SEQUENCE_TOKENS,
+    MAX_TEMPERATURES,
+    MAX_TRACE_ROWS,
+    LengthDistribution,
+    LengthsCsv,
+    TemperatureShare,
+    WorkloadConfig,
+)
 
 __all__ = [
     "AcceptanceCounts",
@@ -69,8 +78,13 @@ __all__ = [
     "HardwareConfig",
     "MAX_NUM_SPECULATIVE_TOKENS",
     "MeasuredAcceptance",
+    "MAX_SEQUENCE_TOKENS",
+    "MAX_TEMPERATURES",
+    "MAX_TRACE_ROWS",
     "METHODS",
     "MIN_ACCEPTANCE_DECAY_FACTOR",
+    "LengthDistribution",
+    "LengthsCsv",
     "LoadedDocument",
     "RuleViolations",
     "SpeculativeConfig",
@@ -81,6 +95,8 @@ __all__ = [
     "StepTimeTable",
     "TARGET_MODEL_PRESET_NAMES",
     "TargetModelSpec",
+    "TemperatureShare",
+    "WorkloadConfig",
     "acceptance_length_to_rates",
     "apply_overrides",
     "conditional_to_unconditional",
