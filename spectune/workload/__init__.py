@@ -1,7 +1,7 @@
 """Requests of a workload, and the per-step logits whose acceptance reproduces an acceptance profile.
 
-- ``generate_requests(workload, seed=...)``: arrival time, prompt and output lengths, temperature of
-  every request, deterministic by seed.
+- ``generate_requests(workload, seed=...)``: a ``RequestTable`` of arrival times, prompt and output
+  lengths and temperatures, deterministic by seed.
 - ``LogitSynthesizer``: banks of target/draft logit rows calibrated so that the rejection kernel
   accepts draft position i with the profile's conditional rate i at each temperature; ``generate``
   gathers one step's ``SpeculationInputs``. ``calibrate_knob`` exposes the calibration itself.
@@ -9,14 +9,14 @@
 
 from spectune.workload._calibration import KnobCalibration, calibrate_knob, clear_calibration_cache
 from spectune.workload._pair_family import DraftSampleMethod
-from spectune.workload._requests import Request, draw_lengths, generate_requests
+from spectune.workload._requests import RequestTable, draw_lengths, generate_requests
 from spectune.workload._synthesizer import LogitSynthesizer, SpeculationInputs
 
 __all__ = [
     "DraftSampleMethod",
     "KnobCalibration",
     "LogitSynthesizer",
-    "Request",
+    "RequestTable",
     "SpeculationInputs",
     "calibrate_knob",
     "clear_calibration_cache",

@@ -13,29 +13,39 @@ import numpy as np
 
 from spectune.config import LengthDistribution, WorkloadConfig
 
-__all__ = ["Request", "generate_requests"]
+__all__ = ["RequestTable", "draw_lengths", "generate_requests"]
 
 
 @dataclass(frozen=True)
-class Request:
-    """One request of the workload.
+class RequestTable:
+    """The requests of one simulation, as arrays over request index (length N, in arrival order).
 
-    ``arrival_time_s`` is the Poisson arrival time in seconds from the start (open loop) or 0.0 for
-    every request (closed loop: the simulator admits request i as soon as a slot frees).
-    ``output_tokens`` counts every generated token, the first one included. ``temperature_index``
-    points into ``WorkloadConfig.temperature_mix[0]``.
+    arrival_s          float64 [N]  Poisson arrival times in seconds from the start (open loop), or
+                                    all 0.0 (closed loop: the simulator admits request i as soon
+                                    as a slot frees)
+    prompt_tokens      int64   [N]  prompt length (tokens)
+    output_tokens      int64   [N]  tokens to generate, the first one included
+    temperature_index  int64   [N]  index into ``temperatures``
+    temperatures       the distinct temperatures of the mix, as ``WorkloadConfig.temperature_mix[0]``
     """
 
-    request_id: int
-    arrival_time_s: float
-    prompt_tokens: int
-    output_tokens: int
-    temperature: float
-    temperature_index: int
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    temperature_index: np.ndarray
+    temperatures: tuple[float, ...]
+
+    def __len__(self) -> int:
+        return len(self.output_tokens)
+
+    @property
+    def temperature(self) -> np.ndarray:
+        """float64 [N]: each request's sampling temperature (0 = greedy)."""
+        return np.asarray(self.temperatures, dtype=np.float64)[self.temperature_index]
 
 
-def generate_requests(workload: WorkloadConfig, *, seed: int) -> list[Request]:
-    """The workload's ``num_requests`` requests, in arrival order (request_id = position)."""
+def generate_requests(workload: WorkloadConfig, *, seed: int) -> RequestTable:
+    """The workload's ``num_requests`` requests, deterministic by ``seed`` (a non-negative integer)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     arrival_rng, prompt_rng, output_rng, temperature_rng, trace_rng = (
@@ -59,17 +69,13 @@ def generate_requests(workload: WorkloadConfig, *, seed: int) -> list[Request]:
         outputs = draw_lengths(workload.output_tokens, count, output_rng)
     temperatures, shares = workload.temperature_mix
     chosen = temperature_rng.choice(len(temperatures), size=count, p=np.asarray(shares))
-    return [
-        Request(
-            request_id=i,
-            arrival_time_s=float(arrivals[i]),
-            prompt_tokens=int(prompts[i]),
-            output_tokens=int(outputs[i]),
-            temperature=temperatures[int(chosen[i])],
-            temperature_index=int(chosen[i]),
-        )
-        for i in range(count)
-    ]
+    return RequestTable(
+        arrival_s=arrivals.astype(np.float64),
+        prompt_tokens=prompts.astype(np.int64),
+        output_tokens=outputs.astype(np.int64),
+        temperature_index=chosen.astype(np.int64),
+        temperatures=temperatures,
+    )
 
 
 def draw_lengths(length: int | LengthDistribution, count: int, rng: np.random.Generator) -> np.ndarray:
