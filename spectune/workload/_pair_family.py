@@ -152,12 +152,20 @@ def expected_acceptance(rows: PairRows, *, greedy_rule: bool, draft_sample_metho
 
 
 def draft_samples(rows: PairRows, base: FamilyBase, *, greedy_rule: bool, draft_sample_method: DraftSampleMethod) -> torch.Tensor:
-    """Draft tokens per row: int64 [N, S] samples of q (stratified), or [N, 1] argmax when q is one-hot."""
+    """Draft tokens per row: int64 [N, S] samples of q, or [N, 1] argmax when q is one-hot (or T = 0).
+
+    Each sample is marginally a draw from q. The S samples of a row are stratified along the tokens
+    sorted by their acceptance probability min(1, p/q), so their mean acceptance matches the row's
+    sum min(p, q) far more closely than S independent draws would.
+    """
     draft = rows.draft_logits.double()
     if greedy_rule or draft_sample_method == "greedy":
         return draft.argmax(dim=-1, keepdim=True)
-    cumulative = torch.softmax(draft, dim=-1).cumsum(dim=-1)
+    draft_probs = torch.softmax(draft, dim=-1)
+    target_probs = torch.softmax(rows.target_log_probs.double(), dim=-1)
+    order = (target_probs / draft_probs).argsort(dim=-1)
+    cumulative = draft_probs.gather(1, order).cumsum(dim=-1)
     # Scale by the row total so rounding in the cumulative sum can never push a uniform past the end.
     uniforms = base.sample_uniforms * cumulative[:, -1:]
-    tokens = torch.searchsorted(cumulative, uniforms, right=True)
-    return tokens.clamp_(max=draft.shape[1] - 1)
+    positions = torch.searchsorted(cumulative, uniforms, right=True).clamp_(max=draft.shape[1] - 1)
+    return order.gather(1, positions)
