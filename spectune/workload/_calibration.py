@@ -39,8 +39,9 @@ class KnobCalibration:
 
     ``expected_greedy`` / ``expected_probabilistic``: the bank's expected acceptance (fraction) at the
     knob with one-hot drafts and with sampled drafts; at T = 0 both are the argmax agreement.
-    ``expected_greedy`` (or ``expected_probabilistic``) differs from ``rate`` only when the rate is
-    outside what the family reaches (below about 1/V) or by the bank's granularity at T = 0 (1/rows).
+    The measured mode's value differs from ``rate`` only when the rate is outside what the family
+    reaches (below about 1/V), or by half the bank's granularity with one-hot drafts or at T = 0
+    (1/rows: a row's argmax either agrees or not), or by 1e-4 otherwise.
     """
 
     rate: float
@@ -105,14 +106,16 @@ def _calibrate(
 ) -> KnobCalibration:
     base = cached_family_base(vocab_size, bank_rows, samples_per_row, bank_seed, device)
 
-    def bank_acceptance(knob: float, mode: DraftSampleMethod) -> float:
+    def bank_acceptance(knob: float, modes: tuple[DraftSampleMethod, ...]) -> list[float]:
         rows = pair_rows(base, knob)
-        return float(expected_acceptance(rows, greedy_rule=greedy_rule, draft_sample_method=mode).mean())
+        return [float(expected_acceptance(rows, greedy_rule=greedy_rule, draft_sample_method=m).mean()) for m in modes]
 
-    # A T = 0 bank's acceptance moves in steps of 1/rows: half a step is as close as it gets.
-    tolerance = max(_RATE_TOLERANCE, 0.5 / bank_rows) if greedy_rule else _RATE_TOLERANCE
-    knob = _solve_increasing(lambda knob: bank_acceptance(knob, measured_with) - rate, tolerance)
-    greedy, probabilistic = (bank_acceptance(knob, mode) for mode in _DRAFT_MODES)
+    # With one-hot drafts a row's acceptance jumps where the drafter's argmax changes, so the bank's
+    # moves in steps of up to 1/rows: half a step is as close as it gets.
+    one_hot = greedy_rule or measured_with == "greedy"
+    tolerance = max(_RATE_TOLERANCE, 0.5 / bank_rows) if one_hot else _RATE_TOLERANCE
+    knob = _solve_increasing(lambda knob: bank_acceptance(knob, (measured_with,))[0] - rate, tolerance)
+    greedy, probabilistic = bank_acceptance(knob, _DRAFT_MODES)
     return KnobCalibration(
         rate=rate,
         knob=knob,

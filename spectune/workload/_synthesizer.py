@@ -156,21 +156,26 @@ class LogitSynthesizer:
         generator: torch.Generator,
         *,
         num_speculative_tokens: int | None = None,
+        out: SpeculationInputs | None = None,
     ) -> SpeculationInputs:
         """Fresh rows for one step.
 
         temperature_index: int64 [R] on the synthesizer's device, each in [0, len(temperatures)).
         generator: a seeded ``torch.Generator`` on the same device (the only source of randomness).
         num_speculative_tokens: k <= K positions this step (default K); position i uses rate i.
+        out: an earlier result of the same R and k whose logit tensors are overwritten instead of
+            allocating new ones (on the CPU, fresh tens-of-MiB buffers cost more than the gather).
         """
         k = self._check_generate_arguments(temperature_index, generator, num_speculative_tokens)
+        self._check_out(out, temperature_index.shape[0], k)
         num_requests, rows = temperature_index.shape[0], self.bank_rows
         slots = self._slot_of[temperature_index, :k]
         # The bonus row is a target row of the last position's bank (its acceptance plays no role).
         slots = torch.cat([slots, slots[:, k - 1 :]], dim=1)
         picks = torch.randint(rows, (num_requests, k + 1), generator=generator, device=self.device)
         bank_rows = (slots * rows + picks).view(-1)
-        target_logits = self._target_bank.index_select(0, bank_rows).view(num_requests, k + 1, self.vocab_size)
+        target_logits = _gather_rows(self._target_bank, bank_rows, out.target_logits if out else None)
+        target_logits = target_logits.view(num_requests, k + 1, self.vocab_size)
         draft_rows = bank_rows.view(num_requests, k + 1)[:, :k].reshape(-1)
         samples = self._token_bank.shape[1]
         if samples == 1:
@@ -180,13 +185,27 @@ class LogitSynthesizer:
             draft_tokens = self._token_bank[draft_rows, columns]
         draft_logits = None
         if self._draft_bank is not None:
-            draft_logits = self._draft_bank.index_select(0, draft_rows).view(num_requests, k, self.vocab_size)
+            draft_logits = _gather_rows(self._draft_bank, draft_rows, out.draft_logits if out else None)
+            draft_logits = draft_logits.view(num_requests, k, self.vocab_size)
         return SpeculationInputs(
             target_logits=target_logits,
             draft_tokens=draft_tokens.view(num_requests, k),
             draft_logits=draft_logits,
             temperature=self.temperatures[temperature_index],
         )
+
+    def _check_out(self, out: SpeculationInputs | None, num_requests: int, k: int) -> None:
+        if out is None:
+            return
+        expected = {"target_logits": (num_requests, k + 1, self.vocab_size)}
+        if self._draft_bank is not None:
+            expected["draft_logits"] = (num_requests, k, self.vocab_size)
+        for name, shape in expected.items():
+            tensor = getattr(out, name)
+            fits = tensor is not None and tuple(tensor.shape) == shape and tensor.dtype == torch.float32
+            if not fits or not tensor.is_contiguous() or tensor.device != self.device:
+                got = "None" if tensor is None else f"{tensor.dtype} {list(tensor.shape)} on {tensor.device}"
+                raise ValueError(f"out.{name} must be a contiguous float32 tensor {list(shape)} on {self.device}, got {got}")
 
     def _check_generate_arguments(
         self, temperature_index: torch.Tensor, generator: torch.Generator, num_speculative_tokens: int | None
@@ -207,6 +226,13 @@ class LogitSynthesizer:
                 bad = low if low < 0 else high
                 raise ValueError(f"temperature_index must be in [0, {len(self.temperature_values) - 1}], got {bad}")
         return k
+
+
+def _gather_rows(bank: torch.Tensor, rows: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """bank[rows] as a new [len(rows), V] tensor, or written into ``out`` (any shape of that size)."""
+    if out is None:
+        return bank.index_select(0, rows)
+    return torch.index_select(bank, 0, rows, out=out.view(-1, bank.shape[1]))
 
 
 def _check_rates_and_temperatures(conditional_rates: Sequence[float], temperatures: Sequence[float]) -> None:

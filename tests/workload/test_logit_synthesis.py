@@ -175,3 +175,18 @@ def test_bad_generate_arguments_are_named():
         synthesizer.generate(torch.tensor([0]), generator, num_speculative_tokens=3)
     with pytest.raises(ValueError, match=r"temperature_index must be in \[0, 1\], got 5"):
         synthesizer.expected_conditional_rates(5)
+
+
+def test_out_buffers_are_overwritten_with_what_a_fresh_call_returns():
+    synthesizer = LogitSynthesizer([0.7, 0.5], [0.0, 1.0], vocab_size=256, draft_sample_method="probabilistic")
+    index = torch.tensor([1, 0, 1], dtype=torch.int64)
+    buffers = synthesizer.generate(index, torch.Generator().manual_seed(1))
+    fresh = synthesizer.generate(index, torch.Generator().manual_seed(2))
+    reused = synthesizer.generate(index, torch.Generator().manual_seed(2), out=buffers)
+    assert reused.target_logits.data_ptr() == buffers.target_logits.data_ptr()
+    assert reused.draft_logits.data_ptr() == buffers.draft_logits.data_ptr()
+    for name in ("target_logits", "draft_tokens", "draft_logits", "temperature"):
+        assert torch.equal(getattr(reused, name), getattr(fresh, name))
+    with pytest.raises(ValueError, match=r"out.target_logits must be a contiguous float32 tensor \[2, 3, 256\] on cpu, "
+                                         r"got torch.float32 \[3, 3, 256\] on cpu"):
+        synthesizer.generate(index[:2], torch.Generator().manual_seed(2), out=buffers)
