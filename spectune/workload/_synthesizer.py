@@ -79,7 +79,8 @@ class LogitSynthesizer:
         _check_rates_and_temperatures(conditional_rates, temperatures)
         if draft_sample_method not in _DRAFT_MODES:
             raise ValueError(f"draft_sample_method must be one of greedy, probabilistic, got {draft_sample_method!r}")
-        self.device = torch.device(device)
+        # The canonical form ('cuda' -> 'cuda:0') so that comparisons with tensors' devices hold.
+        self.device = torch.empty(0, device=device).device
         self.vocab_size = vocab_size
         self.bank_rows = bank_rows
         self.draft_sample_method: DraftSampleMethod = draft_sample_method
@@ -205,16 +206,20 @@ class LogitSynthesizer:
             fits = tensor is not None and tuple(tensor.shape) == shape and tensor.dtype == torch.float32
             if not fits or not tensor.is_contiguous() or tensor.device != self.device:
                 got = "None" if tensor is None else f"{tensor.dtype} {list(tensor.shape)} on {tensor.device}"
-                raise ValueError(f"out.{name} must be a contiguous float32 tensor {list(shape)} on {self.device}, got {got}")
+                wanted = f"a contiguous float32 tensor {list(shape)} on {self.device}"
+                raise ValueError(f"out.{name} must be {wanted}, got {got}")
 
     def _check_generate_arguments(
         self, temperature_index: torch.Tensor, generator: torch.Generator, num_speculative_tokens: int | None
     ) -> int:
         k = self.num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.num_speculative_tokens:
-            raise ValueError(f"num_speculative_tokens must be an integer in [1, {self.num_speculative_tokens}], got {k!r}")
-        if not isinstance(temperature_index, torch.Tensor) or temperature_index.dtype != torch.int64 or temperature_index.dim() != 1:
-            got = f"{temperature_index.dtype} {list(temperature_index.shape)}" if isinstance(temperature_index, torch.Tensor) else type(temperature_index).__name__
+            allowed = f"[1, {self.num_speculative_tokens}]"
+            raise ValueError(f"num_speculative_tokens must be an integer in {allowed}, got {k!r}")
+        if not isinstance(temperature_index, torch.Tensor):
+            raise ValueError(f"temperature_index must be an int64 tensor [R], got {type(temperature_index).__name__}")
+        if temperature_index.dtype != torch.int64 or temperature_index.dim() != 1:
+            got = f"{temperature_index.dtype} {list(temperature_index.shape)}"
             raise ValueError(f"temperature_index must be an int64 tensor [R], got {got}")
         if temperature_index.device != self.device:
             raise ValueError(f"temperature_index must be on {self.device}, got {temperature_index.device}")
