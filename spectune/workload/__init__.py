@@ -5,6 +5,10 @@
 - ``LogitSynthesizer``: banks of target/draft logit rows calibrated so that the rejection kernel
   accepts draft position i with the profile's conditional rate i at each temperature; ``generate``
   gathers one step's ``SpeculationInputs``. ``calibrate_knob`` exposes the calibration itself.
+
+Modelling assumption (details in ``_synthesizer`` and ``_pair_family``): one family of target/draft
+pairs with a single knob explains a drafter's acceptance; rates fix the knob under the drafting mode
+they were measured with, and the other mode's acceptance is read off the same pairs.
 """
 
 from spectune.workload._calibration import KnobCalibration, calibrate_knob, clear_calibration_cache

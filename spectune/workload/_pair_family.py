@@ -2,7 +2,9 @@
 
 The rows live in *tempered* log-probability space: they are the distributions p_T and q_T that the
 rejection kernel sees after dividing the logits by the temperature T. A logit row handed to the kernel
-is T times a row of this family (or the row itself at T = 0, where only the argmax matters).
+is T times a row of this family (or the row itself at T = 0, where only the argmax matters). So a rate
+stated at any T > 0 yields the same p_T and q_T: how acceptance changes with temperature is carried
+by the rates the caller states per temperature, not invented here.
 
 One row of the family at knob ``theta`` in [0, 1]:
 
@@ -17,7 +19,8 @@ Raising theta raises the target's confidence and lowers the draft's noise togeth
 acceptance measure below rises from about 1/V (theta = 0: a confident-but-wrong, near-random draft) to
 1 (theta = 1: both one-hot on the same token). The base noise (n, eps, xi, and the uniforms that place
 the draft samples) is fixed per (V, rows, seed), so the expected acceptance of a bank is a
-deterministic, monotone function of theta -- what calibration bisects.
+deterministic function of theta that rises with it (in steps of at most 1/rows where one row's argmax
+changes) -- what calibration solves.
 
 Expected acceptance of one row under standard verification (float64, exact for the row):
 
