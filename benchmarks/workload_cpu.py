@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -106,14 +107,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    load_before = os.getloadavg()
     results = [
         time_case(r, k, v, mode, args.steps) for (r, k, v) in CASES for mode in ("greedy", "probabilistic")
     ]
+    # The machine may be shared: the load average says how much else ran during the timing.
+    load = {"load_average_1min_before": round(load_before[0], 2), "load_average_1min_after": round(os.getloadavg()[0], 2)}
     report = {
         "benchmark": "workload_cpu",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit(),
-        "machine": machine(),
+        "machine": machine() | load,
         "temperatures": TEMPERATURES,
         "steps": args.steps,
         "results": results,
