@@ -61,6 +61,10 @@ class LogitSynthesizer:
         no draft logits; 'probabilistic' = drafts sampled from q at the request's temperature).
     measured_with: the drafting under which ``conditional_rates`` were measured.
     bank_rows: rows per (position, temperature) bank; T = 0 rates are reproduced to 1/bank_rows.
+
+    Memory on ``device``: bank_rows x V x 4 bytes per distinct (rate, temperature) pair, twice that
+    with probabilistic drafting (16 MiB for 512 rows at V = 4096), plus the float64 base noise
+    (2 x bank_rows x V x 8 bytes, memoised with the calibrations).
     """
 
     def __init__(
