@@ -1,0 +1,204 @@
+"""``rejection_sample``: validate, allocate, pick the grid and launch the Triton kernels.
+
+Two launches at most, no host synchronisation and no data-dependent allocation, so a call can be
+captured in a CUDA graph: pass A (``_verify_kernel``) always; pass B (``_residual_kernel``) when
+draft logits are given. On the CPU the same kernels run under Triton's interpreter, which must be
+switched on (``TRITON_INTERPRET=1``) before the first call imports them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+from ._contract import DEFAULT_TILE, METHODS, VerifyInputs, validate_inputs
+
+__all__ = ["launch", "rejection_sample", "tile_size_for"]
+
+# Elements per interpreted block operation on the CPU: the interpreter's cost is per operation, so
+# a program there handles as many requests as fit (the result does not depend on it).
+_INTERPRETER_BLOCK_ELEMENTS = 16384
+
+
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_logits: torch.Tensor | None = None,
+    *,
+    temperature: torch.Tensor | None = None,
+    seed: torch.Tensor | None = None,
+    method: str = "standard",
+    synthetic_conditional_rates: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify draft tokens against the target model with the Triton kernels.
+
+    Args:
+        target_logits: float32|bfloat16|float16 [R, K+1, V], raw logits (last dim contiguous);
+            row K is the bonus row.
+        draft_tokens: int32|int64 [R, K]; -1 (or any id outside [0, V)) is a placeholder: never
+            accepted, nothing after it is accepted, and the token emitted there comes from the
+            plain target distribution.
+        draft_logits: float32|bfloat16|float16 [R, K, V] raw draft logits (last dim contiguous), or
+            None for one-hot drafts.
+        temperature: float32 [R]; 0 = greedy for that request. Applied to target and draft logits.
+        seed: int64 [R]; a request's tokens depend only on its own inputs and seed.
+        method: "standard" (accept while u < p/q, resample from max(p - q, 0)), "block" (Sun et
+            al. 2024 block verification) or "synthetic" (accept draft i with a given rate).
+        synthetic_conditional_rates: float32 [K], P(accept draft i | drafts < i accepted); required
+            iff method == "synthetic".
+
+    Returns:
+        tokens: int64 [R, K+1], accepted drafts then one emitted token, -1 after it.
+        num_tokens: int32 [R], accepted drafts + 1 (the emitted token included).
+
+    Tensors on the CPU run under Triton's interpreter (``TRITON_INTERPRET=1`` must be set before
+    the first call); tensors on a CUDA device run compiled.
+    """
+    inputs = validate_inputs(
+        target_logits, draft_tokens, draft_logits, temperature, seed, method, synthetic_conditional_rates
+    )
+    return launch(inputs)
+
+
+def tile_size_for(vocab: int) -> int:
+    """The sampling tile for a vocabulary: DEFAULT_TILE, or the next power of two >= V if smaller."""
+    return min(DEFAULT_TILE, _next_power_of_two(vocab))
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _kernel_modules() -> tuple[ModuleType, ModuleType]:
+    """Import the kernels on first use, so TRITON_INTERPRET set after ``import spectune`` still counts."""
+    from . import _residual_kernel, _verify_kernel
+
+    return _verify_kernel, _residual_kernel
+
+
+def _check_device(inputs: VerifyInputs) -> bool:
+    """Raise unless the inputs can run here; return True when running under the interpreter."""
+    device = inputs.target_logits.device
+    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+    if device.type == "cpu" and not interpreting:
+        raise ValueError(
+            "target_logits: is on the CPU, which runs the Triton kernels under the interpreter; set "
+            "TRITON_INTERPRET=1 before the first call (or pass CUDA tensors), got TRITON_INTERPRET unset"
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"target_logits: device must be cpu or cuda, got {device}")
+    verify_module, _ = _kernel_modules()
+    from triton.runtime.interpreter import InterpretedFunction
+
+    compiled_here = not isinstance(verify_module._verify_kernel, InterpretedFunction)
+    if device.type == "cpu" and compiled_here:
+        raise ValueError(
+            "target_logits: is on the CPU, but the kernels were first loaded without TRITON_INTERPRET=1 "
+            "in this process; set it before the first call"
+        )
+    for name, tensor in (("target_logits", inputs.target_logits), ("draft_logits", inputs.draft_logits)):
+        if tensor is not None and tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
+            raise ValueError(f"{name}: last dimension must be contiguous (stride 1), got stride {tensor.stride(-1)}")
+    return interpreting
+
+
+@dataclass(frozen=True)
+class _Workspace:
+    """Scratch tensors of one call (float32 / int32 views of two allocations; counters zeroed)."""
+
+    tile_max: torch.Tensor
+    tile_sum: torch.Tensor
+    tile_arg: torch.Tensor
+    draft_tile_max: torch.Tensor
+    draft_tile_sum: torch.Tensor
+    at_draft: torch.Tensor
+    excluded_sum: torch.Tensor
+    draft_at_draft: torch.Tensor
+    row_info: torch.Tensor
+    residual_mass: torch.Tensor
+    plan: torch.Tensor
+    residual_sample: torch.Tensor
+    counters: torch.Tensor
+
+
+def _allocate(num_requests: int, num_drafts: int, num_tiles: int, num_blocks: int, device: torch.device) -> _Workspace:
+    rows = num_requests * (num_drafts + 1)
+    drafts = num_requests * num_drafts
+    float_sizes = [rows * num_tiles, rows * num_tiles, drafts * num_tiles, drafts * num_tiles, rows, rows, drafts]
+    float_sizes += [drafts * 5, drafts * num_tiles]
+    floats = torch.empty(sum(float_sizes) + 1, dtype=torch.float32, device=device)
+    ints = torch.empty(rows * num_tiles + 2 * num_requests + drafts * num_tiles + 1, dtype=torch.int32, device=device)
+    f = _split(floats, float_sizes)
+    i = _split(ints, [rows * num_tiles, 2 * num_requests, drafts * num_tiles])
+    counters = torch.zeros(2 * num_blocks, dtype=torch.int32, device=device)
+    return _Workspace(*f[:2], i[0], *f[2:], i[1], i[2], counters)
+
+
+def _split(buffer: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    views, start = [], 0
+    for size in sizes:
+        views.append(buffer[start : start + max(size, 1)])
+        start += size
+    return views
+
+
+def launch(
+    inputs: VerifyInputs, *, tile_size: int | None = None, block_requests: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the kernels on validated inputs. ``tile_size`` (a power of two; it is part of the
+    sampling scheme, so the twin must use the same) and ``block_requests`` are for tests."""
+    interpreting = _check_device(inputs)
+    target = inputs.target_logits
+    num_requests, num_rows, vocab = target.shape
+    num_drafts = num_rows - 1
+    device = target.device
+    tokens = torch.empty((num_requests, num_rows), dtype=torch.int64, device=device)
+    num_tokens = torch.empty((num_requests,), dtype=torch.int32, device=device)
+    if num_requests == 0:
+        return tokens, num_tokens
+    tile = tile_size or tile_size_for(vocab)
+    num_tiles = -(-vocab // tile)
+    if block_requests is None:
+        block_requests = 1
+        if interpreting:
+            block_requests = min(_next_power_of_two(num_requests), max(1, _INTERPRETER_BLOCK_ELEMENTS // tile))
+    num_blocks = -(-num_requests // block_requests)
+    work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, device)
+    draft = inputs.draft_logits
+    has_draft = draft is not None
+    draft_tokens = inputs.draft_tokens.contiguous()
+    temperature = inputs.temperature.contiguous()
+    seed = inputs.seed.contiguous()
+    rates = inputs.synthetic_conditional_rates
+    rates = rates.contiguous() if rates is not None else temperature
+    shared = dict(
+        num_requests=num_requests, num_drafts=num_drafts, vocab=vocab, num_tiles=num_tiles,
+        target_stride_r=target.stride(0), target_stride_k=target.stride(1),
+        draft_stride_r=draft.stride(0) if has_draft else 0, draft_stride_k=draft.stride(1) if has_draft else 0,
+        METHOD=METHODS.index(inputs.method), TILE=tile, BLOCK_R=block_requests,
+        ROWS_PAD=_next_power_of_two(num_rows), TILES_PAD=_next_power_of_two(num_tiles),
+    )
+    num_warps = 8 if tile >= 4096 else 4
+    verify_module, residual_module = _kernel_modules()
+    verify_module._verify_kernel[(num_blocks, num_rows, num_tiles)](
+        target_ptr=target, draft_logits_ptr=draft if has_draft else target, draft_tokens_ptr=draft_tokens,
+        temperature_ptr=temperature, seed_ptr=seed, rates_ptr=rates,
+        tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, tile_arg_ptr=work.tile_arg,
+        draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
+        at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
+        plan_ptr=work.plan, row_info_ptr=work.row_info, counter_ptr=work.counters,
+        tokens_ptr=tokens, num_tokens_ptr=num_tokens, HAS_DRAFT=has_draft, num_warps=num_warps, **shared,
+    )
+    if has_draft and num_drafts > 0:
+        residual_module._residual_kernel[(num_blocks, num_drafts, num_tiles)](
+            target_ptr=target, draft_logits_ptr=draft, draft_tokens_ptr=draft_tokens,
+            temperature_ptr=temperature, seed_ptr=seed, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum,
+            plan_ptr=work.plan, row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
+            residual_sample_ptr=work.residual_sample, counter_ptr=work.counters[num_blocks:],
+            tokens_ptr=tokens, num_tokens_ptr=num_tokens, num_warps=num_warps,
+            **{k: v for k, v in shared.items()},
+        )
+    return tokens, num_tokens

@@ -1,0 +1,142 @@
+"""Pass B: the draft-logit residual max(s * p - q, 0), for the requests pass A deferred.
+
+Only requests with draft logits that rejected a valid draft get here (standard and synthetic: the
+one rejected row; block verification: rows lo..n-1 when the top step did not pass, lo being the
+last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), K, num_tiles)``: a program re-reads
+one tile of one planned row (target and draft), normalised by pass A's global statistics, and
+stores the tile's residual mass and a token drawn inside it. The last program of a request block
+(ticket) runs ``_decide_residual``: block verification's thresholds h_i = Z_i / (Z_i + 1 - p_i),
+tau, a tile by residual mass and its token. Every other program exits at once.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._sampling import inverse_cdf, row_uniforms, sanitize, write_tokens
+from ._verify_kernel import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers, _temperature_scale
+
+PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
+
+
+@triton.jit
+def _residual_kernel(
+    target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr,
+    tile_max_ptr, tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr,
+    counter_ptr, tokens_ptr, num_tokens_ptr,
+    num_requests, num_drafts, vocab, num_tiles,
+    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+    METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+):
+    block = tl.program_id(0)
+    row = tl.program_id(1)
+    tile = tl.program_id(2)
+    requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    live = requests < num_requests
+    lo = tl.load(plan_ptr + requests * 2, mask=live, other=-1)
+    hi = tl.load(plan_ptr + requests * 2 + 1, mask=live, other=-1)
+    if tl.max((lo >= 0).to(tl.int32)) == 0:
+        return
+    active = live & (lo >= 0) & (row >= lo) & (row <= hi)
+    if tl.max(active.to(tl.int32)) > 0:
+        temperature = tl.load(temperature_ptr + requests, mask=active, other=1.0)
+        scale = _temperature_scale(temperature)
+        seed = tl.load(seed_ptr + requests, mask=active, other=0)
+        info = row_info_ptr + (requests * num_drafts + row) * 5
+        target_ref = tl.load(info, mask=active, other=0.0)
+        target_log_mass = tl.load(info + 1, mask=active, other=0.0)
+        draft_ref = tl.load(info + 2, mask=active, other=0.0)
+        draft_log_mass = tl.load(info + 3, mask=active, other=0.0)
+        prefix = tl.load(info + 4, mask=active, other=0.0)
+        positions = tl.arange(0, TILE)
+        vocab_ids = tile * TILE + positions
+        mask = active[:, None] & (vocab_ids < vocab)[None, :]
+        t_offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
+        d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
+        logits = sanitize(tl.load(target_ptr + t_offsets, mask=mask, other=float("-inf")).to(tl.float32))
+        d_logits = sanitize(tl.load(draft_logits_ptr + d_offsets, mask=mask, other=float("-inf")).to(tl.float32))
+        target_p = tl.exp2((logits - target_ref[:, None]) * scale[:, None] - target_log_mass[:, None])
+        draft_q = tl.exp2((d_logits - draft_ref[:, None]) * scale[:, None] - draft_log_mass[:, None])
+        weights = tl.where(mask, tl.maximum(prefix[:, None] * target_p - draft_q, 0.0), 0.0)
+        rows = tl.full((BLOCK_R,), 0, tl.int32) + row
+        _, inner_u, _ = row_uniforms(seed, rows, PURPOSE_RESIDUAL)
+        inner = inverse_cdf(weights, inner_u, positions)
+        out = (requests * num_drafts + row) * num_tiles + tile
+        tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
+        tl.store(residual_sample_ptr + out, tl.where(inner >= 0, tile * TILE + inner, -1), mask=active)
+
+    tl.debug_barrier()
+    ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
+    if ticket == num_drafts * num_tiles - 1:
+        _decide_residual(
+            block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
+            plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
+            num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
+            METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+        )
+
+
+@triton.jit
+def _decide_residual(
+    block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
+    plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
+    num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
+    METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+):
+    """tau (block: the largest planned row whose uniform is below h) and the residual token there."""
+    requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    live = requests < num_requests
+    lo = tl.load(plan_ptr + requests * 2, mask=live, other=-1)
+    hi = tl.load(plan_ptr + requests * 2 + 1, mask=live, other=-1)
+    deferred = live & (lo >= 0)
+    rows = tl.arange(0, ROWS_PAD)
+    tiles = tl.arange(0, TILES_PAD)
+    planned = deferred[:, None] & (rows[None, :] >= lo[:, None]) & (rows[None, :] <= hi[:, None])
+    index3 = ((requests[:, None] * num_drafts + rows[None, :]) * num_tiles)[:, :, None] + tiles[None, None, :]
+    mask3 = planned[:, :, None] & (tiles[None, None, :] < num_tiles)
+    tile_mass = tl.load(residual_mass_ptr + index3, mask=mask3, other=0.0, cache_modifier=".cg")
+    seed = tl.load(seed_ptr + requests, mask=deferred, other=0)
+    seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
+    rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
+    tau = lo
+    if METHOD == METHOD_BLOCK:
+        accept_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
+        prefix = tl.load(row_info_ptr + (requests[:, None] * num_drafts + rows[None, :]) * 5 + 4, mask=planned, other=1.0)
+        mass = tl.sum(tile_mass, axis=2)
+        denominator = mass + 1.0 - prefix
+        threshold = tl.where(denominator > 0, mass / tl.where(denominator > 0, denominator, 1.0), 1.0)
+        passes = planned & (rows[None, :] > lo[:, None]) & (accept_u < threshold)
+        tau = tl.max(tl.where(passes, rows[None, :], lo[:, None]), axis=1)
+    at_tau = rows[None, :] == tau[:, None]
+    choice_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_RESIDUAL)
+    weights = tl.sum(tl.where(at_tau[:, :, None], tile_mass, 0.0), axis=1)
+    chosen = inverse_cdf(weights, tl.sum(tl.where(at_tau, choice_u, 0.0), axis=1), tiles)
+    samples = tl.load(residual_sample_ptr + index3, mask=mask3 & at_tau[:, :, None], other=0, cache_modifier=".cg")
+    samples = tl.sum(tl.where(at_tau[:, :, None], samples, 0), axis=1)
+    token = tl.sum(tl.where(tiles[None, :] == chosen[:, None], samples, 0), axis=1).to(tl.int64)
+    drafts = tl.load(
+        draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :],
+        mask=deferred[:, None] & (rows[None, :] < num_drafts), other=-1,
+    )
+    no_mass = deferred & (chosen < 0)
+    if tl.max(no_mass.to(tl.int32)) > 0:  # p and q agree to rounding: fall back to the plain target
+        temperature = tl.load(temperature_ptr + requests, mask=no_mass, other=1.0)
+        scale = _temperature_scale(temperature)
+        num_rows = num_drafts + 1
+        row_index = requests[:, None] * num_rows + rows[None, :]
+        t_index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
+        t_mask3 = no_mass[:, None, None] & (rows[None, :, None] < num_rows) & (tiles[None, None, :] < num_tiles)
+        tile_max, reference, _, tile_weight = _row_normalisers(
+            tile_max_ptr, tile_sum_ptr, t_index3, t_mask3, t_mask3, scale
+        )
+        _, tile_u, inner_u = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
+        plain = _emit_from_target(
+            target_ptr, requests, tau, at_tau, tau, drafts, tile_max, reference, tile_weight,
+            tile_u, inner_u, tile_sum_ptr, row_index, scale, no_mass,
+            vocab, target_stride_r, target_stride_k, True, TILE, TILES_PAD,
+        )
+        token = tl.where(no_mass, plain, token)
+    write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, token, deferred, num_drafts, ROWS_PAD)

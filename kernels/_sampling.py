@@ -1,0 +1,105 @@
+"""Triton device helpers shared by the verification kernels: random streams and the two-level sampler.
+
+All are ``@triton.jit`` functions, inlined into their callers. Tensors are blocks of ``BLOCK_R``
+requests (one request per program on a GPU; many under the CPU interpreter, where the cost is per
+interpreted operation).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+FLOAT32_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
+# 1 / T beyond this gives the same argmax-like distribution; caps log2(e) / T so (l - m) * scale
+# never meets 0 * inf.
+MAX_SCALE: tl.constexpr = tl.constexpr(1.0e30)
+# |log2 a| clamp for block verification's prefix ratios (saturates long before; avoids inf - inf).
+LOG_RATIO_CLAMP: tl.constexpr = tl.constexpr(1.0e4)
+
+
+@triton.jit
+def uniform_from_word(word):
+    """uint32 -> float32 in [0, 1), bit-identical to ``tl.rand`` (and to the twin's Philox)."""
+    x = word.to(tl.int32, bitcast=True)
+    x = tl.where(x < 0, ~x, x)  # ~x == -x - 1 without the int32 overflow at -2**31
+    return x.to(tl.float32) * 4.6566127342e-10
+
+
+@triton.jit
+def row_uniforms(seed, row, PURPOSE: tl.constexpr):
+    """Three float32 uniforms from Philox counter (0, row, PURPOSE, 0) under key ``seed``.
+
+    seed: int64 block; row: int32 block of the same shape (position within the request).
+    """
+    zero = (row * 0).to(tl.uint32)
+    w0, w1, w2, w3 = tl.philox(seed, zero, row.to(tl.uint32), zero + PURPOSE, zero)
+    return uniform_from_word(w0), uniform_from_word(w1), uniform_from_word(w2)
+
+
+@triton.jit
+def sanitize(logits):
+    """float32 logits with NaN -> -inf and +inf -> float32 max (so max/argmax/exp stay defined)."""
+    logits = tl.where(logits == logits, logits, float("-inf"))
+    return tl.minimum(logits, FLOAT32_MAX)
+
+
+@triton.jit
+def inverse_cdf(weights, uniform, positions):
+    """Index i with probability weights[:, i] / sum, by inverse CDF; -1 where a row has no mass.
+
+    weights: float32 [B, N] >= 0; uniform: float32 [B] in [0, 1); positions: int32 [N] = arange(N).
+    Zero-weight entries are never chosen (the count of prefix sums <= u * total stops before them,
+    and the result is clamped to the last positive entry against rounding).
+    """
+    cumulative = tl.cumsum(weights, axis=1)
+    total = tl.max(cumulative, axis=1)
+    threshold = uniform * total
+    count = tl.sum((cumulative <= threshold[:, None]).to(tl.int32), axis=1)
+    last_positive = tl.max(tl.where(weights > 0, positions[None, :], -1), axis=1)
+    return tl.minimum(count, last_positive)
+
+
+@triton.jit
+def sample_in_tile(
+    logits_ptr, row_offset, tile, tile_max, scale, excluded, uniform, active, vocab, TILE: tl.constexpr
+):
+    """Re-read one vocabulary tile per request and draw a token from softmax(l * scale) inside it.
+
+    row_offset: int64 [B] element offset of the request's logit row; tile: int32 [B] (-1 = none);
+    tile_max: float32 [B], the tile's max logit (any reference works: weights are tile-local);
+    scale: float32 [B] = log2(e) / T; excluded: int64 [B] token given zero weight (-1 = none);
+    uniform: float32 [B]; active: bool [B]. Returns int64 [B] token ids (0 where none).
+    """
+    positions = tl.arange(0, TILE)
+    vocab_ids = tile[:, None] * TILE + positions[None, :]
+    mask = active[:, None] & (tile[:, None] >= 0) & (vocab_ids < vocab)
+    logits = tl.load(logits_ptr + row_offset[:, None] + vocab_ids, mask=mask, other=float("-inf"))
+    logits = sanitize(logits.to(tl.float32))
+    reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
+    weights = tl.exp2((logits - reference[:, None]) * scale[:, None])
+    weights = tl.where(mask & (vocab_ids != excluded[:, None]), weights, 0.0)
+    inner = inverse_cdf(weights, uniform, positions)
+    token = tl.where(inner >= 0, tile * TILE + inner, 0)
+    return token.to(tl.int64)
+
+
+@triton.jit
+def max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, write, num_drafts, ROWS_PAD: tl.constexpr):
+    """tokens[r] = drafts[r, :tau], emitted, -1...; num_tokens[r] = tau + 1 -- for requests with ``write``.
+
+    requests: int64 [B]; drafts: int64 [B, ROWS_PAD] (row k = draft k); tau: int32 [B];
+    emitted: int64 [B]; write: bool [B].
+    """
+    rows = tl.arange(0, ROWS_PAD)
+    values = tl.where(rows[None, :] < tau[:, None], drafts, -1)
+    values = tl.where(rows[None, :] == tau[:, None], emitted[:, None], values)
+    mask = write[:, None] & (rows[None, :] <= num_drafts)
+    tl.store(tokens_ptr + requests[:, None] * (num_drafts + 1) + rows[None, :], values, mask=mask)
+    tl.store(num_tokens_ptr + requests, tau + 1, mask=write)
