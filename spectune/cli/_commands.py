@@ -2,3 +2,4 @@
 
 from spectune.cli import _validate  # noqa: F401
 from spectune.cli import _calibrate  # noqa: F401
+from spectune.cli import _simulate  # noqa: F401

@@ -44,6 +44,7 @@ from spectune.config._rates import (
     unconditional_to_conditional,
 )
 from spectune.config._schema import document_json_schema
+from spectune.config._simulation import AcceptanceSource, SimulationDocument, SimulationOptions
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
 from spectune.config._step_times import (
     STEP_TIME_COLUMNS,
@@ -63,6 +64,9 @@ from spectune.config._workload import (
 )
 
 __all__ = [
+    "AcceptanceSource",
+    "SimulationDocument",
+    "SimulationOptions",
     "AcceptanceCounts",
     "AcceptanceProfile",
     "AcceptanceRates",

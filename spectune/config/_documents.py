@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from spectune.config._loader import SourceMapping, dotted_path, read_mapping
 from spectune.config._messages import problems_from_validation_error
 from spectune.config._profile import AcceptanceProfile
+from spectune.config._simulation import SimulationDocument
 from spectune.config._speculative import SpeculativeConfig
 from spectune.errors import DocumentError, Problem
 
@@ -37,6 +38,7 @@ DOCUMENT_SUFFIXES = (".yaml", ".yml", ".json")
 DOCUMENT_KINDS: dict[str, type[BaseModel]] = {
     "speculative": SpeculativeConfig,
     "acceptance_profile": AcceptanceProfile,
+    "simulation": SimulationDocument,
 }
 
 _SERVE_CONFIG_KEYS = ("speculative_config", "speculative-config")

@@ -264,6 +264,13 @@ class WorkloadConfig(SpectuneModel):
         description="Most requests running at once, as vLLM's --max-num-seqs (requests); later arrivals "
         "wait in the queue.",
     )
+    max_num_batched_tokens: StrictInt = Field(
+        default=8192,
+        ge=1,
+        le=1_048_576,
+        description="Token budget of one engine step, as vLLM's --max-num-batched-tokens (tokens): decode "
+        "tokens (B·(K+1)) first, then prefill chunks of waiting prompts.",
+    )
     num_requests: StrictInt = Field(ge=1, le=1_000_000, description="Requests simulated in total (requests).")
     prompt_tokens: TokenLength | None = Field(
         default=None,

@@ -1,11 +1,13 @@
 """The iteration-level serving loop.
 
-One iteration is one engine step, as in vLLM V1 with chunked prefill: requests that have arrived join
-the running batch (their prefill runs in this step and produces their first token); every running
-request that is already decoding gets K draft tokens, which the rejection kernel verifies; each
-request advances by the tokens the kernel emitted (accepted drafts + 1, cut at its output length);
-the clock advances by the cost model's step time. Finished requests leave; in a closed loop a new
-request takes each freed slot at once.
+One iteration is one engine step, as in vLLM V1 with chunked prefill: requests that have arrived take
+free slots (up to max_num_seqs); every request already decoding gets K draft tokens, which the
+rejection kernel verifies; what is left of the step's token budget (max_num_batched_tokens minus the
+B·(K+1) decode tokens) goes to prefill chunks, first come first served, and a request whose prefill
+completes gets its first token; each decoding request advances by the tokens the kernel emitted
+(accepted drafts + 1, cut at its output length); the clock advances by the cost model's step time
+plus the prefill chunks' share. Finished requests leave; in a closed loop a new request takes each
+freed slot at once.
 
 The loop is plain and sequential on purpose (read it top to bottom); per-request state is kept in
 numpy arrays so that a step costs O(batch) vector operations, not Python work per token.
@@ -19,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import torch
 
 __all__ = ["LoopInputs", "LoopTrace", "StepVerifier", "run_serving_loop"]
 
@@ -43,6 +44,7 @@ class LoopInputs:
     output_tokens: np.ndarray
     closed_loop_concurrency: int | None
     max_running_requests: int
+    max_num_batched_tokens: int
 
 
 @dataclass
@@ -64,6 +66,8 @@ class LoopTrace:
     accepted_per_position: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     verify_wall_s: float = 0.0
     truncated: bool = False
+    first_finish_s: float | None = None  # steady state runs from the first finish ...
+    last_admission_s: float | None = None  # ... to the last admission (then the batch drains)
 
     @property
     def simulated_steps(self) -> int:
@@ -71,7 +75,7 @@ class LoopTrace:
 
 
 StepTimeFn = Callable[[int, int, float], tuple[float, float, float, float]]
-PrefillTimeFn = Callable[[int], float]
+PrefillTimeFn = Callable[[int, int, bool], float]  # (prompt tokens, prompts, shares a decode pass)
 
 
 def run_serving_loop(
@@ -88,6 +92,7 @@ def run_serving_loop(
 
     ``verify`` is None for plain decoding (every step emits one token per request).
     ``step_time(batch, K, mean_context_tokens)`` -> (drafting_s, verification_s, sampling_s, overhead_s).
+    ``prefill_time(prompt tokens, prompts, shares_pass)`` -> seconds this step's prefill chunks add.
     ``on_step(finished requests, total requests)`` is called after every step (progress bars).
     """
     n = len(inputs.output_tokens)
@@ -99,30 +104,32 @@ def run_serving_loop(
     )
     generated = np.zeros(n, dtype=np.int64)
     steps_done = np.zeros(n, dtype=np.int64)  # verification steps each request has taken (RNG stream index)
+    prefill_left = inputs.prompt_tokens.astype(np.int64).copy()
     last_chunk_s = np.zeros(n)
     closed = inputs.closed_loop_concurrency
     cap = min(closed, inputs.max_running_requests) if closed is not None else inputs.max_running_requests
     next_request = 0
-    running = np.zeros(0, dtype=np.int64)  # decoding requests
+    prefilling: list[int] = []  # admitted, prompt not fully processed (FCFS)
+    running = np.zeros(0, dtype=np.int64)  # decoding
     finished = 0
     clock = 0.0
     while finished < n:
         if trace.simulated_steps >= max_steps:
             trace.truncated = True
             break
-        # 1. Admit arrived requests into free slots; their prefill runs in this step.
-        admitted = []
-        while next_request < n and len(running) + len(admitted) < cap:
+        # 1. Admit arrived requests into free slots.
+        while next_request < n and len(running) + len(prefilling) < cap:
             if closed is not None:
                 trace.arrival_s[next_request] = clock
             elif inputs.arrival_s[next_request] > clock:
                 break
-            admitted.append(next_request)
+            prefilling.append(next_request)
             next_request += 1
-        if not admitted and len(running) == 0:
+            if next_request == n:
+                trace.last_admission_s = clock
+        if not prefilling and len(running) == 0:
             clock = float(inputs.arrival_s[next_request])  # idle until the next arrival
             continue
-        prefill_s = prefill_time(int(inputs.prompt_tokens[admitted].sum())) if admitted else 0.0
 
         # 2. Draft and verify for the requests already decoding.
         batch = len(running)
@@ -135,6 +142,21 @@ def run_serving_loop(
             steps_done[running] += 1
         else:
             emitted = np.ones(batch, dtype=np.int64)
+
+        # 3. Chunked prefill fills what the token budget leaves after the decode tokens.
+        budget = max(inputs.max_num_batched_tokens - batch * (k + 1), 0)
+        chunk_tokens, chunk_prompts, completed = 0, 0, []
+        for request in prefilling:
+            if budget <= 0:
+                break
+            take = int(min(prefill_left[request], budget))
+            prefill_left[request] -= take
+            budget -= take
+            chunk_tokens += take
+            chunk_prompts += 1
+            if prefill_left[request] == 0:
+                completed.append(request)
+        prefill_s = prefill_time(chunk_tokens, chunk_prompts, batch > 0) if chunk_tokens else 0.0
         if batch:
             context = float((inputs.prompt_tokens[running] + generated[running]).mean())
             drafting, verification, sampling, overhead = step_time(batch, k, context)
@@ -143,7 +165,7 @@ def run_serving_loop(
         clock += drafting + verification + sampling + overhead + prefill_s
         trace.step_breakdown_s += (drafting, verification, sampling, overhead, prefill_s)
 
-        # 3. Advance every request by what it emitted, cut at its output length.
+        # 4. Advance every request by what it emitted, cut at its output length.
         tokens_this_step = 0
         if batch:
             remaining = trace.output_tokens[running] - generated[running]
@@ -152,14 +174,17 @@ def run_serving_loop(
             trace.chunk_gaps_s.append(clock - last_chunk_s[running])
             last_chunk_s[running] = clock
             tokens_this_step += int(emitted.sum())
-        if admitted:
-            ids = np.asarray(admitted, dtype=np.int64)
-            trace.first_token_s[ids] = clock
+        if completed:
+            ids = np.asarray(completed, dtype=np.int64)
+            prefilling = prefilling[len(completed):]  # FCFS: the completed ones are the head of the queue
+            trace.first_token_s[ids] = clock  # the prefill's last chunk samples the first token
             last_chunk_s[ids] = clock
             generated[ids] = 1
             tokens_this_step += len(ids)
-        decoding = np.concatenate([running, np.asarray(admitted, dtype=np.int64)])
+        decoding = np.concatenate([running, np.asarray(completed, dtype=np.int64)])
         done = generated[decoding] >= trace.output_tokens[decoding]
+        if done.any() and finished == 0:
+            trace.first_finish_s = clock
         trace.finish_s[decoding[done]] = clock
         finished += int(done.sum())
         running = decoding[~done]
@@ -181,11 +206,3 @@ def _count_acceptance(trace: LoopTrace, emitted: np.ndarray, k: int) -> None:
     trace.accepted_per_position[:k] += (accepted[:, None] > positions[None, :]).sum(axis=0)
     trace.num_drafts += len(accepted)
     trace.num_draft_tokens += len(accepted) * k
-
-
-def seeds_for(request_seeds: np.ndarray, steps_done: np.ndarray) -> torch.Tensor:
-    """A distinct kernel seed per (request, step): the kernel keys its randomness by (seed, position, purpose)."""
-    mixed = (request_seeds.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (
-        steps_done.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
-    )
-    return torch.from_numpy((mixed >> np.uint64(1)).astype(np.int64))

@@ -17,7 +17,8 @@ _NOISE_BLOCKS = 20
 class SimulationResult:
     """One simulation's numbers. Times at this boundary carry their unit in the name.
 
-    TPOT is per request, (finish - first token) / (output tokens - 1); ITL is the gap between successive
+    Throughput and the mean batch size are over the steady state (from the first finish to the last
+    admission: ramp-up and drain excluded) when the run has one. TPOT is per request, (finish - first token) / (output tokens - 1); ITL is the gap between successive
     chunks a request receives (a speculative step delivers several tokens in one chunk), as
     `vllm bench serve` measures it. Acceptance is in vLLM's units: mean acceptance length includes the
     bonus token; ``acceptance_per_position`` is unconditional (what vLLM logs as "Per-position
@@ -60,23 +61,35 @@ def _percentile_ms(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q) * 1e3) if len(values) else float("nan")
 
 
-def _throughput_and_noise(trace: LoopTrace) -> tuple[float, float]:
-    """Throughput over the run, and its standard error from batch means over contiguous step blocks."""
+def _steady_window(trace: LoopTrace) -> np.ndarray:
+    """Steps of the steady state: after the first request finishes (the batch has filled) and up to the
+    last admission (after it the batch drains). The whole run when that window is too short to measure."""
     ends = np.asarray(trace.step_end_s)
-    tokens = np.asarray(trace.step_tokens, dtype=np.float64)
+    if trace.first_finish_s is not None and trace.last_admission_s is not None:
+        steady = np.flatnonzero((ends > trace.first_finish_s) & (ends <= trace.last_admission_s))
+        if len(steady) >= 2 * _NOISE_BLOCKS:
+            return steady
+    return np.arange(len(ends))
+
+
+def _throughput_and_noise(trace: LoopTrace) -> tuple[float, float]:
+    """Output tokens per second over the steady state, and its standard error from batch means over
+    contiguous blocks of steps (the blocks are long enough to be nearly independent)."""
+    ends = np.asarray(trace.step_end_s)
     if len(ends) == 0:
         return 0.0, 0.0
-    start = float(np.nanmin(trace.arrival_s))
-    elapsed = ends[-1] - start
-    throughput = float(tokens.sum() / elapsed) if elapsed > 0 else 0.0
-    if len(ends) < 2 * _NOISE_BLOCKS:
+    tokens = np.asarray(trace.step_tokens, dtype=np.float64)
+    starts = np.concatenate([[float(np.nanmin(trace.arrival_s))], ends[:-1]])
+    window = _steady_window(trace)
+    span = ends[window[-1]] - starts[window[0]]
+    throughput = float(tokens[window].sum() / span) if span > 0 else 0.0
+    if len(window) < 2 * _NOISE_BLOCKS:
         return throughput, throughput  # too few steps to tell noise from signal: say so loudly
-    starts = np.concatenate([[start], ends[:-1]])
     block_rates = []
-    for block in np.array_split(np.arange(len(ends)), _NOISE_BLOCKS):
-        span = ends[block[-1]] - starts[block[0]]
-        if span > 0:
-            block_rates.append(tokens[block].sum() / span)
+    for block in np.array_split(window, _NOISE_BLOCKS):
+        block_span = ends[block[-1]] - starts[block[0]]
+        if block_span > 0:
+            block_rates.append(tokens[block].sum() / block_span)
     stderr = float(np.std(block_rates, ddof=1) / np.sqrt(len(block_rates))) if len(block_rates) > 1 else throughput
     return throughput, stderr
 
@@ -122,7 +135,7 @@ def summarize(
         num_accepted_tokens=accepted,
         speedup_vs_no_spec=throughput / baseline_throughput if baseline_throughput else None,
         baseline_throughput_tokens_per_s=baseline_throughput,
-        mean_batch_size=float(np.mean(trace.step_batch_size)) if trace.step_batch_size else 0.0,
+        mean_batch_size=float(np.mean(np.asarray(trace.step_batch_size)[_steady_window(trace)])) if trace.step_batch_size else 0.0,
         mean_step_ms=total_step_s / steps * 1e3,
         step_time_share={name: float(v / total_step_s) if total_step_s else 0.0 for name, v in zip(names, breakdown)},
         num_requests=int(finished.sum()),

@@ -1,0 +1,94 @@
+"""``spectune simulate``: run one simulation document and print its serving metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spectune.cli._app import app, handle_errors
+from spectune.config import apply_overrides, read_mapping, validate_source
+
+
+@app.command()
+@handle_errors
+def simulate(
+    document_path: Annotated[Path, typer.Argument(metavar="FILE", help="A `kind: simulation` document.", show_default=False)],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="FIELD=VALUE", help="Override a field (repeatable), e.g. speculative.num_speculative_tokens=5."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    baseline: Annotated[
+        bool | None, typer.Option("--baseline/--no-baseline", help="Also simulate without speculation (default: the document's).")
+    ] = None,
+    progress: Annotated[
+        bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).")
+    ] = None,
+) -> None:
+    """Simulate a speculative config on a deployment and workload; print throughput, latency and acceptance."""
+    from spectune.simulator import simulate as run_simulation  # torch is imported only when simulating
+
+    source = apply_overrides(read_mapping(document_path), overrides or [])
+    loaded = validate_source(source, expect="simulation")
+    for notice in loaded.notices:
+        typer.echo(str(notice), err=True)
+    document = loaded.model
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    if show_progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            TextColumn("[bold]simulating[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=Console(stderr=True), transient=True,
+        ) as bar:
+            task = bar.add_task(document.name, total=document.workload.num_requests)
+            result = run_simulation(document, baseline=baseline, progress=lambda done, total: bar.update(task, completed=done))
+    else:
+        result = run_simulation(document, baseline=baseline)
+    if as_json:
+        typer.echo(json.dumps(_finite(result.to_dict()), indent=2))
+        return
+    Console().print(_table(document, result))
+
+
+def _finite(values: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN: undefined numbers (e.g. p99 with no samples) become null."""
+    return {k: (None if isinstance(v, float) and v != v else v) for k, v in values.items()}
+
+
+def _table(document: Any, result: Any) -> Table:
+    spec = document.speculative
+    title = (
+        f"{document.name}: {spec.method} K={spec.num_speculative_tokens} {spec.rejection_sample_method}/"
+        f"{spec.draft_sample_method} · {document.target_model.name} on {document.hardware.num_gpus}× {document.hardware.gpu.name}"
+    )
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("value")
+    speedup = f"   speedup vs no speculation {result.speedup_vs_no_spec:.2f}×" if result.speedup_vs_no_spec else ""
+    table.add_row(
+        "throughput", f"{result.throughput_tokens_per_s:,.0f} tok/s (± {result.throughput_stderr_tokens_per_s:,.0f}){speedup}"
+    )
+    table.add_row("TPOT p50 / p99", f"{result.tpot_p50_ms:.2f} / {result.tpot_p99_ms:.2f} ms")
+    table.add_row("ITL p50 / p99", f"{result.itl_p50_ms:.2f} / {result.itl_p99_ms:.2f} ms")
+    table.add_row("TTFT p50 / p99", f"{result.ttft_p50_ms:.1f} / {result.ttft_p99_ms:.1f} ms")
+    if result.mean_acceptance_length is not None:
+        per_position = ", ".join(f"{rate:.3f}" for rate in result.acceptance_per_position)
+        table.add_row("acceptance length", f"{result.mean_acceptance_length:.2f}  (per position: {per_position})")
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in result.step_time_share.items() if share >= 0.005)
+    table.add_row("step time (mean)", f"{result.mean_step_ms:.2f} ms  ({shares})")
+    table.add_row("batch size (mean)", f"{result.mean_batch_size:.1f}")
+    truncated = "  [yellow]stopped at simulation.max_steps[/]" if result.truncated else ""
+    table.add_row(
+        "simulated",
+        f"{result.num_requests:,} requests, {result.output_tokens:,} tokens, {result.simulated_time_s:.2f} s, "
+        f"{result.simulated_steps:,} steps{truncated}",
+    )
+    table.add_row("wall time", f"{result.wall_time_s:.2f} s (verification {result.kernel_wall_time_s:.2f} s)")
+    return table

@@ -1,0 +1,136 @@
+"""``kind: simulation``: one speculative config, simulated on one deployment and one workload."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from spectune.config._base import RuleViolations, SpectuneModel, check_rules
+from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
+from spectune.config._profile import AcceptanceProfile, AcceptanceRates, BatchSizeBin
+from spectune.config._speculative import SpeculativeConfig
+from spectune.config._step_times import CostModelConfig
+from spectune.config._workload import WorkloadConfig
+from spectune.errors import DocumentError
+
+__all__ = ["AcceptanceSource", "SimulationDocument", "SimulationOptions"]
+
+
+class AcceptanceSource(AcceptanceRates):
+    """How often the drafter's tokens are accepted: a profile file, or the rates inline.
+
+    Positions past the last given rate repeat it. Rates per batch-size bin (from a calibrated profile
+    or inline) apply when the simulated batch falls in a bin.
+    """
+
+    profile: str | None = Field(
+        default=None,
+        description="Path to a `kind: acceptance_profile` document (relative to this document), e.g. one "
+        "written by `spectune calibrate`; its rates, bins and draft sampling are read from it.",
+    )
+    measured_with: Literal["greedy", "probabilistic"] = Field(
+        default="greedy", description="Draft sampling under which the rates were measured (a profile says its own)."
+    )
+    bins: list[BatchSizeBin] | None = Field(
+        default=None, description="Rates per range of running requests, used when the batch falls in one."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inline_profile(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
+            return data
+        inline = [key for key in ("conditional_rates", "unconditional_rates", "bins") if key in data]
+        if inline:
+            raise RuleViolations([((inline[0],), "give either profile or inline rates, not both")])
+        from spectune.config._documents import load_document  # the document registry imports this module
+
+        base_dir = info.context.get("base_dir") if isinstance(info.context, dict) else None
+        path = Path(data["profile"])
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        try:
+            profile: AcceptanceProfile = load_document(path, expect="acceptance_profile").model
+        except DocumentError as err:
+            raise RuleViolations([(("profile",), f"cannot use it: {p}") for p in err.problems]) from None
+        return {
+            "measured_with": profile.draft_sample_method,
+            **data,
+            "profile": str(path),
+            "conditional_rates": profile.conditional(),
+            "bins": [b.model_dump(exclude_none=True) for b in profile.bins] if profile.bins else None,
+        }
+
+    def rates_for_batch(self, batch_size: int) -> AcceptanceRates:
+        """The bin covering ``batch_size`` running requests, else the overall rates."""
+        for bin_ in self.bins or []:
+            if bin_.min_running <= batch_size <= bin_.max_running:
+                return bin_
+        return self
+
+
+class SimulationOptions(SpectuneModel):
+    """How the simulation runs (not what it simulates)."""
+
+    kernel_backend: Literal["auto", "triton", "reference"] = Field(
+        default="auto",
+        description="Rejection sampling: 'triton' (the real kernels; on the CPU through Triton's interpreter, "
+        "slow), 'reference' (their PyTorch twin), 'auto' (Triton on CUDA, the twin on the CPU).",
+    )
+    device: str = Field(default="auto", description="'auto', 'cpu', 'cuda' or 'cuda:N' for logits and kernels.")
+    max_steps: int = Field(default=1_000_000, ge=1, le=100_000_000, description="Stop after this many steps (steps).")
+    baseline: bool = Field(default=True, description="Also simulate without speculation, for the speedup.")
+    bank_rows: int = Field(
+        default=512, ge=16, le=65536,
+        description="Calibrated logit rows per (position, temperature); greedy rates are reproduced to 1/bank_rows.",
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+            raise ValueError(f"must be one of auto, cpu, cuda, cuda:N, got {value!r}")
+        return value
+
+
+class SimulationDocument(SpectuneModel):
+    """``kind: simulation``: a speculative config, the deployment, the workload and the acceptance."""
+
+    kind: Literal["simulation"] = Field(description="Document kind.")
+    name: str = Field(min_length=1, max_length=200, description="A short name for tables and reports.")
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of every random draw (same seed, same numbers).")
+    speculative: SpeculativeConfig = Field(description="The speculative config to simulate (vLLM's fields).")
+    acceptance: AcceptanceSource | None = Field(
+        default=None, description="The drafter's acceptance; not needed with rejection_sample_method: synthetic."
+    )
+    workload: WorkloadConfig = Field(description="The traffic: arrivals, lengths, temperatures.")
+    hardware: HardwareConfig = Field(description="The GPUs.")
+    target_model: TargetModelSpec = Field(description="The served model.")
+    drafter: DrafterSpec | None = Field(
+        default=None, description="The drafter's size and shape; default: the preset for the method and target."
+    )
+    cost_model: CostModelConfig = Field(default_factory=CostModelConfig, description="How step times are computed.")
+    simulation: SimulationOptions = Field(default_factory=SimulationOptions, description="How the simulation runs.")
+
+    @model_validator(mode="after")
+    def _fits_together(self) -> SimulationDocument:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.acceptance is None and self.speculative.rejection_sample_method != "synthetic":
+            problems.append(
+                (("acceptance",), "required (a profile or per-position rates) unless speculative.rejection_sample_method "
+                 "is 'synthetic'")
+            )
+        if self.drafter is not None and self.drafter.method != self.speculative.method:
+            problems.append(
+                (("drafter", "method"), f"must match speculative.method ('{self.speculative.method}'), got '{self.drafter.method}'")
+            )
+        problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
+        check_rules(problems)
+        return self
+
+    def effective_drafter(self) -> DrafterSpec:
+        """The drafter given, or the preset for (method, target)."""
+        return self.drafter if self.drafter is not None else default_drafter(self.speculative.method, self.target_model)

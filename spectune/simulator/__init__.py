@@ -1,0 +1,11 @@
+"""The serving simulator: one speculative config on one deployment and workload -> serving metrics.
+
+``simulate(document)`` runs an iteration-level serving loop that verifies drafts through
+``spectune.kernels`` (Triton on CUDA, the PyTorch twin on the CPU unless asked otherwise) and advances a
+clock by ``spectune.cost``'s step times.
+"""
+
+from spectune.simulator._metrics import SimulationResult
+from spectune.simulator._run import simulate
+
+__all__ = ["SimulationResult", "simulate"]

@@ -1,0 +1,50 @@
+"""Which rejection-sampling implementation verifies drafts: the Triton kernels or their PyTorch twin."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+
+from spectune.errors import SpectuneError
+
+__all__ = ["KernelBackend", "resolve_device", "select_rejection_sample"]
+
+KernelBackend = Literal["auto", "triton", "reference"]
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' -> CUDA when available, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpectuneError(f"simulation.device: '{device}' was asked for, but no CUDA device is available")
+    return torch.device(device)
+
+
+def select_rejection_sample(backend: KernelBackend, device: torch.device) -> tuple[str, Callable[..., Any]]:
+    """(name, function) with the contract of ``spectune.kernels.rejection_sample``.
+
+    'auto' is Triton on CUDA and the PyTorch twin on the CPU (the Triton interpreter is ~100x slower;
+    ask for 'triton' on the CPU to run the real kernels there anyway).
+    """
+    if backend == "auto":
+        backend = "triton" if device.type == "cuda" else "reference"
+    if backend == "reference":
+        from spectune.kernels.reference import rejection_sample
+
+        return "reference", rejection_sample
+    if device.type == "cpu":
+        if "spectune.kernels" not in sys.modules:
+            os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first @triton.jit import
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise SpectuneError(
+                "simulation.kernel_backend: 'triton' on the CPU needs TRITON_INTERPRET=1 set before spectune "
+                "imports its kernels; set it in the environment or use kernel_backend: reference"
+            )
+    from spectune.kernels import rejection_sample
+
+    return "triton", rejection_sample
