@@ -72,6 +72,11 @@ def _next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+def _padded(n: int, minimum: int) -> int:
+    """Block width for n rows or tiles; compiled, a floor keeps the number of kernel variants small."""
+    return max(minimum, _next_power_of_two(n))
+
+
 def _kernel_modules() -> tuple[ModuleType, ModuleType]:
     """Import the kernels on first use, so TRITON_INTERPRET set after ``import spectune`` still counts."""
     from . import _residual_kernel, _verify_kernel
@@ -179,7 +184,7 @@ def launch(
         target_stride_r=target.stride(0), target_stride_k=target.stride(1),
         draft_stride_r=draft.stride(0) if has_draft else 0, draft_stride_k=draft.stride(1) if has_draft else 0,
         METHOD=METHODS.index(inputs.method), TILE=tile, BLOCK_R=block_requests,
-        ROWS_PAD=_next_power_of_two(num_rows), TILES_PAD=_next_power_of_two(num_tiles),
+        ROWS_PAD=_padded(num_rows, 1 if interpreting else 8), TILES_PAD=_padded(num_tiles, 1 if interpreting else 32),
     )
     num_warps = 8 if tile >= 4096 else 4
     verify_module, residual_module = _kernel_modules()

@@ -11,10 +11,10 @@ import triton
 import triton.language as tl
 
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
-FLOAT32_MAX: tl.constexpr = tl.constexpr(3.4028234663852886e38)
-# 1 / T beyond this gives the same argmax-like distribution; caps log2(e) / T so (l - m) * scale
-# never meets 0 * inf.
-MAX_SCALE: tl.constexpr = tl.constexpr(1.0e30)
+# +inf logits become this (they then hold all the mass), and 1 / T is capped at MAX_INV_TEMPERATURE,
+# so (l - max) * log2(e) / T stays finite for any sane logits (no inf - inf, no 0 * inf).
+HUGE_LOGIT: tl.constexpr = tl.constexpr(1.0e30)
+MAX_INV_TEMPERATURE: tl.constexpr = tl.constexpr(1.0e6)
 # |log2 a| clamp for block verification's prefix ratios (saturates long before; avoids inf - inf).
 LOG_RATIO_CLAMP: tl.constexpr = tl.constexpr(1.0e4)
 
@@ -40,9 +40,9 @@ def row_uniforms(seed, row, PURPOSE: tl.constexpr):
 
 @triton.jit
 def sanitize(logits):
-    """float32 logits with NaN -> -inf and +inf -> float32 max (so max/argmax/exp stay defined)."""
+    """float32 logits with NaN -> -inf and +inf -> HUGE_LOGIT (so max/argmax/exp stay defined)."""
     logits = tl.where(logits == logits, logits, float("-inf"))
-    return tl.minimum(logits, FLOAT32_MAX)
+    return tl.minimum(logits, HUGE_LOGIT)
 
 
 @triton.jit

@@ -20,7 +20,7 @@ import triton.language as tl
 from ._sampling import (
     LOG2E,
     LOG_RATIO_CLAMP,
-    MAX_SCALE,
+    MAX_INV_TEMPERATURE,
     inverse_cdf,
     max_combine,
     row_uniforms,
@@ -37,9 +37,10 @@ PURPOSE_VERIFY: tl.constexpr = tl.constexpr(0)
 
 @triton.jit
 def _temperature_scale(temperature):
-    """log2(e) / T for sampled requests (capped), 1 for greedy ones."""
+    """log2(e) * min(1 / T, MAX_INV_TEMPERATURE) for sampled requests, 1 for greedy ones."""
     sampled = temperature > 0
-    return tl.where(sampled, tl.minimum(LOG2E / tl.where(sampled, temperature, 1.0), MAX_SCALE), 1.0)
+    inverse = tl.minimum(1.0 / tl.where(sampled, temperature, 1.0), MAX_INV_TEMPERATURE)
+    return tl.where(sampled, LOG2E * inverse, 1.0)
 
 
 @triton.jit

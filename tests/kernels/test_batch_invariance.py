@@ -1,0 +1,61 @@
+"""A request's tokens depend on its own inputs and seed only: not on batch size, order or index."""
+
+import pytest
+import torch
+from kernel_cases import BACKENDS, run
+
+
+def _mixed_batch(device, num_requests=24, num_drafts=4, vocab=45, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    target = torch.randn(num_requests, num_drafts + 1, vocab, generator=generator) * 2
+    draft = target[:, :num_drafts] + torch.randn(num_requests, num_drafts, vocab, generator=generator)
+    drafts = torch.multinomial(torch.softmax(draft.view(-1, vocab), -1), 1, generator=generator).view(num_requests, -1)
+    ragged = torch.randint(0, num_drafts + 1, (num_requests,), generator=generator)
+    drafts[torch.arange(num_drafts)[None, :] >= ragged[:, None]] = -1  # ragged K as -1 padding
+    temperature = torch.tensor([0.0, 0.5, 1.0, 1.3])[torch.arange(num_requests) % 4]
+    return dict(
+        target_logits=target.to(device), draft_tokens=drafts.to(device), draft_logits=draft.to(device),
+        temperature=temperature.to(device), seed=(torch.arange(num_requests) * 7919 + 3).to(device),
+    )
+
+
+def _take(batch, index):
+    return {name: value[index] for name, value in batch.items()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("method", ["standard", "block", "synthetic"])
+@pytest.mark.parametrize("with_draft_logits", [False, True])
+def test_tokens_do_not_depend_on_batch_composition(backend, method, with_draft_logits, device):
+    batch = _mixed_batch(device)
+    if not with_draft_logits:
+        del batch["draft_logits"]
+    extra = {}
+    if method == "synthetic":
+        extra["synthetic_conditional_rates"] = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device)
+    full_tokens, full_counts = run(backend, method=method, **batch, **extra)
+    permutation = torch.randperm(24, generator=torch.Generator().manual_seed(1)).to(device)
+    tokens, counts = run(backend, method=method, **_take(batch, permutation), **extra)
+    assert torch.equal(tokens, full_tokens[permutation]) and torch.equal(counts, full_counts[permutation])
+    for chunk in (slice(0, 1), slice(3, 10), slice(10, 24)):
+        tokens, counts = run(backend, method=method, **_take(batch, chunk), **extra)
+        assert torch.equal(tokens, full_tokens[chunk]) and torch.equal(counts, full_counts[chunk])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_padded_rows_and_strided_logits_give_the_same_tokens(backend, device):
+    batch = _mixed_batch(device, vocab=57)
+    padded = torch.full((24, 5, 64), float("nan"), device=device)
+    padded[:, :, :57] = batch["target_logits"]
+    strided = dict(batch, target_logits=padded[:, :, :57])  # row stride 64, not contiguous
+    assert torch.equal(run(backend, **strided)[0], run(backend, **batch)[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_seed_same_tokens_and_different_seed_different_tokens(backend, device):
+    batch = _mixed_batch(device, num_requests=64)
+    batch["temperature"] = torch.ones(64, device=device)
+    first = run(backend, **batch)[0]
+    assert torch.equal(first, run(backend, **batch)[0])
+    reseeded = dict(batch, seed=batch["seed"] + 1)
+    assert not torch.equal(first, run(backend, **reseeded)[0])
