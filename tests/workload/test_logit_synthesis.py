@@ -1,8 +1,9 @@
-"""The logit synthesizer: shapes and contracts, and per-position acceptance under standard verification.
+"""The logit synthesizer: shapes and contracts, and per-position acceptance through the real kernels.
 
-Acceptance is measured by verifying the generated rows with a float64 Monte-Carlo of standard
-(Leviathan/Chen) verification written here: accept draft x with probability min(1, p(x)/q(x)) at T > 0
-(q one-hot for greedy drafting), iff x = argmax p at T = 0, stopping at the first rejection.
+Acceptance is measured by verifying the generated rows with ``spectune.kernels.reference`` (the
+PyTorch twin of the Triton kernels: same semantics, same random streams), and once, at a small size,
+with the Triton kernels themselves under the CPU interpreter. Conditional acceptance at position i is
+(#requests accepting >= i+1) / (#requests accepting >= i).
 """
 
 import math
@@ -10,28 +11,19 @@ import math
 import pytest
 import torch
 
-from spectune.workload import LogitSynthesizer, SpeculationInputs
+from spectune.kernels import rejection_sample as triton_rejection_sample
+from spectune.kernels.reference import rejection_sample as reference_rejection_sample
+from spectune.workload import LogitSynthesizer
 
 RATES = [0.9, 0.75, 0.6]
 
 
-def verify_standard(inputs: SpeculationInputs, generator: torch.Generator) -> torch.Tensor:
-    """Accepted drafts per request (int64 [R]) under standard verification, in float64."""
-    k = inputs.draft_tokens.shape[1]
-    temperature = inputs.temperature.double()[:, None, None]
-    scale = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
-    target = inputs.target_logits[:, :k].double() / scale
-    drafts = inputs.draft_tokens[..., None]
-    target_at_draft = torch.softmax(target, dim=-1).gather(-1, drafts).squeeze(-1)
-    if inputs.draft_logits is None:
-        draft_at_draft = torch.ones_like(target_at_draft)
-    else:
-        draft_at_draft = torch.softmax(inputs.draft_logits.double() / scale, dim=-1).gather(-1, drafts).squeeze(-1)
-    uniforms = torch.rand(target_at_draft.shape, generator=generator, dtype=torch.float64)
-    sampled_accept = uniforms * draft_at_draft < target_at_draft
-    greedy_accept = inputs.draft_tokens == target.argmax(dim=-1)
-    accept = torch.where(temperature[:, :, 0] > 0, sampled_accept, greedy_accept)
-    return accept.long().cumprod(dim=1).sum(dim=1)
+def accepted_drafts(inputs, seeds: torch.Tensor, kernel=reference_rejection_sample) -> torch.Tensor:
+    """Accepted drafts per request (int64 [R]) under standard verification by ``kernel``."""
+    _, num_tokens = kernel(
+        inputs.target_logits, inputs.draft_tokens, inputs.draft_logits, temperature=inputs.temperature, seed=seeds
+    )
+    return num_tokens.long() - 1
 
 
 def measured_conditional_rates(accepted: torch.Tensor, k: int) -> tuple[list[float], list[int]]:
@@ -41,18 +33,24 @@ def measured_conditional_rates(accepted: torch.Tensor, k: int) -> tuple[list[flo
     return [p / r for p, r in zip(passed, reached, strict=True)], reached
 
 
-def measure(synthesizer: LogitSynthesizer, temperature_index: int, num_requests: int, chunk: int = 2000):
+def measure(synthesizer: LogitSynthesizer, num_requests: int, chunk: int = 4000, kernel=reference_rejection_sample):
+    """Conditional rates and reach counts per temperature, over batches that mix every temperature evenly."""
     generator = torch.Generator().manual_seed(1234)
-    verifier = torch.Generator().manual_seed(99)
-    accepted = []
+    num_temperatures = len(synthesizer.temperature_values)
+    accepted, indices = [], []
     for start in range(0, num_requests, chunk):
         size = min(chunk, num_requests - start)
-        index = torch.full((size,), temperature_index, dtype=torch.int64)
-        accepted.append(verify_standard(synthesizer.generate(index, generator), verifier))
-    return measured_conditional_rates(torch.cat(accepted), synthesizer.num_speculative_tokens)
+        index = torch.arange(start, start + size, dtype=torch.int64) % num_temperatures
+        seeds = torch.arange(start, start + size, dtype=torch.int64) + 7_000_000
+        accepted.append(accepted_drafts(synthesizer.generate(index, generator), seeds, kernel))
+        indices.append(index)
+    accepted, index = torch.cat(accepted), torch.cat(indices)
+    k = synthesizer.num_speculative_tokens
+    return [measured_conditional_rates(accepted[index == t], k) for t in range(num_temperatures)]
 
 
-# 16k requests: the last position is reached by ~10.8k, so +-0.02 is >= 4 standard errors everywhere.
+# 16k requests per temperature: the last position is reached by ~10.8k, so +-0.02 is >= 4 standard
+# errors everywhere. Each batch mixes T = 0 and T = 0.8 requests, as a temperature mix would.
 @pytest.mark.parametrize("vocab_size", [256, pytest.param(4096, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("draft_sample_method", ["greedy", "probabilistic"])
 def test_measured_acceptance_reproduces_the_rates_at_two_temperatures(vocab_size, draft_sample_method):
@@ -60,15 +58,24 @@ def test_measured_acceptance_reproduces_the_rates_at_two_temperatures(vocab_size
         RATES, [0.0, 0.8], vocab_size=vocab_size, draft_sample_method=draft_sample_method,
         measured_with=draft_sample_method,
     )
-    for temperature_index in (0, 1):
-        rates, reached = measure(synthesizer, temperature_index, 16_000)
+    for temperature, (rates, reached) in zip(synthesizer.temperature_values, measure(synthesizer, 32_000), strict=True):
         for position, (rate, wanted, count) in enumerate(zip(rates, RATES, reached, strict=True)):
             stderr = math.sqrt(wanted * (1 - wanted) / count)
             assert 0.02 >= 4 * stderr
             assert rate == pytest.approx(wanted, abs=0.02), (
-                f"T={synthesizer.temperature_values[temperature_index]} position {position}: measured {rate:.4f} "
-                f"over {count} requests, wanted {wanted}"
+                f"T={temperature} position {position}: measured {rate:.4f} over {count} requests, wanted {wanted}"
             )
+
+
+@pytest.mark.slow
+def test_triton_kernel_under_the_interpreter_reproduces_the_rates():
+    """One small case through the Triton kernels (interpreted on the CPU, compiled on a GPU)."""
+    rates = [0.8, 0.6]
+    synthesizer = LogitSynthesizer(rates, [1.0], vocab_size=256, draft_sample_method="probabilistic",
+                                   measured_with="probabilistic")
+    [(measured, reached)] = measure(synthesizer, 12_000, kernel=triton_rejection_sample)
+    assert min(reached) > 9000  # +-0.02 is >= 4 standard errors at both positions
+    assert measured == pytest.approx(rates, abs=0.02)
 
 
 def test_the_other_drafting_mode_accepts_what_the_family_predicts():
@@ -76,7 +83,7 @@ def test_the_other_drafting_mode_accepts_what_the_family_predicts():
     synthesizer = LogitSynthesizer(RATES, [1.0], vocab_size=256, draft_sample_method="probabilistic", measured_with="greedy")
     predicted = synthesizer.expected_conditional_rates(0)
     assert all(p > r + 0.01 for p, r in zip(predicted, RATES, strict=True)), predicted
-    rates, _ = measure(synthesizer, 0, 16_000)
+    [(rates, _)] = measure(synthesizer, 16_000)
     assert rates == pytest.approx(predicted, abs=0.02)
 
 
@@ -110,10 +117,11 @@ def test_shapes_dtypes_and_fewer_positions_than_the_profile():
 
 
 def test_first_positions_keep_their_rates_when_fewer_are_drafted():
-    synthesizer = LogitSynthesizer([0.9, 0.3, 0.3], [0.0], vocab_size=256, draft_sample_method="greedy")
-    generator, verifier = torch.Generator().manual_seed(5), torch.Generator().manual_seed(6)
+    synthesizer = LogitSynthesizer([0.9, 0.3, 0.3], [0.5], vocab_size=256, draft_sample_method="greedy")
+    generator = torch.Generator().manual_seed(5)
     index = torch.zeros(8000, dtype=torch.int64)
-    accepted = verify_standard(synthesizer.generate(index, generator, num_speculative_tokens=2), verifier)
+    inputs = synthesizer.generate(index, generator, num_speculative_tokens=2)
+    accepted = accepted_drafts(inputs, torch.arange(8000, dtype=torch.int64))
     rates, _ = measured_conditional_rates(accepted, 2)
     assert rates == pytest.approx([0.9, 0.3], abs=0.025)
 
