@@ -1,0 +1,68 @@
+"""``spectune simulate`` as a user runs it."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from spectune.cli import _commands  # noqa: F401 -- registers the commands
+from spectune.cli import app
+
+runner = CliRunner()
+DOC = """kind: simulation
+name: cli
+speculative: {method: eagle3, num_speculative_tokens: 3}
+acceptance: {conditional_rates: [0.7]}
+workload: {concurrency: 4, num_requests: 8, prompt_tokens: 16, output_tokens: 24, temperature: 0.0, vocab_size: 256}
+hardware: h100-sxm
+target_model: llama-3.1-8b
+simulation: {bank_rows: 64}
+"""
+
+REQUIRED = {
+    "throughput_tokens_per_s", "tpot_p50_ms", "tpot_p99_ms", "mean_acceptance_length",
+    "acceptance_per_position", "speedup_vs_no_spec", "simulated_steps", "wall_time_s",
+}
+
+
+def _write(tmp_path: Path) -> Path:
+    path = tmp_path / "sim.yaml"
+    path.write_text(DOC)
+    return path
+
+
+def test_json_has_the_documented_fields(tmp_path):
+    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--json"])
+    assert result.exit_code == 0, result.output
+    values = json.loads(result.output)
+    assert REQUIRED <= values.keys()
+    assert len(values["acceptance_per_position"]) == 3
+    assert values["speedup_vs_no_spec"] > 1.0
+
+
+def test_set_overrides_a_field_for_a_what_if_run(tmp_path):
+    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--json", "--set", "speculative.num_speculative_tokens=5"])
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.output)["acceptance_per_position"]) == 5
+
+
+def test_bad_override_is_one_clear_line_and_exit_1(tmp_path):
+    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--set", "speculative.num_speculative_tokens=0"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "--set speculative.num_speculative_tokens=0: speculative.num_speculative_tokens: must be >= 1, got 0"
+    )
+
+
+def test_table_output_names_the_headline_numbers(tmp_path):
+    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--no-baseline"])
+    assert result.exit_code == 0, result.output
+    for label in ("throughput", "TPOT p50 / p99", "acceptance length", "simulated"):
+        assert label in result.output
+
+
+def test_wrong_kind_is_refused(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("method: eagle3\nnum_speculative_tokens: 3\n")
+    result = runner.invoke(app, ["simulate", str(path)])
+    assert result.exit_code == 1 and "expected a simulation document here, got 'speculative'" in result.output

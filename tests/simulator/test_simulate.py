@@ -1,0 +1,113 @@
+"""The simulator against closed forms and its own invariants."""
+
+import math
+
+import numpy as np
+import pytest
+
+from spectune.simulator import simulate
+
+
+def _closed_form_tokens_per_step(alpha: float, k: int) -> float:
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+@pytest.mark.parametrize(("alpha", "k", "temperature"), [(0.7, 3, 0.0), (0.8, 4, 0.8), (0.5, 2, 1.0)])
+def test_tokens_per_step_match_the_closed_form(simulation_document, alpha, k, temperature):
+    document = simulation_document(
+        speculative={"method": "eagle3", "num_speculative_tokens": k},
+        acceptance={"conditional_rates": [alpha] * k},
+        workload={"concurrency": 32, "num_requests": 128, "output_tokens": 96, "temperature": temperature},
+    )
+    result = simulate(document, baseline=False)
+    expected = _closed_form_tokens_per_step(alpha, k)
+    # Each draft is one trial of a truncated geometric; its variance bounds the sampling error.
+    variance = sum((2 * i + 1) * alpha**i for i in range(1, k + 1)) - (expected - 1) ** 2
+    tolerance = 5 * math.sqrt(max(variance, 1e-9) / result.num_drafts) + 0.01  # + calibration granularity
+    assert result.mean_acceptance_length == pytest.approx(expected, abs=tolerance)
+    conditional = result.conditional_acceptance_per_position
+    assert len(conditional) == k
+    assert all(abs(rate - alpha) < 0.05 for rate in conditional), conditional
+
+
+def test_synthetic_mode_reproduces_its_rates(simulation_document):
+    rates = [0.9, 0.5, 0.2]
+    document = simulation_document(
+        speculative={
+            "method": "eagle3",
+            "num_speculative_tokens": 3,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_rates": rates,
+        },
+        acceptance=None,
+        workload={"temperature": 0.8},
+    )
+    result = simulate(document, baseline=False)
+    standard_error = max(math.sqrt(0.25 / result.num_drafts), 1e-3)
+    for measured, expected in zip(result.acceptance_per_position, rates):
+        assert measured == pytest.approx(expected, abs=5 * standard_error)
+
+
+def test_same_seed_same_numbers_and_other_seed_differs(simulation_document):
+    first = simulate(simulation_document(workload={"temperature": 0.8}), baseline=False).to_dict()
+    again = simulate(simulation_document(workload={"temperature": 0.8}), baseline=False).to_dict()
+    other = simulate(simulation_document(seed=1, workload={"temperature": 0.8}), baseline=False).to_dict()
+    for volatile in ("wall_time_s", "kernel_wall_time_s"):
+        first.pop(volatile), again.pop(volatile), other.pop(volatile)
+    assert first == again
+    assert first != other
+
+
+def test_every_request_finishes_with_exactly_its_output_tokens(simulation_document):
+    document = simulation_document(workload={"output_tokens": {"distribution": "uniform", "min_tokens": 1, "max_tokens": 80}})
+    result = simulate(document, baseline=True)
+    assert result.num_requests == 64
+    assert not result.truncated
+    from spectune.workload import generate_requests
+
+    assert result.output_tokens == int(generate_requests(document.workload, seed=0).output_tokens.sum())
+
+
+def test_speculation_beats_plain_decoding_at_batch_one_and_acceptance_counts_match(simulation_document):
+    document = simulation_document(workload={"concurrency": 1, "num_requests": 8, "output_tokens": 128})
+    result = simulate(document)
+    assert result.speedup_vs_no_spec is not None and result.speedup_vs_no_spec > 1.3
+    assert result.num_draft_tokens == 3 * result.num_drafts
+    assert result.num_accepted_tokens == pytest.approx((result.mean_acceptance_length - 1) * result.num_drafts)
+
+
+def test_best_k_falls_as_the_batch_grows(simulation_document):
+    """Under the roofline, verification of B·(K+1) tokens stops being free past the ridge point."""
+    best = {}
+    for batch in (1, 256):
+        throughput = {}
+        for k in (1, 2, 4, 6):
+            document = simulation_document(
+                speculative={"method": "eagle3", "num_speculative_tokens": k},
+                acceptance={"conditional_rates": [0.75]},
+                workload={"concurrency": batch, "num_requests": max(2 * batch, 8), "output_tokens": 48, "prompt_tokens": 16, "max_num_batched_tokens": 65536},
+            )
+            throughput[k] = simulate(document, baseline=False).throughput_tokens_per_s
+        best[batch] = max(throughput, key=throughput.get)
+    assert best[256] < best[1], best
+
+
+def test_schedule_row_sets_k_per_batch_size(simulation_document):
+    document = simulation_document(
+        speculative={"method": "eagle3", "num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 64, 0]]},
+        workload={"concurrency": 16},
+    )
+    result = simulate(document, baseline=False)
+    # Speculation runs only while the decode batch is <= 8 (the ramp-up); in steady state K = 0.
+    assert result.num_drafts < 0.2 * result.output_tokens
+    assert result.num_draft_tokens == 4 * result.num_drafts
+
+
+def test_open_loop_throughput_follows_the_offered_load(simulation_document):
+    document = simulation_document(
+        workload={"concurrency": None, "arrival_rate_per_s": 5.0, "num_requests": 200, "output_tokens": 32, "max_num_seqs": 64}
+    )
+    result = simulate(document, baseline=False)
+    offered = 5.0 * 32
+    assert result.throughput_tokens_per_s == pytest.approx(offered, rel=0.25)
+    assert np.isfinite(result.ttft_p99_ms)
