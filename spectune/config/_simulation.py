@@ -81,6 +81,11 @@ class SimulationOptions(SpectuneModel):
         "slow), 'reference' (their PyTorch twin), 'auto' (Triton on CUDA, the twin on the CPU).",
     )
     device: str = Field(default="auto", description="'auto', 'cpu', 'cuda' or 'cuda:N' for logits and kernels.")
+    cpu_threads: int = Field(
+        default=1, ge=1, le=1024,
+        description="PyTorch intra-op threads while simulating on the CPU (threads). One is fastest for the "
+        "simulator's small per-step tensors and leaves the other cores to parallel study workers.",
+    )
     max_steps: int = Field(default=1_000_000, ge=1, le=100_000_000, description="Stop after this many steps (steps).")
     baseline: bool = Field(default=True, description="Also simulate without speculation, for the speedup.")
     bank_rows: int = Field(

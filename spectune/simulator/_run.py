@@ -27,12 +27,23 @@ def simulate(document: SimulationDocument, *, baseline: bool | None = None, prog
     speculation, for ``speedup_vs_no_spec``. ``progress(finished requests, total)`` is called per step.
     Same document, same seed: the same numbers.
     """
+    device = resolve_device(document.simulation.device)
+    previous_threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(document.simulation.cpu_threads)  # restored below: no lasting side effect
+    try:
+        return _simulate(document, device, baseline=baseline, progress=progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _simulate(document: SimulationDocument, device: torch.device, *, baseline: bool | None, progress: Progress | None) -> SimulationResult:
     started = time.perf_counter()
     requests = generate_requests(document.workload, seed=document.seed)
     inputs = _loop_inputs(document, requests)
     spec = document.speculative
     cost = build_cost_model(document.hardware, document.target_model, document.effective_drafter(), document.cost_model)
-    verify = _Verifier(document, requests)
+    verify = _Verifier(document, requests, device)
     trace = run_serving_loop(
         inputs,
         k_for_batch=spec.num_speculative_tokens_for_batch,
@@ -100,9 +111,9 @@ class _Verifier:
     request's acceptance draws do not depend on what else is in the batch.
     """
 
-    def __init__(self, document: SimulationDocument, requests: RequestTable) -> None:
+    def __init__(self, document: SimulationDocument, requests: RequestTable, device: torch.device) -> None:
         spec = document.speculative
-        self.device = resolve_device(document.simulation.device)
+        self.device = device
         self.backend, self.rejection_sample = select_rejection_sample(document.simulation.kernel_backend, self.device)
         self.method = spec.rejection_sample_method
         k_max = spec.num_speculative_tokens
