@@ -75,7 +75,8 @@ def _table(document: Any, result: Any) -> Table:
     table.add_row(
         "throughput", f"{result.throughput_tokens_per_s:,.0f} tok/s (± {result.throughput_stderr_tokens_per_s:,.0f}){speedup}"
     )
-    table.add_row("TPOT p50 / p99", f"{result.tpot_p50_ms:.2f} / {result.tpot_p99_ms:.2f} ms")
+    tpot_speedup = f"   TPOT speedup {result.tpot_speedup_vs_no_spec:.2f}×" if result.tpot_speedup_vs_no_spec else ""
+    table.add_row("TPOT p50 / p99", f"{result.tpot_p50_ms:.2f} / {result.tpot_p99_ms:.2f} ms{tpot_speedup}")
     table.add_row("ITL p50 / p99", f"{result.itl_p50_ms:.2f} / {result.itl_p99_ms:.2f} ms")
     table.add_row("TTFT p50 / p99", f"{result.ttft_p50_ms:.1f} / {result.ttft_p99_ms:.1f} ms")
     if result.mean_acceptance_length is not None:

@@ -21,7 +21,9 @@ class SimulationResult:
     admission: ramp-up and drain excluded) when the run has one. TPOT is per request, (finish - first token) / (output tokens - 1); ITL is the gap between successive
     chunks a request receives (a speculative step delivers several tokens in one chunk), as
     `vllm bench serve` measures it. Acceptance is in vLLM's units: mean acceptance length includes the
-    bonus token; ``acceptance_per_position`` is unconditional (what vLLM logs as "Per-position
+    bonus token. ``speedup_vs_no_spec`` is the throughput ratio over the same requests served without
+    speculation (in an open loop below saturation both serve the offered load, so look at
+    ``tpot_speedup_vs_no_spec``, the ratio of median TPOTs). ``acceptance_per_position`` is unconditional (what vLLM logs as "Per-position
     acceptance rate"); ``conditional_acceptance_per_position`` divides consecutive positions.
     """
 
@@ -40,7 +42,9 @@ class SimulationResult:
     num_draft_tokens: int
     num_accepted_tokens: int
     speedup_vs_no_spec: float | None
+    tpot_speedup_vs_no_spec: float | None
     baseline_throughput_tokens_per_s: float | None
+    baseline_tpot_p50_ms: float | None
     mean_batch_size: float
     mean_step_ms: float
     step_time_share: dict[str, float]
@@ -94,16 +98,22 @@ def _throughput_and_noise(trace: LoopTrace) -> tuple[float, float]:
     return throughput, stderr
 
 
+def _tpot_s(trace: LoopTrace) -> np.ndarray:
+    """Per finished request: (finish - first token) / (output tokens - 1), NaN for one-token outputs."""
+    finished = np.isfinite(trace.finish_s)
+    decode_tokens = trace.output_tokens[finished] - 1
+    decode_time = trace.finish_s[finished] - trace.first_token_s[finished]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(decode_tokens > 0, decode_time / np.maximum(decode_tokens, 1), np.nan)
+
+
 def summarize(
     trace: LoopTrace, *, baseline: LoopTrace | None, wall_time_s: float, kernel_wall_time_s: float
 ) -> SimulationResult:
     """Turn a trace (and the same workload's no-speculation trace) into a ``SimulationResult``."""
     throughput, stderr = _throughput_and_noise(trace)
     finished = np.isfinite(trace.finish_s)
-    decode_tokens = trace.output_tokens[finished] - 1
-    decode_time = trace.finish_s[finished] - trace.first_token_s[finished]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(decode_tokens > 0, decode_time / np.maximum(decode_tokens, 1), np.nan)
+    tpot = _tpot_s(trace)
     gaps = np.concatenate(trace.chunk_gaps_s) if trace.chunk_gaps_s else np.zeros(0)
     ttft = trace.first_token_s - trace.arrival_s
     unconditional = (trace.accepted_per_position / trace.num_drafts).tolist() if trace.num_drafts else []
@@ -114,6 +124,8 @@ def summarize(
         previous = rate
     accepted = int(trace.accepted_per_position.sum())
     baseline_throughput = _throughput_and_noise(baseline)[0] if baseline is not None else None
+    baseline_tpot_ms = _percentile_ms(_tpot_s(baseline), 50) if baseline is not None else None
+    tpot_p50_ms = _percentile_ms(tpot, 50)
     breakdown = trace.step_breakdown_s
     total_step_s = float(breakdown.sum())
     names = ("drafting", "verification", "sampling", "overhead", "prefill")
@@ -121,7 +133,7 @@ def summarize(
     return SimulationResult(
         throughput_tokens_per_s=throughput,
         throughput_stderr_tokens_per_s=stderr,
-        tpot_p50_ms=_percentile_ms(tpot, 50),
+        tpot_p50_ms=tpot_p50_ms,
         tpot_p99_ms=_percentile_ms(tpot, 99),
         itl_p50_ms=_percentile_ms(gaps, 50),
         itl_p99_ms=_percentile_ms(gaps, 99),
@@ -134,7 +146,9 @@ def summarize(
         num_draft_tokens=trace.num_draft_tokens,
         num_accepted_tokens=accepted,
         speedup_vs_no_spec=throughput / baseline_throughput if baseline_throughput else None,
+        tpot_speedup_vs_no_spec=baseline_tpot_ms / tpot_p50_ms if baseline_tpot_ms and tpot_p50_ms > 0 else None,
         baseline_throughput_tokens_per_s=baseline_throughput,
+        baseline_tpot_p50_ms=baseline_tpot_ms,
         mean_batch_size=float(np.mean(np.asarray(trace.step_batch_size)[_steady_window(trace)])) if trace.step_batch_size else 0.0,
         mean_step_ms=total_step_s / steps * 1e3,
         step_time_share={name: float(v / total_step_s) if total_step_s else 0.0 for name, v in zip(names, breakdown)},
