@@ -13,7 +13,7 @@ from spectune.cost import CostModel, build_cost_model
 from spectune.simulator._backend import resolve_device, select_rejection_sample
 from spectune.simulator._loop import LoopInputs, LoopTrace, run_serving_loop
 from spectune.simulator._metrics import SimulationResult, summarize
-from spectune.workload import LogitSynthesizer, RequestTable, generate_requests
+from spectune.workload import LogitSynthesizer, RequestTable, SpeculationInputs, generate_requests
 
 __all__ = ["simulate"]
 
@@ -76,7 +76,7 @@ def _loop_inputs(document: SimulationDocument, requests: RequestTable) -> LoopIn
         prompt_tokens=requests.prompt_tokens,
         output_tokens=requests.output_tokens,
         closed_loop_concurrency=workload.concurrency,
-        max_running_requests=workload.concurrency if workload.concurrency is not None else workload.max_num_seqs,
+        max_running_requests=workload.max_num_seqs,
         max_num_batched_tokens=workload.max_num_batched_tokens,
     )
 
@@ -141,12 +141,18 @@ class _Verifier:
         rng = np.random.default_rng(document.seed)
         self.request_seeds = rng.integers(0, 2**62, size=len(requests), dtype=np.int64)
         self.generator = torch.Generator(device=self.device).manual_seed(document.seed)
+        self._buffer: tuple[tuple[int, int], SpeculationInputs] | None = None  # last step's tensors, reused
 
     def __call__(self, request_ids: np.ndarray, steps_done: np.ndarray, num_speculative_tokens: int) -> np.ndarray:
         ids = torch.from_numpy(request_ids).to(self.device)
+        key = (len(request_ids), num_speculative_tokens)
         step = self.synthesizer.generate(
-            self.temperature_index.index_select(0, ids), self.generator, num_speculative_tokens=num_speculative_tokens
+            self.temperature_index.index_select(0, ids),
+            self.generator,
+            num_speculative_tokens=num_speculative_tokens,
+            out=self._buffer[1] if self._buffer is not None and self._buffer[0] == key else None,
         )
+        self._buffer = (key, step)
         seeds = _kernel_seeds(self.request_seeds[request_ids], steps_done).to(self.device)
         synthetic = self.synthetic_rates[:num_speculative_tokens] if self.synthetic_rates is not None else None
         _, num_tokens = self.rejection_sample(
