@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -65,11 +66,19 @@ class AcceptanceSource(AcceptanceRates):
         }
 
     def rates_for_batch(self, batch_size: int) -> AcceptanceRates:
-        """The bin covering ``batch_size`` running requests, else the overall rates."""
-        for bin_ in self.bins or []:
+        """The bin nearest ``batch_size`` running requests (on a log scale; the covering one if any), else
+        the overall rates. Acceptance tends to fall as the batch grows, so a bin measured near the
+        simulated batch is a better guess than the pooled rates."""
+        if not self.bins:
+            return self
+
+        def distance(bin_: BatchSizeBin) -> float:
             if bin_.min_running <= batch_size <= bin_.max_running:
-                return bin_
-        return self
+                return 0.0
+            edge = bin_.min_running if batch_size < bin_.min_running else bin_.max_running
+            return abs(math.log(max(batch_size, 1)) - math.log(max(edge, 1)))
+
+        return min(self.bins, key=distance)
 
 
 class SimulationOptions(SpectuneModel):

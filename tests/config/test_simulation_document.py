@@ -51,7 +51,23 @@ def test_profile_is_read_relative_to_the_document(tmp_path: Path):
     assert acceptance.conditional_rates == pytest.approx([0.8, 0.5])
     assert acceptance.measured_with == "probabilistic"
     assert acceptance.rates_for_batch(4).conditional(2) == [0.9, 0.9]
-    assert acceptance.rates_for_batch(64).conditional(3) == pytest.approx([0.8, 0.5, 0.5])
+    assert acceptance.rates_for_batch(64).conditional(3) == [0.9, 0.9, 0.9]  # the nearest bin
+
+
+def test_nearest_batch_size_bin_is_used():
+    from spectune.config import AcceptanceSource
+
+    source = AcceptanceSource.model_validate(
+        {
+            "conditional_rates": [0.5],
+            "bins": [
+                {"min_running": 1, "max_running": 1, "conditional_rates": [0.9]},
+                {"min_running": 16, "max_running": 16, "conditional_rates": [0.7]},
+                {"min_running": 64, "max_running": 64, "conditional_rates": [0.6]},
+            ],
+        }
+    )
+    assert [source.rates_for_batch(b).conditional()[0] for b in (1, 3, 8, 16, 40, 64, 512)] == [0.9, 0.9, 0.7, 0.7, 0.6, 0.6, 0.6]
 
 
 def test_bad_profile_is_reported_with_its_own_file_and_line(tmp_path: Path, problems_of):
