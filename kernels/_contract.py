@@ -34,7 +34,7 @@ LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # Vocabulary tile: the unit of the two-level sampler (choose a tile by its mass, then a token in
 # it). Part of the sampling scheme, so it depends on nothing but this constant: never on R.
-DEFAULT_TILE = 8192
+DEFAULT_TILE = 4096
 
 # Philox counter word 2. PURPOSE_VERIFY words: (acceptance uniform, tile choice, in-tile uniform,
 # unused) for the target sample at that row. PURPOSE_RESIDUAL words: (tile choice, in-tile

@@ -151,10 +151,18 @@ def _split(buffer: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
 
 
 def launch(
-    inputs: VerifyInputs, *, tile_size: int | None = None, block_requests: int | None = None
+    inputs: VerifyInputs,
+    *,
+    tile_size: int | None = None,
+    block_requests: int | None = None,
+    fused: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the kernels on validated inputs. ``tile_size`` (a power of two; it is part of the
-    sampling scheme, so the twin must use the same) and ``block_requests`` are for tests."""
+    """Run the kernels on validated inputs.
+
+    ``tile_size`` (a power of two; part of the sampling scheme, so the twin must use the same),
+    ``block_requests`` (requests per program) and ``fused`` (decide in the last program of each
+    request block instead of a separate launch) are for tests and benchmarks; none changes a token.
+    """
     interpreting = _check_device(inputs)
     target = inputs.target_logits
     num_requests, num_rows, vocab = target.shape
@@ -171,6 +179,8 @@ def launch(
         if interpreting:
             block_requests = min(_next_power_of_two(num_requests), max(1, _INTERPRETER_BLOCK_ELEMENTS // tile))
     num_blocks = -(-num_requests // block_requests)
+    if fused is None:
+        fused = False
     work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, device)
     draft = inputs.draft_logits
     has_draft = draft is not None
@@ -188,6 +198,7 @@ def launch(
     )
     num_warps = 8 if tile >= 4096 else 4
     verify_module, residual_module = _kernel_modules()
+    decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
     verify_module._verify_kernel[(num_blocks, num_rows, num_tiles)](
         target_ptr=target, draft_logits_ptr=draft if has_draft else target, draft_tokens_ptr=draft_tokens,
         temperature_ptr=temperature, seed_ptr=seed, rates_ptr=rates,
@@ -195,15 +206,32 @@ def launch(
         draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
         at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
         plan_ptr=work.plan, row_info_ptr=work.row_info, counter_ptr=work.counters,
-        tokens_ptr=tokens, num_tokens_ptr=num_tokens, HAS_DRAFT=has_draft, num_warps=num_warps, **shared,
+        tokens_ptr=tokens, num_tokens_ptr=num_tokens, HAS_DRAFT=has_draft, FUSED=fused,
+        num_warps=num_warps, **shared,
     )
+    if not fused:
+        verify_module._decide_kernel[(num_blocks,)](
+            target_ptr=target, draft_tokens_ptr=draft_tokens, temperature_ptr=temperature, seed_ptr=seed,
+            rates_ptr=rates, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, tile_arg_ptr=work.tile_arg,
+            draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
+            at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
+            plan_ptr=work.plan, row_info_ptr=work.row_info, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
+            HAS_DRAFT=has_draft, num_warps=num_warps, **decide_shared,
+        )
     if has_draft and num_drafts > 0:
         residual_module._residual_kernel[(num_blocks, num_drafts, num_tiles)](
             target_ptr=target, draft_logits_ptr=draft, draft_tokens_ptr=draft_tokens,
             temperature_ptr=temperature, seed_ptr=seed, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum,
             plan_ptr=work.plan, row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
             residual_sample_ptr=work.residual_sample, counter_ptr=work.counters[num_blocks:],
-            tokens_ptr=tokens, num_tokens_ptr=num_tokens, num_warps=num_warps,
-            **{k: v for k, v in shared.items()},
+            tokens_ptr=tokens, num_tokens_ptr=num_tokens, FUSED=fused, num_warps=num_warps, **shared,
         )
+        if not fused:
+            residual_module._decide_residual_kernel[(num_blocks,)](
+                target_ptr=target, draft_tokens_ptr=draft_tokens, temperature_ptr=temperature, seed_ptr=seed,
+                tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, plan_ptr=work.plan,
+                row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
+                residual_sample_ptr=work.residual_sample, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
+                num_warps=num_warps, **{k: v for k, v in decide_shared.items() if k != "rates_ptr"},
+            )
     return tokens, num_tokens

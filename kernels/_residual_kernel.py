@@ -28,7 +28,7 @@ def _residual_kernel(
     num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
 ):
     block = tl.program_id(0)
     row = tl.program_id(1)
@@ -67,9 +67,31 @@ def _residual_kernel(
         tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
         tl.store(residual_sample_ptr + out, tl.where(inner >= 0, tile * TILE + inner, -1), mask=active)
 
-    tl.debug_barrier()
-    ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-    if ticket == num_drafts * num_tiles - 1:
+    if FUSED:  # the last program of the request block decides
+        tl.debug_barrier()
+        ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
+        if ticket == num_drafts * num_tiles - 1:
+            _decide_residual(
+                block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
+                plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
+                num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
+                METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+            )
+
+
+@triton.jit
+def _decide_residual_kernel(
+    target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
+    plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
+    num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
+    METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+):
+    """The residual decision as its own launch (grid: request blocks)."""
+    block = tl.program_id(0)
+    requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    lo = tl.load(plan_ptr + requests * 2, mask=requests < num_requests, other=-1)
+    if tl.max((lo >= 0).to(tl.int32)) > 0:
         _decide_residual(
             block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
             plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,

@@ -22,7 +22,6 @@ from ._sampling import (
     LOG_RATIO_CLAMP,
     MAX_INV_TEMPERATURE,
     inverse_cdf,
-    max_combine,
     row_uniforms,
     sample_in_tile,
     sanitize,
@@ -59,7 +58,7 @@ def _verify_kernel(
     num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
 ):
     block = tl.program_id(0)
     row = tl.program_id(1)
@@ -106,18 +105,39 @@ def _verify_kernel(
                     d_at_draft = tl.max(tl.where(hit, d_logits, float("-inf")), axis=1)
                     tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
 
-    # Release this program's statistics, then the last arrival of the request block decides.
-    tl.debug_barrier()
-    ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-    if ticket == (num_drafts + 1) * num_tiles - 1:
-        _decide(
-            block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-            tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-            at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-            tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-            target_stride_r, target_stride_k,
-            METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
-        )
+    if FUSED:  # release this program's statistics; the last arrival of the request block decides
+        tl.debug_barrier()
+        ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
+        if ticket == (num_drafts + 1) * num_tiles - 1:
+            _decide(
+                block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+                tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+                at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
+                tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
+                target_stride_r, target_stride_k,
+                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+            )
+
+
+@triton.jit
+def _decide_kernel(
+    target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+    tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
+    tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
+    target_stride_r, target_stride_k,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+):
+    """The decision as its own launch (grid: request blocks), after an unfused ``_verify_kernel``."""
+    _decide(
+        tl.program_id(0), target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+        tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+        at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
+        tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
+        target_stride_r, target_stride_k,
+        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+    )
 
 
 @triton.jit
@@ -218,8 +238,11 @@ def _decide(
         log_ratio = tl.log2(tl.where(ratio > 0, ratio, 1.0))
         log_ratio = tl.where(ratio > 0, tl.minimum(log_ratio, LOG_RATIO_CLAMP), -LOG_RATIO_CLAMP)
         log_step = tl.where(rows[None, :] < num_valid[:, None], log_ratio, 0.0)
-        exclusive = tl.cumsum(log_step, axis=1) - log_step
-        log_prefix = exclusive - tl.associative_scan(exclusive, 1, max_combine)
+        # Sums and running maxima over at most ROWS_PAD rows, as [B, ROWS, ROWS] masked reductions.
+        earlier = rows[None, :, None] > rows[None, None, :]  # [1, k, j]: j < k
+        exclusive = tl.sum(tl.where(earlier, log_step[:, None, :], 0.0), axis=2)
+        not_later = rows[None, :, None] >= rows[None, None, :]
+        log_prefix = exclusive - tl.max(tl.where(not_later, exclusive[:, None, :], float("-inf")), axis=2)
         prefix = tl.exp2(log_prefix)
         at_end = rows[None, :] == num_valid[:, None]
         if HAS_DRAFT:
@@ -243,6 +266,12 @@ def _decide(
         plan_lo = tl.where(deferred, tau, -1)
         plan_hi = plan_lo
 
+    # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile re-read
+    # below a replicated layout (seen on block verification: a 16 KB stack frame per thread).
+    tl.store(plan_ptr + requests * 2, tau, mask=live)
+    tl.debug_barrier()
+    tau = tl.load(plan_ptr + requests * 2, mask=live, other=0)
+    tl.debug_barrier()
     at_tau = rows[None, :] == tau[:, None]
     greedy_token = tl.sum(tl.where(at_tau, greedy_arg, 0), axis=1).to(tl.int64)
     sampled_token = _emit_from_target(

@@ -5,7 +5,10 @@ loop, interpreter-only builtins). Prints one line per variant; exits 1 on the fi
 """
 
 import os
+import re
+import subprocess
 import sys
+import tempfile
 
 if os.environ.get("TRITON_INTERPRET") == "1":
     sys.exit("compile_check.py must run without TRITON_INTERPRET=1")
@@ -43,20 +46,41 @@ def compile_variant(fn, **constexprs):
     return triton.compile(source, target=TARGET, options={"num_warps": 8})
 
 
-def main() -> int:
-    common = dict(TILE=8192, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=16)
-    variants = []
+def resources(kernel) -> str:
+    """ptxas's register and spill report for the compiled PTX (no GPU needed)."""
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as handle:
+        handle.write(kernel.asm["ptx"])
+    report = subprocess.run([ptxas, "--gpu-name", "sm_90a", "-v", handle.name, "-o", os.devnull],
+                            capture_output=True, text=True).stderr
+    os.unlink(handle.name)
+    registers = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    return f"registers={registers.group(1) if registers else '?'} spill_stores={spills.group(1) if spills else '?'}"
+
+
+def variants():
+    common = dict(TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=64)
     for method in (0, 1, 2):
         for has_draft in (False, True):
-            variants.append((_verify_kernel._verify_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)))
-        variants.append((_residual_kernel._residual_kernel, dict(METHOD=method, **common)))
-    for fn, constexprs in variants:
+            for fused in (False, True):
+                yield _verify_kernel._verify_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, **common)
+            yield _verify_kernel._decide_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)
+        for fused in (False, True):
+            yield _residual_kernel._residual_kernel, dict(METHOD=method, FUSED=fused, **common)
+        yield _residual_kernel._decide_residual_kernel, dict(METHOD=method, **common)
+
+
+def main() -> int:
+    show_resources = "--resources" in sys.argv
+    for fn, constexprs in variants():
         try:
             kernel = compile_variant(fn, **constexprs)
         except Exception as error:  # report which variant broke, then fail
             print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
             return 1
-        print(f"ok {fn.__name__} {constexprs} shared={kernel.metadata.shared}")
+        extra = resources(kernel) if show_resources else ""
+        print(f"ok {fn.__name__} {constexprs} {extra}", flush=True)
     return 0
 
 
