@@ -91,5 +91,9 @@ def _table(document: Any, result: Any) -> Table:
         f"{result.num_requests:,} requests, {result.output_tokens:,} tokens, {result.simulated_time_s:.2f} s, "
         f"{result.simulated_steps:,} steps{truncated}",
     )
-    table.add_row("wall time", f"{result.wall_time_s:.2f} s (verification {result.kernel_wall_time_s:.2f} s)")
+    table.add_row(
+        "wall time",
+        f"{result.wall_time_s:.2f} s (rejection sampling {result.kernel_wall_time_s:.2f} s, logit synthesis "
+        f"{result.synthesis_wall_time_s:.2f} s)",
+    )
     return table

@@ -15,7 +15,6 @@ numpy arrays so that a step costs O(batch) vector operations, not Python work pe
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -64,7 +63,6 @@ class LoopTrace:
     num_drafts: int = 0
     num_draft_tokens: int = 0
     accepted_per_position: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    verify_wall_s: float = 0.0
     truncated: bool = False
     first_finish_s: float | None = None  # steady state runs from the first finish ...
     last_admission_s: float | None = None  # ... to the last admission (then the batch drains)
@@ -135,9 +133,7 @@ def run_serving_loop(
         batch = len(running)
         k = k_for_batch(batch) if (batch and verify is not None) else 0
         if batch and k > 0:
-            started = time.perf_counter()
             emitted = verify(running, steps_done[running], k)
-            trace.verify_wall_s += time.perf_counter() - started
             _count_acceptance(trace, emitted, k)
             steps_done[running] += 1
         else:

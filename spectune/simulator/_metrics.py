@@ -55,6 +55,7 @@ class SimulationResult:
     truncated: bool
     wall_time_s: float
     kernel_wall_time_s: float
+    synthesis_wall_time_s: float
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -108,7 +109,12 @@ def _tpot_s(trace: LoopTrace) -> np.ndarray:
 
 
 def summarize(
-    trace: LoopTrace, *, baseline: LoopTrace | None, wall_time_s: float, kernel_wall_time_s: float
+    trace: LoopTrace,
+    *,
+    baseline: LoopTrace | None,
+    wall_time_s: float,
+    kernel_wall_time_s: float,
+    synthesis_wall_time_s: float,
 ) -> SimulationResult:
     """Turn a trace (and the same workload's no-speculation trace) into a ``SimulationResult``."""
     throughput, stderr = _throughput_and_noise(trace)
@@ -159,4 +165,5 @@ def summarize(
         truncated=trace.truncated,
         wall_time_s=wall_time_s,
         kernel_wall_time_s=kernel_wall_time_s,
+        synthesis_wall_time_s=synthesis_wall_time_s,
     )

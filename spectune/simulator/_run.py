@@ -65,7 +65,11 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
             max_steps=document.simulation.max_steps,
         )
     return summarize(
-        trace, baseline=baseline_trace, wall_time_s=time.perf_counter() - started, kernel_wall_time_s=trace.verify_wall_s
+        trace,
+        baseline=baseline_trace,
+        wall_time_s=time.perf_counter() - started,
+        kernel_wall_time_s=verify.kernel_s,
+        synthesis_wall_time_s=verify.synthesis_s,
     )
 
 
@@ -142,8 +146,11 @@ class _Verifier:
         self.request_seeds = rng.integers(0, 2**62, size=len(requests), dtype=np.int64)
         self.generator = torch.Generator(device=self.device).manual_seed(document.seed)
         self._buffer: tuple[tuple[int, int], SpeculationInputs] | None = None  # last step's tensors, reused
+        self.synthesis_s = 0.0  # wall time generating logits
+        self.kernel_s = 0.0  # wall time in rejection sampling (synchronised on CUDA)
 
     def __call__(self, request_ids: np.ndarray, steps_done: np.ndarray, num_speculative_tokens: int) -> np.ndarray:
+        started = time.perf_counter()
         ids = torch.from_numpy(request_ids).to(self.device)
         key = (len(request_ids), num_speculative_tokens)
         step = self.synthesizer.generate(
@@ -154,6 +161,9 @@ class _Verifier:
         )
         self._buffer = (key, step)
         seeds = _kernel_seeds(self.request_seeds[request_ids], steps_done).to(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        generated = time.perf_counter()
         synthetic = self.synthetic_rates[:num_speculative_tokens] if self.synthetic_rates is not None else None
         _, num_tokens = self.rejection_sample(
             step.target_logits,
@@ -164,7 +174,10 @@ class _Verifier:
             method=self.method,
             synthetic_conditional_rates=synthetic,
         )
-        return num_tokens.to("cpu", torch.int64).numpy()
+        emitted = num_tokens.to("cpu", torch.int64).numpy()  # synchronises
+        self.synthesis_s += generated - started
+        self.kernel_s += time.perf_counter() - generated
+        return emitted
 
 
 def _kernel_seeds(request_seeds: np.ndarray, steps_done: np.ndarray) -> torch.Tensor:
