@@ -111,3 +111,19 @@ def test_open_loop_throughput_follows_the_offered_load(simulation_document):
     offered = 5.0 * 32
     assert result.throughput_tokens_per_s == pytest.approx(offered, rel=0.25)
     assert np.isfinite(result.ttft_p99_ms)
+
+
+def test_measured_step_times_drive_the_clock(simulation_document, tmp_path):
+    """With a measured table, every decode step costs exactly the table's time at (batch, K)."""
+    rows = ["batch_size,num_speculative_tokens,step_time_ms"]
+    rows += [f"{batch},{k},{20.0 if k == 3 else 10.0}" for batch in (1, 16) for k in (0, 3)]
+    (tmp_path / "times.csv").write_text("\n".join(rows) + "\n")
+    document = simulation_document(
+        workload={"concurrency": 8, "num_requests": 8, "prompt_tokens": 1, "output_tokens": 64},
+        cost_model={"method": "measured", "step_times": str(tmp_path / "times.csv")},
+    )
+    result = simulate(document)
+    # One prefill-only step first (costed by the roofline, well under one decode step), then decode steps.
+    prefill_step_s = result.simulated_time_s - (result.simulated_steps - 1) * 0.020
+    assert 0.0 < prefill_step_s < 0.020
+    assert result.baseline_tpot_p50_ms == pytest.approx(10.0, rel=1e-6)
