@@ -31,11 +31,22 @@ import torch
 import triton.testing
 
 from spectune.kernels import rejection_sample
+from spectune.kernels._contract import validate_inputs
+from spectune.kernels._launcher import launch
 
 METHODS = ("greedy", "standard_onehot", "standard_draft", "block_onehot", "block_draft", "synthetic")
 TEMPERATURE = 0.8
 SET_BYTES = 256 * 2**20  # enough distinct input sets per graph to amortise its launch
 MAX_SETS = 16
+LAUNCH_OPTIONS: dict = {}  # --num-warps / --fused: launcher knobs, to compare variants
+
+
+def call(arguments: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    if not LAUNCH_OPTIONS:
+        return rejection_sample(**arguments)
+    names = ("target_logits", "draft_tokens", "draft_logits", "temperature", "seed", "method",
+             "synthetic_conditional_rates")
+    return launch(validate_inputs(*(arguments.get(name) for name in names)), **LAUNCH_OPTIONS)
 
 
 @dataclass
@@ -122,8 +133,8 @@ def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth) 
     for method in methods:
         with_draft = method.endswith("_draft")
         arguments = [call_arguments(method, s, num_drafts) for s in sets]
-        us = graph_time_us([lambda a=a: rejection_sample(**a) for a in arguments])
-        _, num_tokens = rejection_sample(**arguments[0])
+        us = graph_time_us([lambda a=a: call(a) for a in arguments])
+        _, num_tokens = call(arguments[0])
         nbytes = target_bytes + (draft_bytes if with_draft else 0)
         floor = floor_draft if with_draft else floor_target
         rows.append(dict(
@@ -150,7 +161,14 @@ def main() -> None:
     parser.add_argument("--drafts", nargs="+", type=int, default=[1, 3, 7])
     parser.add_argument("--vocabs", nargs="+", type=int, default=[32000, 128256, 151936])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--num-warps", type=int, help="override the launcher's warps per program")
+    parser.add_argument("--fused", choices=["on", "off"], help="override the launcher's fusion choice")
+    parser.add_argument("--no-files", action="store_true", help="print only (variant comparisons)")
     args = parser.parse_args()
+    if args.num_warps:
+        LAUNCH_OPTIONS["num_warps"] = args.num_warps
+    if args.fused:
+        LAUNCH_OPTIONS["fused"] = args.fused == "on"
     torch.backends.cuda.matmul.allow_tf32 = False
     bandwidth = copy_bandwidth_gbs()
     rows = []
@@ -162,6 +180,8 @@ def main() -> None:
                     rows.extend(point)
                     print(" ".join(f"{r['method']}={r['us']}/{r['floor_us']}" for r in point),
                           f"R={num_requests} K={num_drafts} V={vocab} {dtype_name}", flush=True)
+    if args.no_files:
+        return
     write_outputs(rows, args.out_dir, bandwidth)
 
 

@@ -21,6 +21,17 @@ __all__ = ["launch", "rejection_sample", "tile_size_for"]
 # Elements per interpreted block operation on the CPU: the interpreter's cost is per operation, so
 # a program there handles as many requests as fit (the result does not depend on it).
 _INTERPRETER_BLOCK_ELEMENTS = 16384
+# Fuse the decision into the streaming kernel (its registers cost occupancy) only while the grid
+# has at most this many programs per SM, where occupancy does not matter but a launch does.
+_FUSE_PROGRAMS_PER_SM = 2
+_sm_counts: dict[int, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
 
 
 def rejection_sample(
@@ -116,7 +127,7 @@ class _Workspace:
 
     tile_max: torch.Tensor
     tile_sum: torch.Tensor
-    tile_arg: torch.Tensor
+    draft_first_max: torch.Tensor
     draft_tile_max: torch.Tensor
     draft_tile_sum: torch.Tensor
     at_draft: torch.Tensor
@@ -129,16 +140,19 @@ class _Workspace:
     counters: torch.Tensor
 
 
-def _allocate(num_requests: int, num_drafts: int, num_tiles: int, num_blocks: int, device: torch.device) -> _Workspace:
+def _allocate(
+    num_requests: int, num_drafts: int, num_tiles: int, num_blocks: int, fused: bool, device: torch.device
+) -> _Workspace:
     rows = num_requests * (num_drafts + 1)
     drafts = num_requests * num_drafts
     float_sizes = [rows * num_tiles, rows * num_tiles, drafts * num_tiles, drafts * num_tiles, rows, rows, drafts]
     float_sizes += [drafts * 5, drafts * num_tiles]
     floats = torch.empty(sum(float_sizes) + 1, dtype=torch.float32, device=device)
-    ints = torch.empty(rows * num_tiles + 2 * num_requests + drafts * num_tiles + 1, dtype=torch.int32, device=device)
+    ints = torch.empty(rows + 2 * num_requests + drafts * num_tiles + 1, dtype=torch.int32, device=device)
     f = _split(floats, float_sizes)
-    i = _split(ints, [rows * num_tiles, 2 * num_requests, drafts * num_tiles])
-    counters = torch.zeros(2 * num_blocks, dtype=torch.int32, device=device)
+    i = _split(ints, [rows, 2 * num_requests, drafts * num_tiles])
+    # Tickets for the fused decision only (a separate decide launch needs none, and no memset).
+    counters = (torch.zeros if fused else torch.empty)(2 * num_blocks if fused else 1, dtype=torch.int32, device=device)
     return _Workspace(*f[:2], i[0], *f[2:], i[1], i[2], counters)
 
 
@@ -156,12 +170,14 @@ def launch(
     tile_size: int | None = None,
     block_requests: int | None = None,
     fused: bool | None = None,
+    num_warps: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs.
 
     ``tile_size`` (a power of two; part of the sampling scheme, so the twin must use the same),
-    ``block_requests`` (requests per program) and ``fused`` (decide in the last program of each
-    request block instead of a separate launch) are for tests and benchmarks; none changes a token.
+    ``block_requests`` (requests per program), ``fused`` (decide in the last program of each
+    request block instead of a separate launch; default: when the grid is small) and
+    ``num_warps`` are for tests and benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
     target = inputs.target_logits
@@ -179,9 +195,9 @@ def launch(
         if interpreting:
             block_requests = min(_next_power_of_two(num_requests), max(1, _INTERPRETER_BLOCK_ELEMENTS // tile))
     num_blocks = -(-num_requests // block_requests)
-    if fused is None:
-        fused = False
-    work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, device)
+    if fused is None:  # one launch instead of two where the grid is too small to need occupancy
+        fused = not interpreting and num_blocks * num_rows * num_tiles <= _FUSE_PROGRAMS_PER_SM * _sm_count(device)
+    work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, fused, device)
     draft = inputs.draft_logits
     has_draft = draft is not None
     draft_tokens = inputs.draft_tokens.contiguous()
@@ -196,13 +212,13 @@ def launch(
         METHOD=METHODS.index(inputs.method), TILE=tile, BLOCK_R=block_requests,
         ROWS_PAD=_padded(num_rows, 1 if interpreting else 8), TILES_PAD=_padded(num_tiles, 1 if interpreting else 32),
     )
-    num_warps = 8 if tile >= 4096 else 4
+    num_warps = num_warps or (8 if tile >= 4096 else 4)
     verify_module, residual_module = _kernel_modules()
     decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
     verify_module._verify_kernel[(num_blocks, num_rows, num_tiles)](
         target_ptr=target, draft_logits_ptr=draft if has_draft else target, draft_tokens_ptr=draft_tokens,
         temperature_ptr=temperature, seed_ptr=seed, rates_ptr=rates,
-        tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, tile_arg_ptr=work.tile_arg,
+        tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, draft_first_max_ptr=work.draft_first_max,
         draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
         at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
         plan_ptr=work.plan, row_info_ptr=work.row_info, counter_ptr=work.counters,
@@ -212,14 +228,14 @@ def launch(
     if not fused:
         verify_module._decide_kernel[(num_blocks,)](
             target_ptr=target, draft_tokens_ptr=draft_tokens, temperature_ptr=temperature, seed_ptr=seed,
-            rates_ptr=rates, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, tile_arg_ptr=work.tile_arg,
+            rates_ptr=rates, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, draft_first_max_ptr=work.draft_first_max,
             draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
             at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
             plan_ptr=work.plan, row_info_ptr=work.row_info, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
             HAS_DRAFT=has_draft, num_warps=num_warps, **decide_shared,
         )
     if has_draft and num_drafts > 0:
-        residual_module._residual_kernel[(num_blocks, num_drafts, num_tiles)](
+        residual_module._residual_kernel[(num_blocks, num_tiles)](
             target_ptr=target, draft_logits_ptr=draft, draft_tokens_ptr=draft_tokens,
             temperature_ptr=temperature, seed_ptr=seed, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum,
             plan_ptr=work.plan, row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,

@@ -2,9 +2,9 @@
 
 Only requests with draft logits that rejected a valid draft get here (standard and synthetic: the
 one rejected row; block verification: rows lo..n-1 when the top step did not pass, lo being the
-last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), K, num_tiles)``: a program re-reads
-one tile of one planned row (target and draft), normalised by pass A's global statistics, and
-stores the tile's residual mass and a token drawn inside it. The last program of a request block
+last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), num_tiles)``: a program re-reads
+one tile of every planned row of its requests (target and draft), normalised by pass A's global
+statistics, and stores the tile's residual mass and a token drawn inside it. The last program of a request block
 (ticket) runs ``_decide_residual``: block verification's thresholds h_i = Z_i / (Z_i + 1 - p_i),
 tau, a tile by residual mass and its token. Every other program exits at once.
 """
@@ -31,52 +31,67 @@ def _residual_kernel(
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
 ):
     block = tl.program_id(0)
-    row = tl.program_id(1)
-    tile = tl.program_id(2)
+    tile = tl.program_id(1)
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     live = requests < num_requests
     lo = tl.load(plan_ptr + requests * 2, mask=live, other=-1)
     hi = tl.load(plan_ptr + requests * 2 + 1, mask=live, other=-1)
-    if tl.max((lo >= 0).to(tl.int32)) == 0:
+    deferred = live & (lo >= 0)
+    if tl.max(deferred.to(tl.int32)) == 0:
         return
-    active = live & (lo >= 0) & (row >= lo) & (row <= hi)
-    if tl.max(active.to(tl.int32)) > 0:
-        temperature = tl.load(temperature_ptr + requests, mask=active, other=1.0)
-        scale = _temperature_scale(temperature)
-        seed = tl.load(seed_ptr + requests, mask=active, other=0)
-        info = row_info_ptr + (requests * num_drafts + row) * 5
-        target_ref = tl.load(info, mask=active, other=0.0)
-        target_log_mass = tl.load(info + 1, mask=active, other=0.0)
-        draft_ref = tl.load(info + 2, mask=active, other=0.0)
-        draft_log_mass = tl.load(info + 3, mask=active, other=0.0)
-        prefix = tl.load(info + 4, mask=active, other=0.0)
-        positions = tl.arange(0, TILE)
-        vocab_ids = tile * TILE + positions
-        mask = active[:, None] & (vocab_ids < vocab)[None, :]
-        t_offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
-        d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
-        logits = sanitize(tl.load(target_ptr + t_offsets, mask=mask, other=float("-inf")).to(tl.float32))
-        d_logits = sanitize(tl.load(draft_logits_ptr + d_offsets, mask=mask, other=float("-inf")).to(tl.float32))
-        target_p = tl.exp2((logits - target_ref[:, None]) * scale[:, None] - target_log_mass[:, None])
-        draft_q = tl.exp2((d_logits - draft_ref[:, None]) * scale[:, None] - draft_log_mass[:, None])
-        weights = tl.where(mask, tl.maximum(prefix[:, None] * target_p - draft_q, 0.0), 0.0)
-        rows = tl.full((BLOCK_R,), 0, tl.int32) + row
-        _, inner_u, _ = row_uniforms(seed, rows, PURPOSE_RESIDUAL)
-        inner = inverse_cdf(weights, inner_u, positions)
-        out = (requests * num_drafts + row) * num_tiles + tile
-        tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
-        tl.store(residual_sample_ptr + out, tl.where(inner >= 0, tile * TILE + inner, -1), mask=active)
+    temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
+    scale = _temperature_scale(temperature)
+    seed = tl.load(seed_ptr + requests, mask=deferred, other=0)
+    first_row = tl.min(tl.where(deferred, lo, ROWS_PAD))
+    last_row = tl.max(tl.where(deferred, hi, -1))
+    for row in range(first_row, last_row + 1):  # one row for standard; lo..n-1 for block
+        _residual_tile(
+            target_ptr, draft_logits_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr,
+            requests, deferred & (row >= lo) & (row <= hi), row, tile, scale, seed, num_drafts, vocab, num_tiles,
+            target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE, BLOCK_R,
+        )
 
     if FUSED:  # the last program of the request block decides
         tl.debug_barrier()
         ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-        if ticket == num_drafts * num_tiles - 1:
+        if ticket == num_tiles - 1:
             _decide_residual(
                 block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
                 plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
                 num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
                 METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
             )
+
+
+@triton.jit
+def _residual_tile(
+    target_ptr, draft_logits_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr,
+    requests, active, row, tile, scale, seed, num_drafts, vocab, num_tiles,
+    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """One tile of one planned row: residual weights max(s p - q, 0), their sum and a token drawn inside."""
+    info = row_info_ptr + (requests * num_drafts + row) * 5
+    target_ref = tl.load(info, mask=active, other=0.0)
+    target_log_mass = tl.load(info + 1, mask=active, other=0.0)
+    draft_ref = tl.load(info + 2, mask=active, other=0.0)
+    draft_log_mass = tl.load(info + 3, mask=active, other=0.0)
+    prefix = tl.load(info + 4, mask=active, other=0.0)
+    positions = tl.arange(0, TILE)
+    vocab_ids = tile * TILE + positions
+    mask = active[:, None] & (vocab_ids < vocab)[None, :]
+    t_offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
+    d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
+    logits = sanitize(tl.load(target_ptr + t_offsets, mask=mask, other=float("-inf")).to(tl.float32))
+    d_logits = sanitize(tl.load(draft_logits_ptr + d_offsets, mask=mask, other=float("-inf")).to(tl.float32))
+    target_p = tl.exp2((logits - target_ref[:, None]) * scale[:, None] - target_log_mass[:, None])
+    draft_q = tl.exp2((d_logits - draft_ref[:, None]) * scale[:, None] - draft_log_mass[:, None])
+    weights = tl.where(mask, tl.maximum(prefix[:, None] * target_p - draft_q, 0.0), 0.0)
+    rows = tl.full((BLOCK_R,), 0, tl.int32) + row
+    _, inner_u, _ = row_uniforms(seed, rows, PURPOSE_RESIDUAL)
+    inner = inverse_cdf(weights, inner_u, positions)
+    out = (requests * num_drafts + row) * num_tiles + tile
+    tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
+    tl.store(residual_sample_ptr + out, tl.where(inner >= 0, tile * TILE + inner, -1), mask=active)
 
 
 @triton.jit

@@ -86,8 +86,18 @@ def sample_in_tile(
 
 
 @triton.jit
-def max_combine(a, b):
-    return tl.maximum(a, b)
+def first_max_in_tile(logits_ptr, row_offset, tile, tile_max, active, vocab, TILE: tl.constexpr):
+    """Re-read one tile per request: the first index whose logit equals the tile's maximum.
+
+    row_offset: int64 [B]; tile: int32 [B]; tile_max: float32 [B]; active: bool [B].
+    Returns int64 [B] token ids (0 where inactive; a row of -inf gives its first index).
+    """
+    vocab_ids = tile[:, None] * TILE + tl.arange(0, TILE)[None, :]
+    mask = active[:, None] & (vocab_ids < vocab)
+    logits = tl.load(logits_ptr + row_offset[:, None] + vocab_ids, mask=mask, other=float("-inf"))
+    logits = sanitize(logits.to(tl.float32))
+    first = tl.min(tl.where(mask & (logits == tile_max[:, None]), vocab_ids, vocab), axis=1)
+    return tl.where(first < vocab, first, 0).to(tl.int64)
 
 
 @triton.jit

@@ -19,6 +19,7 @@ import triton.language as tl
 
 from ._sampling import (
     LOG2E,
+    first_max_in_tile,
     LOG_RATIO_CLAMP,
     MAX_INV_TEMPERATURE,
     inverse_cdf,
@@ -52,7 +53,7 @@ def _tile_mass(logits, tile_max, scale):
 @triton.jit
 def _verify_kernel(
     target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
     at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
     counter_ptr, tokens_ptr, num_tokens_ptr,
     num_requests, num_drafts, vocab, num_tiles,
@@ -74,16 +75,22 @@ def _verify_kernel(
     vocab_ids = tile * TILE + tl.arange(0, TILE)
     mask = live[:, None] & (vocab_ids < vocab)[None, :]
     offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
-    logits = sanitize(tl.load(target_ptr + offsets, mask=mask, other=float("-inf")).to(tl.float32))
+    logits = tl.load(target_ptr + offsets, mask=mask, other=float("-inf"))
+    if HAS_DRAFT:  # issue the draft tile's load now, so both are in flight together
+        d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
+        d_mask = mask & (sampled & is_draft_row)[:, None]
+        d_logits = tl.load(draft_logits_ptr + d_offsets, mask=d_mask, other=float("-inf"))
+    logits = sanitize(logits.to(tl.float32))
     tile_max = tl.max(logits, axis=1)
     stat = (requests * (num_drafts + 1) + row) * num_tiles + tile
     tl.store(tile_max_ptr + stat, tile_max, mask=live)
-    if tl.max((live & ~sampled).to(tl.int32)) > 0:  # argmax only where a greedy request needs it
-        tile_arg = tl.argmax(logits, axis=1) + tile * TILE
-        tl.store(tile_arg_ptr + stat, tile_arg, mask=live & ~sampled)
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
     hit = vocab_ids[None, :] == draft[:, None]
     per_row = requests * (num_drafts + 1) + row
+    greedy_here = live & ~sampled & in_tile
+    if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
+        first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
+        tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
     if tl.max(sampled.to(tl.int32)) > 0:
         weights = _tile_mass(logits, tile_max, scale)
         tl.store(tile_sum_ptr + stat, tl.sum(weights, axis=1), mask=sampled)
@@ -94,15 +101,13 @@ def _verify_kernel(
             tl.store(excluded_sum_ptr + per_row, excluded, mask=sampled & in_tile)
         if HAS_DRAFT:
             if is_draft_row:
-                d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
-                d_logits = tl.load(draft_logits_ptr + d_offsets, mask=mask, other=float("-inf"))
-                d_logits = sanitize(d_logits.to(tl.float32))
-                d_max = tl.max(d_logits, axis=1)
+                d_values = sanitize(d_logits.to(tl.float32))
+                d_max = tl.max(d_values, axis=1)
                 d_stat = (requests * num_drafts + row) * num_tiles + tile
                 tl.store(draft_tile_max_ptr + d_stat, d_max, mask=sampled)
-                tl.store(draft_tile_sum_ptr + d_stat, tl.sum(_tile_mass(d_logits, d_max, scale), axis=1), mask=sampled)
+                tl.store(draft_tile_sum_ptr + d_stat, tl.sum(_tile_mass(d_values, d_max, scale), axis=1), mask=sampled)
                 if tl.max((sampled & in_tile).to(tl.int32)) > 0:
-                    d_at_draft = tl.max(tl.where(hit, d_logits, float("-inf")), axis=1)
+                    d_at_draft = tl.max(tl.where(hit, d_values, float("-inf")), axis=1)
                     tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
 
     if FUSED:  # release this program's statistics; the last arrival of the request block decides
@@ -111,7 +116,7 @@ def _verify_kernel(
         if ticket == (num_drafts + 1) * num_tiles - 1:
             _decide(
                 block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-                tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+                tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
                 at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
                 tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
                 target_stride_r, target_stride_k,
@@ -122,7 +127,7 @@ def _verify_kernel(
 @triton.jit
 def _decide_kernel(
     target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
     at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
     tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k,
@@ -132,7 +137,7 @@ def _decide_kernel(
     """The decision as its own launch (grid: request blocks), after an unfused ``_verify_kernel``."""
     _decide(
         tl.program_id(0), target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-        tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
         at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
         tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
         target_stride_r, target_stride_k,
@@ -168,7 +173,7 @@ def _prob_at(at_ptr, row_index, mask, reference, mass, scale):
 @triton.jit
 def _decide(
     block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, tile_arg_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
     at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
     tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k,
@@ -198,12 +203,11 @@ def _decide(
     tile_max, reference, mass, tile_weight = _row_normalisers(
         tile_max_ptr, tile_sum_ptr, index3, mask3, mask3 & sampled[:, None, None], scale
     )
-    greedy_arg = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int32)
-    if tl.max((live & ~sampled).to(tl.int32)) > 0:
-        row_max = tl.max(tile_max, axis=2)
-        first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
-        tile_arg = tl.load(tile_arg_ptr + index3, mask=mask3 & ~sampled[:, None, None], other=0, cache_modifier=".cg")
-        greedy_arg = tl.sum(tl.where(tiles[None, None, :] == first_tile[:, :, None], tile_arg, 0), axis=2)
+    # Greedy: the argmax is the first index of the row maximum, in the first tile that reaches it.
+    row_max = tl.max(tile_max, axis=2)
+    first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
+    draft_first = tl.load(draft_first_max_ptr + row_index, mask=valid & ~sampled[:, None], other=-1, cache_modifier=".cg")
+    greedy_accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
 
     prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)
     ratio = prob
@@ -226,7 +230,6 @@ def _decide(
         rates = tl.load(rates_ptr + rows, mask=rows < num_drafts, other=0.0)
         accepted = valid & (accept_u < rates[None, :])
     else:
-        greedy_accepted = valid & (drafts == greedy_arg)
         accepted = tl.where(sampled[:, None], valid & (accept_u < ratio), greedy_accepted)
     tau = tl.min(tl.where(accepted, ROWS_PAD, rows[None, :]), axis=1)
     deferred = requests < 0  # no request goes to pass B unless a draft-logit residual needs it
@@ -273,7 +276,11 @@ def _decide(
     tau = tl.load(plan_ptr + requests * 2, mask=live, other=0)
     tl.debug_barrier()
     at_tau = rows[None, :] == tau[:, None]
-    greedy_token = tl.sum(tl.where(at_tau, greedy_arg, 0), axis=1).to(tl.int64)
+    row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
+    greedy_token = first_max_in_tile(
+        target_ptr, row_offset, tl.sum(tl.where(at_tau, first_tile, 0), axis=1),
+        tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), live & ~sampled, vocab, TILE,
+    )
     sampled_token = _emit_from_target(
         target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
         tile_u, inner_u, excluded_sum_ptr, row_index, scale, sampled & ~deferred,

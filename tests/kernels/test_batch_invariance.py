@@ -59,3 +59,22 @@ def test_same_seed_same_tokens_and_different_seed_different_tokens(backend, devi
     assert torch.equal(first, run(backend, **batch)[0])
     reseeded = dict(batch, seed=batch["seed"] + 1)
     assert not torch.equal(first, run(backend, **reseeded)[0])
+
+
+@pytest.mark.parametrize("method", ["standard", "block", "synthetic"])
+@pytest.mark.parametrize("with_draft_logits", [False, True])
+def test_fused_and_separate_decisions_give_the_same_tokens(method, with_draft_logits, device):
+    # The launcher fuses the decision into the streaming kernel for small grids only: the two
+    # compiled paths must agree bit for bit, or batch size would change tokens.
+    from spectune.kernels._contract import validate_inputs
+    from spectune.kernels._launcher import launch
+
+    batch = _mixed_batch(device, num_requests=12, vocab=300)
+    rates = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device) if method == "synthetic" else None
+    inputs = validate_inputs(
+        batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
+        batch["temperature"], batch["seed"], method, rates,
+    )
+    fused = launch(inputs, tile_size=64, fused=True)
+    separate = launch(inputs, tile_size=64, fused=False)
+    assert torch.equal(fused[0], separate[0]) and torch.equal(fused[1], separate[1])
