@@ -212,7 +212,10 @@ def launch(
         METHOD=METHODS.index(inputs.method), TILE=tile, BLOCK_R=block_requests,
         ROWS_PAD=_padded(num_rows, 1 if interpreting else 8), TILES_PAD=_padded(num_tiles, 1 if interpreting else 32),
     )
-    num_warps = num_warps or (8 if tile >= 4096 else 4)
+    # Warps per program: 16 elements a thread keeps 55-78 registers (4 programs an SM); 16-bit
+    # logits measured faster with 4 warps (more bytes in flight per thread).
+    if num_warps is None:
+        num_warps = 8 if tile >= 4096 and target.dtype == torch.float32 else 4
     verify_module, residual_module = _kernel_modules()
     decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
     verify_module._verify_kernel[(num_blocks, num_rows, num_tiles)](
@@ -235,12 +238,13 @@ def launch(
             HAS_DRAFT=has_draft, num_warps=num_warps, **decide_shared,
         )
     if has_draft and num_drafts > 0:
-        residual_module._residual_kernel[(num_blocks, num_tiles)](
+        slots = num_drafts if inputs.method == "block" else 1
+        residual_module._residual_kernel[(num_blocks, slots, num_tiles)](
             target_ptr=target, draft_logits_ptr=draft, draft_tokens_ptr=draft_tokens,
             temperature_ptr=temperature, seed_ptr=seed, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum,
             plan_ptr=work.plan, row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
             residual_sample_ptr=work.residual_sample, counter_ptr=work.counters[num_blocks:],
-            tokens_ptr=tokens, num_tokens_ptr=num_tokens, FUSED=fused, num_warps=num_warps, **shared,
+            tokens_ptr=tokens, num_tokens_ptr=num_tokens, FUSED=fused, SLOTS=slots, num_warps=num_warps, **shared,
         )
         if not fused:
             residual_module._decide_residual_kernel[(num_blocks,)](

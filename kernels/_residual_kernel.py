@@ -2,11 +2,12 @@
 
 Only requests with draft logits that rejected a valid draft get here (standard and synthetic: the
 one rejected row; block verification: rows lo..n-1 when the top step did not pass, lo being the
-last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), num_tiles)``: a program re-reads
-one tile of every planned row of its requests (target and draft), normalised by pass A's global
-statistics, and stores the tile's residual mass and a token drawn inside it. The last program of a request block
-(ticket) runs ``_decide_residual``: block verification's thresholds h_i = Z_i / (Z_i + 1 - p_i),
-tau, a tile by residual mass and its token. Every other program exits at once.
+last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), SLOTS, num_tiles)``, SLOTS = 1 (or K
+for block verification): a program re-reads one tile of every SLOTS-th planned row of its requests
+(target and draft), normalised by pass A's global statistics, and stores the tile's residual mass
+and a token drawn inside it. The decision (``_decide_residual``, a separate launch or the ticketed
+last program) takes block verification's thresholds h_i = Z_i / (Z_i + 1 - p_i), tau, a tile by
+residual mass and its token. Programs of requests without a plan exit at once.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ def _residual_kernel(
     num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr, SLOTS: tl.constexpr,
 ):
     block = tl.program_id(0)
-    tile = tl.program_id(1)
+    slot = tl.program_id(1)  # rows lo + slot, lo + slot + SLOTS, ... (block verification plans several)
+    tile = tl.program_id(2)
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     live = requests < num_requests
     lo = tl.load(plan_ptr + requests * 2, mask=live, other=-1)
@@ -42,9 +44,9 @@ def _residual_kernel(
     temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
     scale = _temperature_scale(temperature)
     seed = tl.load(seed_ptr + requests, mask=deferred, other=0)
-    first_row = tl.min(tl.where(deferred, lo, ROWS_PAD))
+    first_row = tl.min(tl.where(deferred, lo, ROWS_PAD)) + slot
     last_row = tl.max(tl.where(deferred, hi, -1))
-    for row in range(first_row, last_row + 1):  # one row for standard; lo..n-1 for block
+    for row in range(first_row, last_row + 1, SLOTS):
         _residual_tile(
             target_ptr, draft_logits_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr,
             requests, deferred & (row >= lo) & (row <= hi), row, tile, scale, seed, num_drafts, vocab, num_tiles,
@@ -54,7 +56,7 @@ def _residual_kernel(
     if FUSED:  # the last program of the request block decides
         tl.debug_barrier()
         ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-        if ticket == num_tiles - 1:
+        if ticket == SLOTS * num_tiles - 1:
             _decide_residual(
                 block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
                 plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,

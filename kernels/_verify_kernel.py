@@ -277,16 +277,22 @@ def _decide(
     tl.debug_barrier()
     at_tau = rows[None, :] == tau[:, None]
     row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
-    greedy_token = first_max_in_tile(
-        target_ptr, row_offset, tl.sum(tl.where(at_tau, first_tile, 0), axis=1),
-        tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), live & ~sampled, vocab, TILE,
-    )
-    sampled_token = _emit_from_target(
-        target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-        tile_u, inner_u, excluded_sum_ptr, row_index, scale, sampled & ~deferred,
-        vocab, target_stride_r, target_stride_k, HAS_DRAFT, TILE, TILES_PAD,
-    )
-    emitted = tl.where(sampled, sampled_token, greedy_token)
+    emitted = tl.zeros((BLOCK_R,), dtype=tl.int64)
+    greedy = live & ~sampled
+    if tl.max(greedy.to(tl.int32)) > 0:
+        greedy_token = first_max_in_tile(
+            target_ptr, row_offset, tl.sum(tl.where(at_tau, first_tile, 0), axis=1),
+            tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), greedy, vocab, TILE,
+        )
+        emitted = tl.where(greedy, greedy_token, emitted)
+    drawn = sampled & ~deferred
+    if tl.max(drawn.to(tl.int32)) > 0:
+        sampled_token = _emit_from_target(
+            target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
+            tile_u, inner_u, excluded_sum_ptr, row_index, scale, drawn,
+            vocab, target_stride_r, target_stride_k, HAS_DRAFT, TILE, TILES_PAD,
+        )
+        emitted = tl.where(drawn, sampled_token, emitted)
     write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live & ~deferred, num_drafts, ROWS_PAD)
     if HAS_DRAFT:
         tl.store(plan_ptr + requests * 2, plan_lo, mask=live)

@@ -67,7 +67,7 @@ def variants():
                 yield _verify_kernel._verify_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, **common)
             yield _verify_kernel._decide_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)
         for fused in (False, True):
-            yield _residual_kernel._residual_kernel, dict(METHOD=method, FUSED=fused, **common)
+            yield _residual_kernel._residual_kernel, dict(METHOD=method, FUSED=fused, SLOTS=7 if method == 1 else 1, **common)
         yield _residual_kernel._decide_residual_kernel, dict(METHOD=method, **common)
 
 
