@@ -180,12 +180,13 @@ def main() -> None:
                     rows.extend(point)
                     print(" ".join(f"{r['method']}={r['us']}/{r['floor_us']}" for r in point),
                           f"R={num_requests} K={num_drafts} V={vocab} {dtype_name}", flush=True)
-    if args.no_files:
-        return
-    write_outputs(rows, args.out_dir, bandwidth)
+                    if not args.no_files:  # rewritten after every point: a cut-off run keeps its rows
+                        write_outputs(rows, args.out_dir, bandwidth, quiet=True)
+    if not args.no_files:
+        write_outputs(rows, args.out_dir, bandwidth)
 
 
-def write_outputs(rows: list[dict], out_dir: str, bandwidth: float) -> None:
+def write_outputs(rows: list[dict], out_dir: str, bandwidth: float, quiet: bool = False) -> None:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "kernels-full.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -210,6 +211,8 @@ def write_outputs(rows: list[dict], out_dir: str, bandwidth: float) -> None:
     ]
     with open(os.path.join(out_dir, "kernels-table.md"), "w") as handle:
         handle.write(header + "\n".join(lines) + "\n")
+    if quiet:
+        return
     headline = [r for r in rows if r["V"] == 128256 and r["R"] in (1, 64, 256) and r["K"] in (3, 7)]
     print(header + "\n".join(
         f"| {r['method']} | {r['R']} | {r['K']} | {r['V']} | {r['dtype']} | {r['us']} | {r['floor_us']} | "
