@@ -1,0 +1,63 @@
+"""Optuna studies over speculative configs: the search space, the samplers, storage, the recommendation.
+
+A study simulates points -- (batch-size bucket, method/rule/sampling combo, K) -- and recommends one
+combo with its best K per bucket as vLLM's ``num_speculative_tokens_per_batch_size`` rows. Its state
+lives in an Optuna storage (a journal file, or PostgreSQL for many machines), so it resumes after any
+interruption and many workers can share it.
+"""
+
+from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
+from spectune.study._recommend import (
+    BucketChoice,
+    ComboScore,
+    Recommendation,
+    choose_in_bucket,
+    is_tie,
+    merge_schedule,
+    recommend,
+)
+from spectune.study._records import Evaluation, SearchState, evaluate_metrics
+from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, resolve_strategy, run_study
+from spectune.study._sampler import SpectuneSampler, Strategy, search_space
+from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
+from spectune.study._storage import describe_storage, open_storage, open_study
+from spectune.study._structured import next_k, structured_converged, structured_next_point
+
+__all__ = [
+    "EXHAUSTIVE_LIMIT",
+    "BucketChoice",
+    "Candidate",
+    "Combo",
+    "ComboScore",
+    "Constraint",
+    "Evaluation",
+    "Evaluator",
+    "Point",
+    "Recommendation",
+    "SearchState",
+    "SpectuneSampler",
+    "Strategy",
+    "StudyObjective",
+    "StudyOutcome",
+    "StudyProgress",
+    "StudySpace",
+    "TrialRecord",
+    "bucket_ranges",
+    "choose_in_bucket",
+    "describe_storage",
+    "evaluate_metrics",
+    "is_tie",
+    "load_outcome",
+    "merge_schedule",
+    "next_k",
+    "open_storage",
+    "open_study",
+    "outcome_of",
+    "recommend",
+    "resolve_strategy",
+    "run_study",
+    "search_space",
+    "structured_converged",
+    "structured_next_point",
+]

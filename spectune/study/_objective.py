@@ -1,0 +1,110 @@
+"""One trial: take the sampler's point, check the budget, simulate (or reuse), record the result.
+
+The budget is the number of COMPLETE trials the study should end with. Workers check it before they
+ask for a trial; two that ask at the same moment are sorted out here, in trial-number order: a trial
+that finds the budget already filled by the trials numbered below it is pruned without simulating.
+So N workers on a budget of B end with exactly B complete trials.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from spectune.study._records import (
+    ATTR_DUPLICATE_OF,
+    ATTR_RESULT,
+    PARAM_BATCH_SIZE,
+    PARAM_COMBO,
+    PARAM_K,
+    SearchState,
+    is_abandoned,
+    metric_value,
+)
+from spectune.study._sampler import ATTR_NO_POINT_LEFT, wait_for_earlier_trials
+from spectune.study._space import Point, StudySpace
+
+__all__ = ["ATTR_SURPLUS", "Evaluator", "StudyObjective", "objective_values", "suggest_point"]
+
+Evaluator = Callable[[Point], Mapping[str, Any]]
+"""Simulates one point; returns ``SimulationResult.to_dict()``-like metrics (JSON-serialisable)."""
+
+ATTR_SURPLUS = "spectune.surplus"
+_CONSTRAINT_CAP = 1e12  # Optuna wants finite constraint values; a missing metric violates "infinitely"
+
+
+def suggest_point(space: StudySpace, trial: optuna.Trial) -> Point:
+    """Ask the trial for its three params (the same distributions as ``search_space``)."""
+    batch_size = trial.suggest_categorical(PARAM_BATCH_SIZE, list(space.batch_sizes))
+    combo = trial.suggest_categorical(PARAM_COMBO, [c.label for c in space.combos])
+    if space.min_num_speculative_tokens == 1:
+        k = trial.suggest_int(PARAM_K, 0, space.max_num_speculative_tokens)
+    else:
+        k = trial.suggest_categorical(PARAM_K, list(space.k_values))
+    return space.point(int(batch_size), str(combo), int(k))
+
+
+def objective_values(space: StudySpace, metrics: Mapping[str, Any]) -> list[float]:
+    """Throughput (tokens/s, maximised) and, with two objectives, p99 TPOT (ms, minimised)."""
+    values = [metric_value(metrics, "throughput_tokens_per_s")]
+    if "tpot_p99" in space.objectives:
+        values.append(metric_value(metrics, "tpot_p99_ms"))
+    return values
+
+
+class StudyObjective:
+    """The objective every worker runs; ``budget`` None means no limit (the strategy decides when to stop)."""
+
+    def __init__(self, space: StudySpace, evaluator: Evaluator, *, budget: int | None) -> None:
+        self.space = space
+        self.evaluator = evaluator
+        self.budget = budget
+
+    def __call__(self, trial: optuna.Trial) -> list[float]:
+        point = suggest_point(self.space, trial)
+        storage = trial.study._storage
+        if storage.get_trial_user_attrs(trial._trial_id).get(ATTR_NO_POINT_LEFT):
+            raise optuna.TrialPruned("every point of the space is evaluated or held by a running trial")
+        earlier = wait_for_earlier_trials(trial.study, trial.number)
+        if self.budget is not None and _filled(earlier) >= self.budget:
+            trial.set_user_attr(ATTR_SURPLUS, True)
+            raise optuna.TrialPruned(f"the budget of {self.budget} complete trials is already taken")
+        known = SearchState.from_trials(self.space, earlier).completed.get(point)
+        if known is not None:
+            trial.set_user_attr(ATTR_DUPLICATE_OF, known.trial_number)
+            metrics = dict(known.metrics)
+        else:
+            metrics = dict(self.evaluator(point))
+        trial.set_user_attr(ATTR_RESULT, _json_safe(metrics))
+        for constraint in self.space.constraints:
+            violation = constraint.violation(metric_value(metrics, constraint.metric))
+            trial.set_constraint(constraint.label, min(violation, _CONSTRAINT_CAP))
+        return objective_values(self.space, metrics)
+
+
+def _filled(earlier: list[optuna.trial.FrozenTrial]) -> int:
+    """Trials that count against the budget: complete, or running and alive (they will complete)."""
+    return sum(
+        1
+        for t in earlier
+        if t.state == TrialState.COMPLETE or (t.state == TrialState.RUNNING and not is_abandoned(t))
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    """Storages keep user attrs as JSON: NaN/inf become None, tuples lists, numpy scalars floats."""
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None

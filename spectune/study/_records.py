@@ -1,0 +1,172 @@
+"""What a study knows, read back from its storage: evaluations, claims, failures.
+
+Everything a worker decides comes from here -- nothing is cached outside the storage -- so a resumed
+study, or a second worker on another machine, sees exactly what the first one knew. A trial
+claims its point through its params (written to the storage the moment the sampler picks them)
+and carries user attributes: its owner (host, pid) and the simulation result.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from spectune.study._space import Point, StudySpace
+
+__all__ = [
+    "ATTR_DUPLICATE_OF",
+    "ATTR_OWNER",
+    "ATTR_RESULT",
+    "Evaluation",
+    "SearchState",
+    "evaluate_metrics",
+    "is_abandoned",
+    "metric_value",
+    "owner_attr",
+    "trial_point",
+]
+
+ATTR_OWNER = "spectune.owner"
+ATTR_RESULT = "spectune.result"
+ATTR_DUPLICATE_OF = "spectune.duplicate_of"
+PARAM_BATCH_SIZE = "batch_size"
+PARAM_COMBO = "combo"
+PARAM_K = "num_speculative_tokens"
+
+# A trial without an owner this long after it started belongs to a process that died before it could
+# write one (the window is milliseconds); after this its point is free again.
+UNOWNED_GRACE = timedelta(seconds=30)
+# A point whose simulation failed this often is given up (a deterministic failure would loop forever).
+MAX_FAILURES_PER_POINT = 3
+
+
+def owner_attr() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_abandoned(trial: FrozenTrial, now: datetime | None = None) -> bool:
+    """A RUNNING trial whose process is gone: owned by a dead pid on this host, or never owned."""
+    if trial.state != TrialState.RUNNING:
+        return False
+    owner = trial.user_attrs.get(ATTR_OWNER)
+    if isinstance(owner, dict):
+        return owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", -1)))
+    started = trial.datetime_start
+    now = now or datetime.now()
+    return started is not None and now - started > UNOWNED_GRACE
+
+
+def trial_point(space: StudySpace, trial: FrozenTrial) -> Point | None:
+    """The point a trial holds: its params, written as the sampler picks them (None until all three are)."""
+    params = trial.params
+    if all(name in params for name in (PARAM_BATCH_SIZE, PARAM_COMBO, PARAM_K)):
+        return space.point(int(params[PARAM_BATCH_SIZE]), str(params[PARAM_COMBO]), int(params[PARAM_K]))
+    return None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One completed simulation, scored for the search.
+
+    ``score`` ranks points: the throughput (tokens/s) when every SLO holds, else a negative number
+    that grows with the (relative) violation, so any feasible point beats every infeasible one.
+    """
+
+    point: Point
+    trial_number: int
+    metrics: Mapping[str, Any]
+    throughput: float
+    stderr: float
+    feasible: bool
+    score: float
+
+
+def metric_value(metrics: Mapping[str, Any], name: str) -> float:
+    """A numeric metric, NaN when absent or stored as null (JSON has no NaN)."""
+    value = metrics.get(name)
+    try:
+        return float(value) if value is not None else math.nan
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def evaluate_metrics(space: StudySpace, point: Point, metrics: Mapping[str, Any], trial_number: int) -> Evaluation:
+    throughput = metric_value(metrics, "throughput_tokens_per_s")
+    stderr = metric_value(metrics, "throughput_stderr_tokens_per_s")
+    violation = 0.0
+    for constraint in space.constraints:
+        excess = constraint.violation(metric_value(metrics, constraint.metric))
+        if excess > 0:
+            violation += excess / max(abs(constraint.bound), 1e-9)
+    feasible = violation == 0.0 and math.isfinite(throughput)
+    score = throughput if feasible else -1.0 - min(violation, 1e12)
+    return Evaluation(point, trial_number, dict(metrics), throughput, stderr if math.isfinite(stderr) else 0.0, feasible, score)
+
+
+@dataclass
+class SearchState:
+    """Per point: its evaluation (first completed trial), whether a live trial holds it, its failures."""
+
+    space: StudySpace
+    completed: dict[Point, Evaluation] = field(default_factory=dict)
+    claimed: set[Point] = field(default_factory=set)
+    failures: Counter[Point] = field(default_factory=Counter)
+    num_complete_trials: int = 0
+    num_live_trials: int = 0
+
+    @classmethod
+    def from_trials(
+        cls, space: StudySpace, trials: Iterable[FrozenTrial], *, exclude_number: int | None = None
+    ) -> SearchState:
+        state = cls(space)
+        now = datetime.now()
+        for trial in sorted(trials, key=lambda t: t.number):
+            if trial.number == exclude_number:
+                continue
+            point = trial_point(space, trial)
+            if trial.state == TrialState.COMPLETE:
+                state.num_complete_trials += 1
+                result = trial.user_attrs.get(ATTR_RESULT)
+                if point is not None and isinstance(result, dict) and point not in state.completed:
+                    state.completed[point] = evaluate_metrics(space, point, result, trial.number)
+            elif trial.state == TrialState.WAITING or (trial.state == TrialState.RUNNING and not is_abandoned(trial, now)):
+                state.num_live_trials += 1
+                if point is not None:
+                    state.claimed.add(point)
+            elif trial.state in (TrialState.FAIL, TrialState.RUNNING) and point is not None:
+                state.failures[point] += 1
+        state.claimed -= state.completed.keys()
+        return state
+
+    def is_free(self, point: Point) -> bool:
+        """Not evaluated, not held by a live trial, not given up after repeated failures."""
+        return (
+            point not in self.completed
+            and point not in self.claimed
+            and self.failures[point] < MAX_FAILURES_PER_POINT
+        )
+
+    def is_settled(self, point: Point) -> bool:
+        """Evaluated or given up: its value (if any) will not change."""
+        return point in self.completed or self.failures[point] >= MAX_FAILURES_PER_POINT
+
+    def free_points(self) -> list[Point]:
+        return [p for p in self.space.points() if self.is_free(p)]

@@ -1,0 +1,215 @@
+"""Running a study: one or many worker processes on one storage, until the budget or the search ends.
+
+A worker loops: read the study's state from storage, stop if the budget is filled or the strategy
+has nothing left to do, else run one trial. ``workers=N`` starts N such processes on this machine;
+on many machines, start ``spectune study run`` on each with the same ``--storage`` URL. Whatever
+stops a run (Ctrl-C, SIGKILL, a crash), running it again resumes: trials left RUNNING by dead
+processes are failed and their points proposed again; completed points are never simulated again.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import optuna
+from optuna.trial import TrialState
+
+from spectune.errors import SpectuneError
+from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._records import SearchState
+from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strategy
+from spectune.study._space import StudySpace
+from spectune.study._storage import (
+    StudyFingerprint,
+    describe_storage,
+    fail_abandoned_trials,
+    open_storage,
+    open_study,
+    prepare_study,
+)
+from spectune.study._structured import structured_converged, structured_next_point
+
+__all__ = ["EXHAUSTIVE_LIMIT", "StudyProgress", "resolve_strategy", "run_study"]
+
+StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
+EXHAUSTIVE_LIMIT = 64  # 'auto' searches every point of spaces up to this size
+TPE_DEFAULT_SHARE = 0.25  # tpe has no natural end: without --n-trials it runs this share of the space
+_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class StudyProgress:
+    """What a progress bar shows: complete trials of ``total`` (None: until the search converges)."""
+
+    complete: int
+    total: int | None
+    failed: int
+
+
+@dataclass(frozen=True)
+class _WorkerSpec:
+    space: StudySpace
+    evaluator: Evaluator
+    storage: str
+    strategy: Strategy
+    n_trials: int | None
+    seed: int
+    keep_combos: int
+    optuna_verbosity: int
+
+
+def resolve_strategy(space: StudySpace, choice: StrategyChoice) -> Strategy:
+    if choice == "auto":
+        return "exhaustive" if space.size <= EXHAUSTIVE_LIMIT else "structured"
+    return choice
+
+
+def run_study(
+    space: StudySpace,
+    evaluator: Evaluator,
+    fingerprint: StudyFingerprint,
+    *,
+    storage: str,
+    strategy: StrategyChoice = "auto",
+    n_trials: int | None = None,
+    workers: int = 1,
+    seed: int = 0,
+    keep_combos: int = 2,
+    progress: Callable[[StudyProgress], None] | None = None,
+) -> Strategy:
+    """Create or resume the study and run it to its end; return the strategy used.
+
+    ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
+    only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
+    space (tpe). ``evaluator`` must be picklable when ``workers > 1``.
+    """
+    if workers < 1:
+        raise SpectuneError(f"--workers: must be >= 1, got {workers}")
+    if n_trials is not None and n_trials < 1:
+        raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials}")
+    resolved = resolve_strategy(space, strategy)
+    if resolved == "tpe" and n_trials is None:
+        n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
+    opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
+    study = prepare_study(opened, space, fingerprint, storage_label=describe_storage(storage))
+    fail_abandoned_trials(study)
+    spec = _WorkerSpec(
+        space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity()
+    )
+    total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
+    report = _progress_reporter(study, total, progress)
+    if workers == 1:
+        _worker_loop(spec, 0, study, on_trial=report)
+    else:
+        _run_processes(spec, workers, on_poll=report)
+    report()
+    return resolved
+
+
+def _progress_reporter(study: optuna.Study, total: int | None, progress: Callable[[StudyProgress], None] | None) -> Callable[[], None]:
+    def report() -> None:
+        if progress is None:
+            return
+        trials = study.get_trials(deepcopy=False)
+        complete = sum(1 for t in trials if t.state == TrialState.COMPLETE)
+        failed = sum(1 for t in trials if t.state == TrialState.FAIL)
+        progress(StudyProgress(complete, total, failed))
+
+    return report
+
+
+def _worker_loop(spec: _WorkerSpec, index: int, study: optuna.Study | None = None, on_trial: Callable[[], None] | None = None) -> int:
+    """Run trials until the study is done; return how many this worker completed."""
+    optuna.logging.set_verbosity(spec.optuna_verbosity)
+    sampler = SpectuneSampler(spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos)
+    if study is None:
+        study = open_study(open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe"), spec.space.name, sampler=sampler)
+    else:
+        study.sampler = sampler
+    objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
+    completed = 0
+    idle_prunes = 0
+    while True:
+        decision = _next_action(spec, SearchState.from_trials(spec.space, study.get_trials(deepcopy=False)))
+        if decision == "stop":
+            return completed
+        if decision == "wait" or idle_prunes >= 3:
+            idle_prunes = 0
+            time.sleep(_POLL_S)
+            continue
+        ran: list[optuna.trial.FrozenTrial] = []
+        study.optimize(objective, n_trials=1, callbacks=[lambda _study, trial: ran.append(trial)])
+        last = ran[-1] if ran else None
+        if last is not None and last.state == TrialState.COMPLETE:
+            completed += 1
+            idle_prunes = 0
+        elif last is not None and last.user_attrs.get(ATTR_NO_POINT_LEFT):
+            idle_prunes += 1
+        if on_trial is not None:
+            on_trial()
+
+
+def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:
+    if spec.n_trials is not None:
+        if state.num_complete_trials >= spec.n_trials:
+            return "stop"
+        if state.num_complete_trials + state.num_live_trials >= spec.n_trials:
+            return "wait"  # the others' running trials may still fail and leave work
+    if spec.strategy == "tpe":
+        return "run"
+    if spec.strategy == "structured" and spec.n_trials is None and structured_converged(state, keep_combos=spec.keep_combos):
+        return "stop"
+    has_free = (
+        structured_next_point(state, keep_combos=spec.keep_combos) is not None
+        if spec.strategy == "structured"
+        else bool(state.free_points())
+    )
+    if has_free:
+        return "run"
+    return "wait" if state.num_live_trials else "stop"
+
+
+def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    try:
+        results.put((index, "ok", _worker_loop(spec, index)))
+    except SpectuneError as err:
+        results.put((index, "user-error", str(err)))
+    except BaseException as err:  # noqa: BLE001 -- reported to the parent, which raises it
+        results.put((index, "error", f"{type(err).__name__}: {err}"))
+
+
+def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None]) -> None:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = [context.Process(target=_worker_process, args=(spec, i, results), daemon=True) for i in range(workers)]
+    for process in processes:
+        process.start()
+    finished: dict[int, tuple[str, object]] = {}
+    try:
+        while len(finished) < workers:
+            try:
+                index, status, payload = results.get(timeout=_POLL_S)
+                finished[index] = (status, payload)
+            except queue.Empty:
+                pass
+            on_poll()
+            failure = next(((i, s, p) for i, (s, p) in finished.items() if s != "ok"), None)
+            if failure is not None:
+                raise SpectuneError(str(failure[2])) if failure[1] == "user-error" else RuntimeError(f"worker {failure[0]}: {failure[2]}")
+            for i, process in enumerate(processes):
+                if i not in finished and not process.is_alive() and process.exitcode not in (0, None):
+                    time.sleep(_POLL_S)  # its last message may still be in the queue
+                    if results.empty():
+                        raise SpectuneError(f"worker {i} died (exit code {process.exitcode}); run the study again to resume it")
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=10)

@@ -1,0 +1,146 @@
+"""The Optuna sampler of a study: the strategy that picks the next point, and the order that keeps
+workers from picking the same one.
+
+Call order (Optuna's): ``before_trial`` stamps the trial with its owner (host, pid) so that a trial
+of a dead process can be told from a live one; at the first ``suggest_*`` of the objective,
+``infer_relative_search_space`` then ``sample_relative`` pick all three params at once.
+
+No two workers pick the same point because decisions are taken in trial-number order: trial n
+waits until every live trial numbered below n holds its point (its params are in the storage; that
+takes milliseconds) and then picks a point none of them holds. Trial numbers are handed out
+atomically by every Optuna storage, so this holds for local processes on a journal file and for
+machines sharing a PostgreSQL database alike.
+
+Strategies: ``structured`` (see ``_structured``), ``exhaustive`` (every point once, bucket by
+bucket), ``tpe`` (Optuna's seeded ``TPESampler`` over the same three params; it may propose a point
+already evaluated, which the objective answers from storage instead of simulating again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.samplers import BaseSampler, TPESampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+from spectune.study._records import (
+    ATTR_OWNER,
+    PARAM_BATCH_SIZE,
+    PARAM_COMBO,
+    PARAM_K,
+    SearchState,
+    is_abandoned,
+    owner_attr,
+    trial_point,
+)
+from spectune.study._space import Point, StudySpace
+from spectune.study._structured import structured_next_point
+
+__all__ = ["ATTR_NO_POINT_LEFT", "SpectuneSampler", "Strategy", "search_space", "wait_for_earlier_trials"]
+
+Strategy = Literal["structured", "exhaustive", "tpe"]
+ATTR_NO_POINT_LEFT = "spectune.no_point_left"
+_POLL_S = 0.05
+# Give up waiting for an earlier trial that never shows its point (it cannot take longer than this
+# unless its process hangs; then a duplicate is the lesser evil).
+_WAIT_LIMIT_S = 60.0
+
+
+def search_space(space: StudySpace) -> dict[str, BaseDistribution]:
+    """The three params every trial has. K is an integer range when it is 0..max, else categorical."""
+    if space.min_num_speculative_tokens == 1:
+        k_distribution: BaseDistribution = IntDistribution(0, space.max_num_speculative_tokens)
+    else:
+        k_distribution = CategoricalDistribution(space.k_values)
+    return {
+        PARAM_BATCH_SIZE: CategoricalDistribution(space.batch_sizes),
+        PARAM_COMBO: CategoricalDistribution([combo.label for combo in space.combos]),
+        PARAM_K: k_distribution,
+    }
+
+
+def params_of(space: StudySpace, point: Point) -> dict[str, Any]:
+    combo = point.combo if not point.is_off else space.combos[0].label  # K = 0: any combo is the same point
+    return {PARAM_BATCH_SIZE: point.batch_size, PARAM_COMBO: combo, PARAM_K: point.num_speculative_tokens}
+
+
+def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
+    """Trials numbered below ``number``, once each live one holds its point (or the wait limit passes)."""
+    deadline = time.monotonic() + _WAIT_LIMIT_S
+    while True:
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < number]
+        undecided = [
+            t
+            for t in earlier
+            if t.state == TrialState.RUNNING
+            and not is_abandoned(t)
+            and not all(name in t.params for name in (PARAM_BATCH_SIZE, PARAM_COMBO, PARAM_K))
+        ]
+        if not undecided or time.monotonic() > deadline:
+            return earlier
+        time.sleep(_POLL_S)
+
+
+def exhaustive_next_point(state: SearchState) -> Point | None:
+    return next((point for point in state.space.points() if state.is_free(point)), None)
+
+
+class SpectuneSampler(BaseSampler):
+    """Proposes one (batch size, combo, K) point per trial with the chosen strategy."""
+
+    def __init__(self, space: StudySpace, strategy: Strategy, *, seed: int, keep_combos: int = 2) -> None:
+        self.space = space
+        self.strategy = strategy
+        self.keep_combos = keep_combos
+        self._tpe = TPESampler(seed=seed) if strategy == "tpe" else None
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        study._storage.set_trial_user_attr(trial._trial_id, ATTR_OWNER, owner_attr())
+        if self._tpe is not None:
+            self._tpe.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self._tpe is not None:
+            return self._tpe.infer_relative_search_space(study, trial)
+        return search_space(self.space)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if self._tpe is not None:
+            return self._tpe.sample_relative(study, trial, search_space)
+        if not search_space:
+            return {}
+        earlier = wait_for_earlier_trials(study, trial.number)
+        later_holders = [t for t in study.get_trials(deepcopy=False) if t.number > trial.number and trial_point(self.space, t)]
+        state = SearchState.from_trials(self.space, [*earlier, *later_holders])
+        if self.strategy == "structured":
+            point = structured_next_point(state, keep_combos=self.keep_combos)
+        else:
+            point = exhaustive_next_point(state)
+        if point is None:
+            # Every point is evaluated or held: the objective sees this mark and stops without simulating.
+            study._storage.set_trial_user_attr(trial._trial_id, ATTR_NO_POINT_LEFT, True)
+            point = next(iter(self.space.points()))
+        return params_of(self.space, point)
+
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        if self._tpe is not None:
+            return self._tpe.sample_independent(study, trial, param_name, param_distribution)
+        raise RuntimeError(f"spectune's sampler samples {param_name!r} only together with the other params")
+
+    def after_trial(
+        self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        if self._tpe is not None:
+            self._tpe.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        if self._tpe is not None:
+            self._tpe.reseed_rng()
+

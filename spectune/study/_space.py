@@ -1,0 +1,218 @@
+"""The discrete space a study searches: batch-size buckets x (method, rule, sampling) combos x K.
+
+A *point* is one simulation: a combo at a K, served as a closed loop at one bucket's batch size.
+K = 0 (speculation off) does not depend on the combo, so each bucket has exactly one K = 0 point,
+shared by every combo. The space is plain data (JSON round-trip) so that a finished study can be
+exported from its storage alone, without the document it was made from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "Candidate",
+    "Combo",
+    "Constraint",
+    "Point",
+    "StudySpace",
+    "bucket_ranges",
+]
+
+Objective = Literal["throughput", "tpot_p99"]
+OFF = "off"  # the combo label of a K = 0 point
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A drafting method the user has: a name and its speculative-config base (method, model, ...).
+
+    ``speculative_base`` holds vLLM field names only and never K, the rule or the draft sampling.
+    """
+
+    name: str
+    speculative_base: Mapping[str, Any]
+
+    @property
+    def method(self) -> str:
+        return str(self.speculative_base["method"])
+
+
+@dataclass(frozen=True)
+class Combo:
+    """What vLLM serves with one config: a candidate with one verification rule and one draft sampling."""
+
+    candidate: str
+    rejection_sample_method: str
+    draft_sample_method: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.candidate}/{self.rejection_sample_method}/{self.draft_sample_method}"
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    """One simulation: ``combo`` (a label, or 'off' when K = 0) at K, at one bucket's batch size."""
+
+    batch_size: int
+    combo: str
+    num_speculative_tokens: int
+
+    @property
+    def key(self) -> str:
+        """The canonical identity used to spot duplicates across trials and workers."""
+        return f"bs={self.batch_size}|{self.combo}|K={self.num_speculative_tokens}"
+
+    @property
+    def is_off(self) -> bool:
+        return self.num_speculative_tokens == 0
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """An SLO: ``metric <= bound`` or ``metric >= bound`` on a simulation result field."""
+
+    metric: str
+    op: Literal["<=", ">="]
+    bound: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric} {self.op} {self.bound:g}"
+
+    def violation(self, value: float) -> float:
+        """How far ``value`` is outside the bound (<= 0 when satisfied); Optuna's constraint value."""
+        if not math.isfinite(value):
+            return math.inf
+        return value - self.bound if self.op == "<=" else self.bound - value
+
+
+@dataclass(frozen=True)
+class StudySpace:
+    """Everything the search and the recommendation need to know about a study."""
+
+    name: str
+    candidates: tuple[Candidate, ...]
+    combos: tuple[Combo, ...]
+    batch_sizes: tuple[int, ...]
+    min_num_speculative_tokens: int
+    max_num_speculative_tokens: int
+    max_batch_size: int
+    batch_size_weights: tuple[float, ...] = ()
+    objectives: tuple[Objective, ...] = ("throughput",)
+    constraints: tuple[Constraint, ...] = ()
+    skipped_combos: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.combos:
+            problems.append("at least one valid (method, rule, sampling) combo is needed")
+        if list(self.batch_sizes) != sorted(set(self.batch_sizes)) or not self.batch_sizes or self.batch_sizes[0] < 1:
+            problems.append(f"batch_sizes must be distinct, sorted and >= 1, got {list(self.batch_sizes)}")
+        if not 1 <= self.min_num_speculative_tokens <= self.max_num_speculative_tokens:
+            problems.append(
+                f"need 1 <= min K <= max K, got {self.min_num_speculative_tokens}..{self.max_num_speculative_tokens}"
+            )
+        if self.batch_sizes and self.max_batch_size < self.batch_sizes[-1]:
+            problems.append(f"max_batch_size must be >= the largest batch size {self.batch_sizes[-1]}, got {self.max_batch_size}")
+        if self.batch_size_weights and len(self.batch_size_weights) != len(self.batch_sizes):
+            problems.append("batch_size_weights must have one weight per batch size")
+        labels = [c.label for c in self.combos]
+        if len(set(labels)) != len(labels):
+            problems.append(f"combo labels must be distinct, got {labels}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    # --- the points --------------------------------------------------------------------------
+
+    @property
+    def k_values(self) -> tuple[int, ...]:
+        """Every K a curve has, K = 0 included, ascending."""
+        return (0, *range(self.min_num_speculative_tokens, self.max_num_speculative_tokens + 1))
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """Share of serving time at each bucket (normalised; equal when not given)."""
+        raw = self.batch_size_weights or tuple(1.0 for _ in self.batch_sizes)
+        total = sum(raw)
+        return tuple(w / total for w in raw)
+
+    def point(self, batch_size: int, combo: str, num_speculative_tokens: int) -> Point:
+        """The canonical point: every K = 0 point of a bucket is the same 'off' point."""
+        return Point(batch_size, OFF if num_speculative_tokens == 0 else combo, num_speculative_tokens)
+
+    def points(self) -> Iterator[Point]:
+        """All distinct points: per bucket, the K = 0 point then every combo at every K >= 1."""
+        for batch_size in self.batch_sizes:
+            yield Point(batch_size, OFF, 0)
+            for combo in self.combos:
+                for k in self.k_values[1:]:
+                    yield Point(batch_size, combo.label, k)
+
+    @property
+    def size(self) -> int:
+        return len(self.batch_sizes) * (1 + len(self.combos) * (len(self.k_values) - 1))
+
+    def combo(self, label: str) -> Combo:
+        for combo in self.combos:
+            if combo.label == label:
+                return combo
+        raise KeyError(f"no combo {label!r} in study {self.name!r}")
+
+    def candidate(self, name: str) -> Candidate:
+        for candidate in self.candidates:
+            if candidate.name == name:
+                return candidate
+        raise KeyError(f"no candidate {name!r} in study {self.name!r}")
+
+    def representative_bucket(self) -> int:
+        """Index of the most common bucket (largest weight); with equal weights, the lower median."""
+        weights = self.weights
+        top = max(weights)
+        tied = [i for i, w in enumerate(weights) if w >= top - 1e-12]
+        return tied[(len(tied) - 1) // 2]
+
+    # --- persistence -------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["candidates"] = [{"name": c.name, "speculative_base": dict(c.speculative_base)} for c in self.candidates]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StudySpace:
+        return cls(
+            name=data["name"],
+            candidates=tuple(Candidate(c["name"], dict(c["speculative_base"])) for c in data["candidates"]),
+            combos=tuple(Combo(**c) for c in data["combos"]),
+            batch_sizes=tuple(data["batch_sizes"]),
+            min_num_speculative_tokens=data["min_num_speculative_tokens"],
+            max_num_speculative_tokens=data["max_num_speculative_tokens"],
+            max_batch_size=data["max_batch_size"],
+            batch_size_weights=tuple(data.get("batch_size_weights") or ()),
+            objectives=tuple(data.get("objectives") or ("throughput",)),
+            constraints=tuple(Constraint(**c) for c in data.get("constraints") or ()),
+            skipped_combos=tuple(data.get("skipped_combos") or ()),
+        )
+
+
+def bucket_ranges(batch_sizes: Sequence[int], max_batch_size: int) -> list[tuple[int, int]]:
+    """Inclusive batch-size range each bucket stands for: contiguous from 1 to ``max_batch_size``.
+
+    A boundary sits at the geometric midpoint of neighbouring buckets (step cost and acceptance
+    change with log batch size, not linearly), so 8 and 32 split at 16.
+    """
+    ranges = []
+    start = 1
+    for i, batch_size in enumerate(batch_sizes):
+        if i + 1 < len(batch_sizes):
+            end = max(batch_size, min(batch_sizes[i + 1] - 1, math.floor(math.sqrt(batch_size * batch_sizes[i + 1]))))
+        else:
+            end = max_batch_size
+        ranges.append((start, end))
+        start = end + 1
+    return ranges

@@ -1,0 +1,173 @@
+"""Where a study lives: a journal file (default, embedded) or an SQL database (many machines).
+
+- A path (no ``://``): Optuna's ``JournalStorage(JournalFileBackend)``; the fastest choice on one
+  machine, safe for many local processes, resumable after any crash.
+- ``postgresql+psycopg://...`` (or any SQLAlchemy URL, ``sqlite:///...`` included): ``RDBStorage``
+  with heartbeats, so a trial whose worker died on another machine is failed after the grace period
+  and its point proposed again; ``pool_pre_ping`` survives dropped connections.
+
+A study records what it was made from as user attributes: the space (so ``show``/``export`` work
+from the storage alone), the document's hash and the simulator version. A run refuses to resume a
+study made from a different document.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryFailedTrialCallback
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from spectune.errors import SpectuneError
+from spectune.study._records import is_abandoned
+from spectune.study._space import StudySpace
+
+__all__ = [
+    "StudyFingerprint",
+    "describe_storage",
+    "fail_abandoned_trials",
+    "open_storage",
+    "open_study",
+    "prepare_study",
+    "study_space",
+]
+
+ATTR_SPACE = "spectune.space"
+ATTR_DOCUMENT_SHA256 = "spectune.document_sha256"
+ATTR_SIMULATOR_VERSION = "spectune.simulator_version"
+ATTR_SPECTUNE_VERSION = "spectune.version"
+
+HEARTBEAT_INTERVAL_S = 60
+GRACE_PERIOD_S = 180
+MAX_RETRY = 3
+
+StudyFingerprint = Mapping[str, str]  # {"document_sha256": ..., "simulator_version": ...}
+
+
+def _is_url(storage: str) -> bool:
+    return "://" in storage
+
+
+def describe_storage(storage: str) -> str:
+    """The storage without a password, for messages."""
+    if not _is_url(storage):
+        return storage
+    scheme, rest = storage.split("://", 1)
+    if "@" in rest:
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in credentials else f"{scheme}://{user}@{host}"
+    return storage
+
+
+def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStorage:
+    """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage."""
+    if not _is_url(storage):
+        path = Path(storage)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _repair_journal_tail(path)
+            return JournalStorage(JournalFileBackend(str(path)))
+        except OSError as err:
+            raise SpectuneError(f"--storage: cannot open the journal file {storage}: {err.strerror or err}") from None
+    try:
+        return RDBStorage(
+            storage,
+            engine_kwargs={"pool_pre_ping": True},
+            heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            grace_period=GRACE_PERIOD_S,
+            failed_trial_callback=RetryFailedTrialCallback(max_retry=MAX_RETRY) if retry_failed_trials else None,
+        )
+    except ImportError as err:
+        raise SpectuneError(
+            f"--storage {describe_storage(storage)}: no database driver ({err}); for PostgreSQL install "
+            "spectune[postgres] and spell the driver: postgresql+psycopg://USER:PASSWORD@HOST/DB"
+        ) from None
+    except Exception as err:  # noqa: BLE001 -- SQLAlchemy raises many kinds; all mean "cannot open it"
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SpectuneError(f"--storage {describe_storage(storage)}: cannot open the database: {first_line}") from None
+
+
+def _repair_journal_tail(path: Path) -> None:
+    """Drop a half-written last record (a writer killed mid-write), which would corrupt the next one."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as journal:
+        journal.seek(-1, os.SEEK_END)
+        if journal.read(1) == b"\n":
+            return
+        journal.seek(0)
+        data = journal.read()
+        journal.truncate(data.rfind(b"\n") + 1)
+
+
+def open_study(storage: BaseStorage, name: str, *, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:
+    """Load an existing study; ``SpectuneError`` lists the studies the storage holds if it is not there."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    except KeyError:
+        names = sorted(s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False))
+        held = ", ".join(names) if names else "none"
+        raise SpectuneError(f"no study named {name!r} in this storage (it holds: {held})") from None
+
+
+def prepare_study(
+    storage: BaseStorage, space: StudySpace, fingerprint: StudyFingerprint, *, storage_label: str
+) -> optuna.Study:
+    """Create the study, or check that the existing one was made from the same document and simulator."""
+    directions = ["maximize", "minimize"][: len(space.objectives)]
+    study = optuna.create_study(storage=storage, study_name=space.name, directions=directions, load_if_exists=True)
+    attrs = study.user_attrs
+    if ATTR_DOCUMENT_SHA256 not in attrs:
+        study.set_user_attr(ATTR_SPACE, space.to_json())
+        study.set_user_attr(ATTR_DOCUMENT_SHA256, fingerprint["document_sha256"])
+        study.set_user_attr(ATTR_SIMULATOR_VERSION, fingerprint["simulator_version"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(_metric_names(space))
+        return study
+    if attrs[ATTR_DOCUMENT_SHA256] != fingerprint["document_sha256"]:
+        raise SpectuneError(
+            f"study {space.name!r} in {storage_label} was made from a different version of this document "
+            f"(sha256 {attrs[ATTR_DOCUMENT_SHA256][:12]}, now {fingerprint['document_sha256'][:12]}); its "
+            "trials would not be comparable. Undo the change, or give the study a new name (or --out/--storage)"
+        )
+    if attrs.get(ATTR_SIMULATOR_VERSION) != fingerprint["simulator_version"]:
+        raise SpectuneError(
+            f"study {space.name!r} in {storage_label} was simulated with simulator version "
+            f"{attrs.get(ATTR_SIMULATOR_VERSION)!r}, this is {fingerprint['simulator_version']!r}; its trials "
+            "would not be comparable. Give the study a new name (or --out/--storage)"
+        )
+    return study
+
+
+def _metric_names(space: StudySpace) -> list[str]:
+    names = {"throughput": "throughput_tokens_per_s", "tpot_p99": "tpot_p99_ms"}
+    return [names[objective] for objective in space.objectives]
+
+
+def study_space(study: optuna.Study) -> StudySpace:
+    """The space a study was made with, from its user attributes."""
+    data: Any = study.user_attrs.get(ATTR_SPACE)
+    if not isinstance(data, dict):
+        raise SpectuneError(f"study {study.study_name!r} was not made by spectune (it has no {ATTR_SPACE} attribute)")
+    return StudySpace.from_json(data)
+
+
+def fail_abandoned_trials(study: optuna.Study) -> int:
+    """Mark RUNNING trials of dead processes FAIL (their points are proposed again); return how many."""
+    failed = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if is_abandoned(trial):
+            try:
+                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            except RuntimeError:
+                continue  # finished meanwhile
+            failed += 1
+    return failed

@@ -1,0 +1,107 @@
+"""Test doubles for the study's storage and sampler mechanics -- never presented as a simulation.
+
+``SyntheticEvaluator`` returns metrics from a small closed-form roofline model (acceptance per combo,
+tokens per step (1 - a^(K+1)) / (1 - a), a step time that is flat below a ridge and linear above),
+with deterministic pseudo-noise keyed by (seed, point). It has the two properties the structure-aware
+search relies on -- separable by bucket, unimodal in K -- and a known exhaustive optimum, so tests can
+check what a search finds against the truth. It is picklable (worker processes import it by module).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from pathlib import Path
+
+from spectune.study import Candidate, Combo, Constraint, Point, StudySpace
+
+ACCEPTANCE = {"eagle3": 0.78, "ngram": 0.45, "draft_model": 0.7}
+DRAFT_MS_PER_TOKEN = {"eagle3": 0.35, "ngram": 0.0, "draft_model": 1.2}
+
+
+def make_space(
+    *,
+    name: str = "double",
+    batch_sizes: tuple[int, ...] = (1, 8, 32, 128),
+    max_k: int = 6,
+    methods: tuple[str, ...] = ("eagle3", "ngram"),
+    constraints: tuple[Constraint, ...] = (),
+    objectives: tuple[str, ...] = ("throughput",),
+    weights: tuple[float, ...] = (),
+) -> StudySpace:
+    candidates = tuple(Candidate(m, {"method": m} | ({"model": f"org/{m}-head"} if m != "ngram" else {})) for m in methods)
+    combos = []
+    for m in methods:
+        for rule in ("standard", "block"):
+            for sampling in ("greedy", "probabilistic"):
+                if m == "ngram" and (rule == "block" or sampling == "probabilistic"):
+                    continue
+                combos.append(Combo(m, rule, sampling))
+    return StudySpace(
+        name=name,
+        candidates=candidates,
+        combos=tuple(combos),
+        batch_sizes=batch_sizes,
+        min_num_speculative_tokens=1,
+        max_num_speculative_tokens=max_k,
+        max_batch_size=max(256, batch_sizes[-1]),
+        batch_size_weights=weights,
+        objectives=objectives,  # type: ignore[arg-type]
+        constraints=constraints,
+    )
+
+
+def true_metrics(point: Point) -> dict[str, float]:
+    """Noise-free metrics of a point under the closed-form model."""
+    bs, k = point.batch_size, point.num_speculative_tokens
+    if k == 0:
+        alpha, draft_ms, extra_ms = 0.0, 0.0, 0.0
+    else:
+        method, rule, sampling = point.combo.split("/")
+        alpha = ACCEPTANCE[method] + (0.03 if sampling == "probabilistic" else 0.0) + (0.015 if rule == "block" and sampling == "probabilistic" else 0.0)
+        draft_ms = DRAFT_MS_PER_TOKEN[method] * k * (1 + bs / 64)
+        extra_ms = 0.05 * k if sampling == "probabilistic" else 0.0
+    tokens_per_step = (1 - alpha ** (k + 1)) / (1 - alpha) if alpha > 0 else 1.0
+    verify_ms = max(12.0, 0.045 * bs * (k + 1))
+    step_ms = 2.0 + verify_ms + draft_ms + extra_ms
+    return {
+        "throughput_tokens_per_s": bs * tokens_per_step / step_ms * 1e3,
+        "tpot_p99_ms": 1.25 * step_ms / tokens_per_step,
+        "mean_acceptance_length": tokens_per_step,
+        "acceptance_per_position": [alpha ** (i + 1) for i in range(k)],
+    }
+
+
+class SyntheticEvaluator:
+    """Closed-form metrics with +-``noise`` relative pseudo-noise; optionally slow, optionally logging calls."""
+
+    def __init__(self, *, seed: int = 0, noise: float = 0.003, delay_s: float = 0.0, call_log: str | None = None) -> None:
+        self.seed = seed
+        self.noise = noise
+        self.delay_s = delay_s
+        self.call_log = call_log
+
+    def __call__(self, point: Point) -> dict[str, object]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.call_log is not None:
+            with open(self.call_log, "a") as log:
+                log.write(f"{os.getpid()} {point.key}\n")
+        metrics: dict[str, object] = dict(true_metrics(point))
+        digest = hashlib.sha256(f"{self.seed}|{point.key}".encode()).digest()
+        u1, u2 = (int.from_bytes(digest[:8], "big") + 1) / 2**64, int.from_bytes(digest[8:16], "big") / 2**64
+        gauss = math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+        throughput = float(metrics["throughput_tokens_per_s"]) * (1 + self.noise * gauss)  # type: ignore[arg-type]
+        metrics["throughput_tokens_per_s"] = throughput
+        metrics["throughput_stderr_tokens_per_s"] = self.noise * throughput
+        return metrics
+
+
+def fingerprint(text: str = "doc-v1") -> dict[str, str]:
+    return {"document_sha256": hashlib.sha256(text.encode()).hexdigest(), "simulator_version": "double-1"}
+
+
+def journal(tmp_path: Path) -> str:
+    return str(tmp_path / "study.journal")
