@@ -43,16 +43,30 @@ PARAM_K = "num_speculative_tokens"
 
 # A trial without an owner this long after it started belongs to a process that died before it could
 # write one (the window is milliseconds); after this its point is free again.
-UNOWNED_GRACE = timedelta(seconds=30)
+UNOWNED_GRACE = timedelta(seconds=15)
 # A point whose simulation failed this often is given up (a deterministic failure would loop forever).
 MAX_FAILURES_PER_POINT = 3
 
 
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of a process (Linux), to tell a pid from a later process reusing it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]  # a zombie is dead; field 22 of stat is starttime
+
+
 def owner_attr() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": _process_start(os.getpid())}
 
 
-def _pid_alive(pid: int) -> bool:
+def _owner_alive(owner: Mapping[str, Any]) -> bool:
+    pid = int(owner.get("pid", -1))
+    if os.path.isdir("/proc/self"):
+        started = _process_start(pid)
+        return started is not None and (owner.get("started") is None or started == owner["started"])
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -68,7 +82,7 @@ def is_abandoned(trial: FrozenTrial, now: datetime | None = None) -> bool:
         return False
     owner = trial.user_attrs.get(ATTR_OWNER)
     if isinstance(owner, dict):
-        return owner.get("host") == socket.gethostname() and not _pid_alive(int(owner.get("pid", -1)))
+        return owner.get("host") == socket.gethostname() and not _owner_alive(owner)
     started = trial.datetime_start
     now = now or datetime.now()
     return started is not None and now - started > UNOWNED_GRACE

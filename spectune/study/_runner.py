@@ -136,6 +136,7 @@ def _worker_loop(spec: _WorkerSpec, index: int, study: optuna.Study | None = Non
     completed = 0
     idle_prunes = 0
     while True:
+        fail_abandoned_trials(study)  # a worker that died meanwhile (on this host) frees its point
         decision = _next_action(spec, SearchState.from_trials(spec.space, study.get_trials(deepcopy=False)))
         if decision == "stop":
             return completed
@@ -172,7 +173,7 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
     )
     if has_free:
         return "run"
-    return "wait" if state.num_live_trials else "stop"
+    return "wait" if state.claimed else "stop"  # a held point comes free again if its trial fails
 
 
 def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]

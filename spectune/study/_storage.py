@@ -13,7 +13,9 @@ study made from a different document.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import threading
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -66,14 +68,53 @@ def describe_storage(storage: str) -> str:
     return storage
 
 
+class _FlockJournalLock:
+    """The journal's write lock as a kernel ``flock``, released when its holder dies, even by SIGKILL.
+
+    Optuna's default symlink lock outlives a killed holder, and every other writer then waits out a
+    30-second grace period; a study killed mid-write would resume only after that. It has the
+    interface ``JournalFileBackend`` calls (``acquire``/``release``).
+    """
+
+    def __init__(self, journal_path: str) -> None:
+        self._path = journal_path + ".flock"
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        self._thread_lock.acquire()
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+        finally:
+            self._thread_lock.release()
+
+
 def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStorage:
     """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage."""
     if not _is_url(storage):
         path = Path(storage)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _repair_journal_tail(path)
-            return JournalStorage(JournalFileBackend(str(path)))
+            lock = _FlockJournalLock(str(path))
+            lock.acquire()
+            try:
+                _repair_journal_tail(path)
+            finally:
+                lock.release()
+            return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))  # type: ignore[arg-type]
         except OSError as err:
             raise SpectuneError(f"--storage: cannot open the journal file {storage}: {err.strerror or err}") from None
     try:

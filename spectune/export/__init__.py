@@ -1,0 +1,40 @@
+"""A study's recommendation as configs vLLM and SGLang accept as they are, plus its trials and report.
+
+``write_artefacts`` writes ``recommended.yaml`` (passes ``spectune validate``), ``vllm.json``
+(``--speculative-config``), ``vllm-synthetic.json`` (the same with acceptance pinned to the simulated
+rates, for checking on a GPU), ``sglang.txt`` (server flags), ``trials.csv`` and ``report.html``.
+"""
+
+from spectune.export._artefacts import json_text, recommended_yaml, write_artefacts
+from spectune.export._report import pareto_front, report_html
+from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
+from spectune.export._svg import Series, chart_svg, nice_ticks
+from spectune.export._tables import TRIAL_COLUMNS, summary_rows, trials_csv
+from spectune.export._vllm import (
+    SyntheticForm,
+    recommended_speculative_config,
+    simulated_acceptance_rates,
+    vllm_speculative_config,
+    vllm_synthetic_config,
+)
+
+__all__ = [
+    "SGLANG_ALGORITHMS",
+    "TRIAL_COLUMNS",
+    "Series",
+    "SyntheticForm",
+    "chart_svg",
+    "json_text",
+    "nice_ticks",
+    "pareto_front",
+    "recommended_speculative_config",
+    "recommended_yaml",
+    "report_html",
+    "sglang_flags",
+    "simulated_acceptance_rates",
+    "summary_rows",
+    "trials_csv",
+    "vllm_speculative_config",
+    "vllm_synthetic_config",
+    "write_artefacts",
+]

@@ -1,0 +1,102 @@
+"""Tabular views of a study: ``trials.csv`` and the per-bucket summary the CLI prints."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from spectune.study import Point, StudyOutcome
+
+__all__ = ["TRIAL_COLUMNS", "summary_rows", "trials_csv"]
+
+TRIAL_COLUMNS = (
+    "number",
+    "state",
+    "batch_size",
+    "candidate",
+    "method",
+    "rejection_sample_method",
+    "draft_sample_method",
+    "num_speculative_tokens",
+    "throughput_tokens_per_s",
+    "throughput_stderr_tokens_per_s",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_p99_ms",
+    "ttft_p99_ms",
+    "mean_acceptance_length",
+    "mean_batch_size",
+    "feasible",
+    "duplicate_of",
+    "worker",
+    "duration_s",
+)
+_METRIC_COLUMNS = TRIAL_COLUMNS[8:16]
+
+
+def _number(metrics: Mapping[str, Any] | None, name: str) -> str:
+    value = (metrics or {}).get(name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return ""
+    return f"{value:.6g}"
+
+
+def trials_csv(outcome: StudyOutcome) -> str:
+    """One row per trial, every state; K = 0 rows have no method (speculation off)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(TRIAL_COLUMNS)
+    for trial in outcome.trials:
+        point = trial.point
+        combo = outcome.space.combo(point.combo) if point is not None and not point.is_off else None
+        evaluation = outcome.completed.get(point) if point is not None else None
+        feasible = "" if trial.metrics is None or evaluation is None else str(evaluation.feasible).lower()
+        writer.writerow(
+            [
+                trial.number,
+                trial.state,
+                point.batch_size if point else "",
+                combo.candidate if combo else ("off" if point else ""),
+                outcome.space.candidate(combo.candidate).method if combo else "",
+                combo.rejection_sample_method if combo else "",
+                combo.draft_sample_method if combo else "",
+                point.num_speculative_tokens if point else "",
+                *(_number(trial.metrics, name) for name in _METRIC_COLUMNS),
+                feasible,
+                "" if trial.duplicate_of is None else trial.duplicate_of,
+                trial.worker or "",
+                "" if trial.duration_s is None else f"{trial.duration_s:.3f}",
+            ]
+        )
+    return buffer.getvalue()
+
+
+def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
+    """Per bucket of the recommendation: batch sizes served, K, throughput, gain over K = 0, p99 TPOT."""
+    recommendation = outcome.recommendation
+    if recommendation is None:
+        return []
+    rows = []
+    for choice in recommendation.choices:
+        evaluation = choice.evaluation
+        off = outcome.completed.get(Point(choice.batch_size, "off", 0))
+        metrics = evaluation.metrics if evaluation is not None else {}
+        gain = ""
+        if evaluation is not None and off is not None and off.throughput > 0:
+            gain = f"{evaluation.throughput / off.throughput:.2f}x"
+        rows.append(
+            {
+                "batch size": str(choice.batch_size),
+                "serves": f"{choice.first_batch_size}-{choice.last_batch_size}",
+                "K": str(choice.num_speculative_tokens),
+                "tokens/s": f"{evaluation.throughput:,.0f}" if evaluation is not None else "-",
+                "vs K=0": gain or "-",
+                "TPOT p99 ms": _number(metrics, "tpot_p99_ms") or "-",
+                "SLOs": ("met" if evaluation.feasible else "missed") if evaluation is not None else "-",
+                "note": choice.note or "",
+            }
+        )
+    return rows

@@ -1,0 +1,197 @@
+"""Running studies on a journal file: budgets, resuming, refusing changed documents, many workers, SIGKILL.
+
+The evaluator is the closed-form test double (``study_doubles``): these tests are about storage and
+sampler mechanics, not about simulation.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
+
+from spectune.errors import SpectuneError
+from spectune.study import load_outcome, open_storage, run_study, search_space
+from spectune.study._records import ATTR_OWNER
+
+HERE = Path(__file__).resolve().parent
+
+
+def _completed_points(outcome):
+    return [t.point for t in outcome.trials if t.state == "COMPLETE"]
+
+
+def test_budget_is_exact_and_a_rerun_with_more_budget_keeps_every_trial(tmp_path):
+    space = make_space()
+    storage = str(tmp_path / "s.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, strategy="structured", n_trials=10)
+    first = load_outcome(storage, space.name)
+    assert sum(t.state == "COMPLETE" for t in first.trials) == 10
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, strategy="structured", n_trials=15)
+    second = load_outcome(storage, space.name)
+    points = _completed_points(second)
+    assert len(points) == 15 and len(set(points)) == 15
+    kept = {t.number: t.metrics for t in second.trials}
+    assert all(kept[t.number] == t.metrics for t in first.trials)
+
+
+def test_structured_run_without_budget_stops_when_converged_and_a_rerun_adds_nothing(tmp_path):
+    space = make_space(batch_sizes=(1, 4, 16, 64, 256), max_k=8)
+    storage = str(tmp_path / "s.journal")
+    calls = tmp_path / "calls.log"
+    evaluator = SyntheticEvaluator(call_log=str(calls))
+    assert run_study(space, evaluator, fingerprint(), storage=storage) == "structured"  # auto: 5 x 41 > 64 points
+    outcome = load_outcome(storage, space.name)
+    evaluations = outcome.num_evaluations
+    assert evaluations == len(calls.read_text().splitlines()) <= 0.3 * space.size
+    run_study(space, evaluator, fingerprint(), storage=storage)
+    assert load_outcome(storage, space.name).num_evaluations == evaluations
+    assert len(calls.read_text().splitlines()) == evaluations
+
+
+def test_auto_searches_a_small_space_exhaustively_once(tmp_path):
+    space = make_space(batch_sizes=(1, 64), max_k=3, methods=("eagle3",))
+    storage = str(tmp_path / "s.journal")
+    assert space.size <= 64
+    assert run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage) == "exhaustive"
+    points = _completed_points(load_outcome(storage, space.name))
+    assert sorted(points) == sorted(space.points())
+
+
+def test_a_changed_document_or_simulator_is_refused(tmp_path):
+    space = make_space(batch_sizes=(8,), max_k=2)
+    storage = str(tmp_path / "s.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint("v1"), storage=storage, n_trials=2)
+    with pytest.raises(SpectuneError, match=r"made from a different version of this document .* new name"):
+        run_study(space, SyntheticEvaluator(), fingerprint("v2"), storage=storage, n_trials=3)
+    other_simulator = dict(fingerprint("v1"), simulator_version="double-2")
+    with pytest.raises(SpectuneError, match="simulated with simulator version 'double-1', this is 'double-2'"):
+        run_study(space, SyntheticEvaluator(), other_simulator, storage=storage, n_trials=3)
+    assert sum(t.state == "COMPLETE" for t in load_outcome(storage, space.name).trials) == 2
+
+
+def test_a_running_trial_of_a_dead_process_is_failed_and_its_point_run_again(tmp_path):
+    space = make_space(batch_sizes=(8,), max_k=2, methods=("eagle3",))
+    storage = str(tmp_path / "s.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, n_trials=1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    study = optuna.load_study(study_name=space.name, storage=open_storage(storage))
+    orphan = study.ask()
+    study._storage.set_trial_user_attr(orphan._trial_id, ATTR_OWNER, {"host": os.uname().nodename, "pid": dead.pid})
+    params = {"batch_size": 8, "combo": "eagle3/standard/greedy", "num_speculative_tokens": 1}
+    for name, distribution in search_space(space).items():
+        study._storage.set_trial_param(orphan._trial_id, name, distribution.to_internal_repr(params[name]), distribution)
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage)
+    outcome = load_outcome(storage, space.name)
+    assert outcome.trials[orphan.number].state == "FAIL"
+    points = _completed_points(outcome)
+    assert sorted(points) == sorted(space.points()) and len(points) == len(set(points))
+
+
+def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
+    space = make_space(batch_sizes=(1, 32), max_k=3)
+    storage = str(tmp_path / "s.journal")
+    calls = tmp_path / "calls.log"
+    run_study(space, SyntheticEvaluator(delay_s=0.05, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive", workers=2)
+    outcome = load_outcome(storage, space.name)
+    points = _completed_points(outcome)
+    assert sorted(points) == sorted(space.points())
+    simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
+    assert max(simulated.values()) == 1
+    assert len({t.worker for t in outcome.trials if t.state == "COMPLETE"}) == 2
+
+
+def test_workers_racing_for_the_last_budget_slots_end_with_the_exact_budget(tmp_path):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
+    storage = str(tmp_path / "s.journal")
+    run_study(space, SyntheticEvaluator(delay_s=0.02), fingerprint(), storage=storage, strategy="structured", n_trials=7, workers=3)
+    outcome = load_outcome(storage, space.name)
+    points = _completed_points(outcome)
+    assert len(points) == 7 and len(set(points)) == 7
+
+
+def test_tpe_runs_its_budget_and_answers_repeated_points_from_storage(tmp_path):
+    space = make_space(batch_sizes=(8,), max_k=3, methods=("ngram",))
+    storage = str(tmp_path / "s.journal")
+    calls = tmp_path / "calls.log"
+    run_study(space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="tpe", n_trials=12)
+    outcome = load_outcome(storage, space.name)
+    complete = [t for t in outcome.trials if t.state == "COMPLETE"]
+    assert len(complete) == 12
+    simulated = calls.read_text().splitlines()
+    assert len(simulated) == len(set(simulated)) == outcome.num_evaluations <= space.size  # 5 points only
+    assert any(t.duplicate_of is not None for t in complete)
+
+
+_KILLED_RUN = """
+import sys
+sys.path.insert(0, {here!r})
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
+from spectune.study import run_study
+if __name__ == "__main__":  # worker processes are spawned and import this module
+    run_study(make_space(batch_sizes=(1, 8, 64), max_k=4), SyntheticEvaluator(delay_s=0.1, call_log={calls!r}),
+              fingerprint(), storage={storage!r}, strategy="exhaustive", workers={workers})
+"""
+
+
+def _wait_until_gone(group: int) -> None:
+    """SIGKILL is delivered asynchronously: wait until no process of the group is left."""
+    for _ in range(200):
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothing_twice(tmp_path, workers):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
+    storage = str(tmp_path / "s.journal")
+    calls = tmp_path / "calls.log"
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(calls), storage=storage, workers=workers)))
+    process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    before = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                outcome = load_outcome(storage, space.name)
+            except SpectuneError:  # not created yet
+                outcome = None
+            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= 6:
+                os.killpg(process.pid, signal.SIGKILL)  # the run and its workers, mid-trial
+                process.wait()
+                _wait_until_gone(process.pid)
+                before = load_outcome(storage, space.name)
+                break
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert before is not None, "the study never got going"
+    assert process.returncode == -signal.SIGKILL
+    complete_before = {t.number: (t.point, t.metrics) for t in before.trials if t.state == "COMPLETE"}
+    assert 6 <= len(complete_before) < space.size
+
+    run_study(space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive")
+    after = load_outcome(storage, space.name)
+    assert all(after.trials[n].state == "COMPLETE" and (after.trials[n].point, after.trials[n].metrics) == kept for n, kept in complete_before.items())
+    points = _completed_points(after)
+    assert sorted(points) == sorted(space.points()) and len(points) == len(set(points))
+    # (a trial killed in the milliseconds between its creation and its owner stamp holds no point and
+    # is failed by the next run once it is 15 s old)
+    assert not [t for t in after.trials if t.state == "RUNNING" and t.point is not None]
+    # Only points whose simulation the kill interrupted were simulated twice (one per worker at most).
+    simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
+    assert sum(n - 1 for n in simulated.values()) <= workers

@@ -1,0 +1,115 @@
+"""The structure-aware search: finds the optimum of unimodal curves with few probes, never re-proposes."""
+
+import random
+
+import pytest
+from study_doubles import SyntheticEvaluator, make_space, true_metrics
+
+from spectune.study import SearchState, evaluate_metrics, next_k, recommend, structured_converged, structured_next_point
+
+KS = tuple(range(0, 11))
+
+
+def _random_unimodal(rng: random.Random) -> dict[int, float]:
+    """Strictly rising to a random peak, strictly falling after it."""
+    peak = rng.randrange(len(KS))
+    values = {}
+    level = 100.0
+    for k in range(peak, -1, -1):
+        values[k] = level
+        level -= rng.uniform(0.5, 10.0)
+    level = 100.0
+    for k in range(peak + 1, len(KS)):
+        level -= rng.uniform(0.5, 10.0)
+        values[k] = level
+    return values
+
+
+def _search(curve: dict[int, float], *, start: int, warm: bool, prefer_lower: bool = False) -> tuple[int, int]:
+    known = {0: curve[0]}
+    while (k := next_k(known, KS, start=start, warm=warm, prefer_lower=prefer_lower)) is not None:
+        assert k not in known, "re-proposed an evaluated K"
+        known[k] = curve[k]
+    return max(known, key=known.get), len(known)
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_bracket_search_finds_the_peak_of_every_unimodal_curve(warm):
+    rng = random.Random(7)
+    probes = []
+    for _ in range(300):
+        curve = _random_unimodal(rng)
+        start = rng.randrange(len(KS)) if warm else 5
+        best, evaluated = _search(curve, start=start, warm=warm)
+        assert best == max(curve, key=curve.get)
+        probes.append(evaluated)
+    if not warm:  # golden-section-like: far fewer than the 11 points on average
+        assert sum(probes) / len(probes) <= 6.5
+
+
+def test_warm_search_from_the_peak_costs_three_probes():
+    curve = {k: -abs(k - 4) for k in KS}
+    assert _search(curve, start=4, warm=True) == (4, 4)  # K = 0 (known), then 4, 3 and 5
+
+
+def test_structured_search_finds_the_exhaustive_optimum_of_the_noise_free_double():
+    space = make_space(batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128), max_k=10)
+    evaluator = SyntheticEvaluator(noise=0.0)
+    state = SearchState(space)
+    while not structured_converged(state, keep_combos=2):
+        point = structured_next_point(state, keep_combos=2)
+        assert point is not None and point not in state.completed
+        state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
+    exhaustive = {p: evaluate_metrics(space, p, evaluator(p), 0) for p in space.points()}
+    found, truth = recommend(space, state.completed), recommend(space, exhaustive)
+    assert found.combo == truth.combo
+    assert found.schedule == truth.schedule
+    assert len(state.completed) <= 0.25 * space.size
+
+
+def test_never_proposes_a_point_held_by_a_running_trial():
+    space = make_space(batch_sizes=(8,), max_k=4)
+    state = SearchState(space)
+    first = structured_next_point(state, keep_combos=2)
+    state.claimed.add(first)
+    second = structured_next_point(state, keep_combos=2)
+    assert second is not None and second != first
+    state.claimed.update(space.points())
+    assert structured_next_point(state, keep_combos=2) is None
+    assert not structured_converged(state, keep_combos=2)  # held points may still fail
+
+
+def test_a_point_that_failed_three_times_is_given_up():
+    space = make_space(batch_sizes=(8,), max_k=3)
+    state = SearchState(space)
+    first = structured_next_point(state, keep_combos=2)
+    state.failures[first] = 2
+    assert structured_next_point(state, keep_combos=2) == first  # re-proposed after failures
+    state.failures[first] = 3
+    assert structured_next_point(state, keep_combos=2) != first
+
+
+def test_search_continues_past_convergence_until_every_point_is_taken():
+    space = make_space(batch_sizes=(1, 32), max_k=3)
+    evaluator = SyntheticEvaluator()
+    state = SearchState(space)
+    seen = []
+    while (point := structured_next_point(state, keep_combos=1)) is not None:
+        seen.append(point)
+        state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(seen))
+    assert sorted(seen) == sorted(space.points())
+
+
+def test_slo_steers_the_search_to_feasible_k():
+    from spectune.study import Constraint
+
+    limit = 6.0  # p99 TPOT (ms) of the double: met only with enough accepted tokens per step at bs 8
+    space = make_space(batch_sizes=(8,), max_k=8, methods=("eagle3",), constraints=(Constraint("tpot_p99_ms", "<=", limit),))
+    evaluator = SyntheticEvaluator(noise=0.0)
+    state = SearchState(space)
+    while not structured_converged(state, keep_combos=4):
+        point = structured_next_point(state, keep_combos=4)
+        state.completed[point] = evaluate_metrics(space, point, evaluator(point), 0)
+    choice = recommend(space, state.completed).choices[0]
+    assert choice.evaluation.feasible
+    assert true_metrics(choice.evaluation.point)["tpot_p99_ms"] <= limit
