@@ -3,3 +3,5 @@
 from spectune.cli import _validate  # noqa: F401
 from spectune.cli import _calibrate  # noqa: F401
 from spectune.cli import _simulate  # noqa: F401
+from spectune.cli import _study  # noqa: F401
+from spectune.cli import _export  # noqa: F401

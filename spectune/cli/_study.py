@@ -1,0 +1,184 @@
+"""``spectune study run`` and ``spectune study show``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spectune.cli._app import app, handle_errors
+from spectune.errors import SpectuneError
+
+if TYPE_CHECKING:
+    from spectune.study import StudyOutcome, StudyProgress
+
+study_app = typer.Typer(name="study", help="Search speculative configs with Optuna, per batch size.", no_args_is_help=True)
+app.add_typer(study_app)
+
+StorageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        help="Journal file path or database URL (postgresql+psycopg://USER:PASSWORD@HOST/DB). "
+        "Default: the document's storage, else OUT/study.journal.",
+        show_default=False,
+    ),
+]
+
+
+def _out_dir(name: str, out: Path | None) -> Path:
+    return out if out is not None else Path("runs") / name
+
+
+def resolve_storage(name: str, *, option: str | None, document_storage: str | None, document_dir: Path | None, out: Path | None) -> str:
+    """--storage, else the document's (a relative path is relative to the document), else OUT/study.journal."""
+    if option:
+        return option
+    if document_storage:
+        if "://" in document_storage or document_dir is None or Path(document_storage).is_absolute():
+            return document_storage
+        return str(document_dir / document_storage)
+    return str(_out_dir(name, out) / "study.journal")
+
+
+def locate_study(target: str, *, storage: str | None, out: Path | None) -> tuple[str, str]:
+    """(study name, storage) from a study document path or a study name."""
+    path = Path(target)
+    if path.is_file():
+        from spectune.config import load_document
+
+        document = load_document(path, expect="study").model
+        return document.name, resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=path.parent, out=out)
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        raise SpectuneError(f"{target}: no such file (give a study document or a study name)")
+    return target, resolve_storage(target, option=storage, document_storage=None, document_dir=None, out=out)
+
+
+def print_summary(console: Console, outcome: StudyOutcome) -> None:
+    """The recommendation, its per-bucket table and the vLLM flag."""
+    from spectune.export import summary_rows, vllm_speculative_config
+
+    recommendation = outcome.recommendation
+    if recommendation is None:
+        console.print(f"study {outcome.space.name}: no completed trial yet")
+        return
+    console.print(
+        f"Recommendation: [bold]{recommendation.combo.label}[/bold] (aggregate "
+        f"{recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s over batch sizes)"
+    )
+    rows = summary_rows(outcome)
+    table = Table(show_edge=True)
+    for column in rows[0]:
+        if column != "note" or any(r["note"] for r in rows):
+            table.add_column(column, justify="left" if column == "note" else "right")
+    for row in rows:
+        table.add_row(*(v for k, v in row.items() if k != "note" or any(r["note"] for r in rows)))
+    console.print(table)
+    for note in recommendation.notes:
+        console.print(f"note: {note}")
+    console.print(f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", soft_wrap=True)
+
+
+def _progress_callback(enabled: bool, console: Console) -> tuple[Callable[[StudyProgress], None] | None, Callable[[], None]]:
+    """(progress callback for run_study, function that removes the bar); no bar when not enabled."""
+    if not enabled:
+        return None, lambda: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+    task = bar.add_task("trials", total=None)
+    bar.start()
+
+    def update(progress: StudyProgress) -> None:
+        bar.update(task, completed=progress.complete, total=progress.total)
+
+    return update, bar.stop
+
+
+@study_app.command("run")
+@handle_errors
+def run(
+    study: Annotated[Path, typer.Argument(help="The study document (kind: study).", show_default=False)],
+    storage: StorageOption = None,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", help="Complete trials the study ends with (overrides the document).", show_default=False)] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Worker processes on this machine.")] = 1,
+    out: Annotated[Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)] = None,
+    sampler: Annotated[
+        str | None, typer.Option("--sampler", help="auto, structured, exhaustive or tpe (overrides the document).", show_default=False)
+    ] = None,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).", show_default=False)] = None,
+) -> None:
+    """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
+    import optuna
+
+    from spectune.config import load_document
+    from spectune.export import write_artefacts
+    from spectune.study import load_outcome, run_study
+    from spectune.study._document import SimulationEvaluator, document_fingerprint, space_from_document
+
+    loaded = load_document(study, expect="study")
+    for notice in loaded.notices:
+        typer.echo(str(notice), err=True)
+    document = loaded.model
+    if sampler is not None and sampler not in ("auto", "structured", "exhaustive", "tpe"):
+        raise SpectuneError(f"--sampler: must be one of auto, structured, exhaustive, tpe, got {sampler!r}")
+    chosen: Literal["auto", "structured", "exhaustive", "tpe"] = sampler or document.trials.sampler  # type: ignore[assignment]
+    out_dir = _out_dir(document.name, out)
+    storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
+    space = space_from_document(document)
+    console = Console()
+    from spectune.study import describe_storage, resolve_strategy
+
+    strategy = resolve_strategy(space, chosen)
+    ks = space.k_values
+    console.print(
+        f"study {space.name}: {len(space.batch_sizes)} batch sizes x {len(space.combos)} combos x K {ks[1]}-{ks[-1]} "
+        f"(+ K=0) = {space.size} points; sampler {strategy}; storage {describe_storage(storage_url)}"
+    )
+    for label, reason in document.skipped_combinations():
+        console.print(f"skipped {label}: {reason}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    update, close = _progress_callback(sys.stderr.isatty() if progress is None else progress, Console(stderr=True))
+    started = time.monotonic()
+    try:
+        run_study(
+            space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
+            n_trials=n_trials or document.trials.n_trials, workers=workers, seed=document.seed,
+            keep_combos=document.trials.keep_combos, progress=update,
+        )  # fmt: skip
+    finally:
+        close()
+    outcome = load_outcome(storage_url, space.name)
+    complete = sum(1 for t in outcome.trials if t.state == "COMPLETE")
+    console.print(f"{complete} complete trials ({outcome.num_evaluations} simulations) in {time.monotonic() - started:.0f} s")
+    print_summary(console, outcome)
+    written = write_artefacts(outcome, out_dir)
+    console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
+
+
+@study_app.command("show")
+@handle_errors
+def show(
+    study: Annotated[str, typer.Argument(help="A study document, or a study name.", show_default=False)],
+    storage: StorageOption = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Where the study's default journal lives (runs/<name>/).", show_default=False)] = None,
+) -> None:
+    """Print a study's trials so far and its recommendation (from its storage alone)."""
+    from spectune.study import load_outcome
+
+    name, storage_url = locate_study(study, storage=storage, out=out)
+    outcome = load_outcome(storage_url, name)
+    states: dict[str, int] = {}
+    for trial in outcome.trials:
+        states[trial.state.lower()] = states.get(trial.state.lower(), 0) + 1
+    console = Console()
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no trials"
+    console.print(f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points")
+    print_summary(console, outcome)

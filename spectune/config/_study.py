@@ -1,0 +1,329 @@
+"""``kind: study``: which speculative configs to try, on which deployment and traffic, for what goal.
+
+The deployment and traffic sections are exactly a simulation document's (``workload``, ``hardware``,
+``target_model``, ``cost_model``, ``simulation``). Each candidate is a drafting method the user has:
+a speculative-config base (method, model, ... -- never K, which the study searches), its acceptance
+and optionally its drafter. The study tries every candidate with every verification rule and draft
+sampling of ``search`` (combinations that cannot differ, such as ngram with probabilistic drafting,
+are skipped, not errors), K from ``search.num_speculative_tokens`` plus K = 0 (speculation off), at
+every batch size of ``schedule`` -- each simulated as a closed loop at that concurrency.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
+from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
+from spectune.config._simulation import AcceptanceSource, SimulationOptions
+from spectune.config._speculative import _DISTRIBUTION_FREE_METHODS, MAX_NUM_SPECULATIVE_TOKENS, SpeculativeConfig
+from spectune.config._step_times import CostModelConfig
+from spectune.config._workload import WorkloadConfig
+from spectune.errors import SpectuneError
+
+__all__ = ["CONSTRAINT_METRICS", "StudyCandidate", "StudyDocument", "SpeculativeBase"]
+
+FieldPath = tuple[str | int, ...]
+
+# Simulation results an SLO can bound (SimulationResult field names, units in the name).
+CONSTRAINT_METRICS = (
+    "throughput_tokens_per_s",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+)
+_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+_SEARCHED_FIELDS = {
+    "num_speculative_tokens": "searched by the study: set search.num_speculative_tokens instead",
+    "num_speculative_tokens_per_batch_size": "this table is what the study produces; remove it",
+    "synthetic_acceptance_rate": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
+    "synthetic_acceptance_rates": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
+    "synthetic_acceptance_length": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
+}
+
+
+class SpeculativeBase(SpeculativeConfig):
+    """A candidate's speculative config without K: method, model and the other vLLM fields.
+
+    Setting ``rejection_sample_method`` or ``draft_sample_method`` here pins this candidate to that
+    value instead of searching ``search.rejection_sample_methods`` / ``search.draft_sample_methods``.
+    """
+
+    num_speculative_tokens: int | None = Field(  # type: ignore[assignment]
+        default=None, description="Not allowed here: K is searched (search.num_speculative_tokens)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_searched_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        problems: list[tuple[FieldPath, str]] = [
+            ((key,), f"{why}, got {data[key]!r}") for key, why in _SEARCHED_FIELDS.items() if key in data
+        ]
+        if data.get("rejection_sample_method") == "synthetic":
+            problems.append(
+                (("rejection_sample_method",), "must be 'standard' or 'block' in a study (or left out to search "
+                 "search.rejection_sample_methods), got 'synthetic'")
+            )
+        check_rules(problems)
+        return data
+
+
+class StudyCandidate(SpectuneModel):
+    """A drafting method to try: its config base, its measured (or assumed) acceptance, its drafter."""
+
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=60,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Short name in tables and trial params (letters, digits, . _ -); default: the method.",
+    )
+    speculative: SpeculativeBase = Field(description="vLLM speculative-config fields without K (method, model, ...).")
+    acceptance: AcceptanceSource = Field(description="The drafter's acceptance: a profile file or inline rates.")
+    drafter: DrafterSpec | None = Field(
+        default=None, description="The drafter's size and shape; default: the preset for the method and target."
+    )
+
+    @property
+    def label(self) -> str:
+        return self.name or self.speculative.method
+
+
+class KRange(SpectuneModel):
+    """The K values tried (K = 0, speculation off, is always tried as well)."""
+
+    min: int = Field(default=1, ge=1, le=MAX_NUM_SPECULATIVE_TOKENS, description="Smallest K >= 1 tried (tokens).")
+    max: int = Field(ge=1, le=MAX_NUM_SPECULATIVE_TOKENS, description="Largest K tried (tokens).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KRange:
+        if self.min > self.max:
+            check_rules([(("min",), f"must be <= max ({self.max}), got {self.min}")])
+        return self
+
+
+class SearchSpace(SpectuneModel):
+    """What varies besides the method: K, the verification rule, the draft sampling."""
+
+    num_speculative_tokens: KRange = Field(description="K range {min, max}; K = 0 is always a candidate too.")
+    rejection_sample_methods: list[Literal["standard", "block"]] = Field(
+        default_factory=lambda: ["standard"], min_length=1, max_length=2, description="Verification rules to try."
+    )
+    draft_sample_methods: list[Literal["greedy", "probabilistic"]] = Field(
+        default_factory=lambda: ["greedy"], min_length=1, max_length=2, description="Draft samplings to try."
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SearchSpace:
+        problems = []
+        for name in ("rejection_sample_methods", "draft_sample_methods"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                problems.append(((name,), f"must not repeat a value, got {values}"))
+        check_rules(problems)
+        return self
+
+
+class ScheduleBuckets(SpectuneModel):
+    """The batch sizes the schedule is made of; each is simulated as a closed loop at that concurrency."""
+
+    batch_sizes: list[int] = Field(
+        min_length=1, max_length=32, description="Batch sizes (running requests), strictly increasing, each >= 1."
+    )
+    weights: list[float] | None = Field(
+        default=None,
+        description="Share of serving time spent near each batch size (positive, any scale); weights the "
+        "aggregate and picks SGLang's single K. Default: equal.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ScheduleBuckets:
+        problems: list[tuple[FieldPath, str]] = []
+        for i, size in enumerate(self.batch_sizes):
+            if size < 1:
+                problems.append((("batch_sizes", i), f"must be >= 1, got {size}"))
+            if i and size <= self.batch_sizes[i - 1]:
+                problems.append((("batch_sizes", i), f"must be > {self.batch_sizes[i - 1]} (strictly increasing), got {size}"))
+        if self.weights is not None:
+            if len(self.weights) != len(self.batch_sizes):
+                problems.append((("weights",), f"must have one weight per batch size ({len(self.batch_sizes)}), got {len(self.weights)}"))
+            problems += [(("weights", i), f"must be > 0, got {w}") for i, w in enumerate(self.weights) if not w > 0]
+        check_rules(problems)
+        return self
+
+
+class StudyTrials(SpectuneModel):
+    """The search budget and sampler; changing these does not change the study (a rerun may raise them)."""
+
+    n_trials: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Complete trials the study ends with (trials). Default: until the structured search "
+        "converges, every point (exhaustive), or 25% of the space (tpe).",
+    )
+    sampler: Literal["auto", "structured", "exhaustive", "tpe"] = Field(
+        default="auto",
+        description="'structured' (screen combos, then K per batch size), 'exhaustive' (every point), 'tpe' "
+        "(Optuna's TPE, seeded), 'auto' (exhaustive up to 64 points, else structured).",
+    )
+    keep_combos: int = Field(
+        default=2, ge=1, le=64, description="Structured search: combos kept after screening at the main batch size."
+    )
+
+
+class StudyDocument(SpectuneModel):
+    """``kind: study``: candidates x verification rules x draft samplings x K x batch sizes, searched."""
+
+    kind: Literal["study"] = Field(description="Document kind.")
+    name: str = Field(
+        min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Study name in the storage and default output folder runs/<name> (letters, digits, . _ -).",
+    )  # fmt: skip
+    seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of every simulation (same seed, same numbers).")
+    workload: WorkloadConfig = Field(
+        description="The traffic, as in a simulation document but without concurrency or arrival_rate_per_s: "
+        "each batch size of schedule.batch_sizes is simulated as a closed loop at that concurrency."
+    )
+    hardware: HardwareConfig = Field(description="The GPUs.")
+    target_model: TargetModelSpec = Field(description="The served model.")
+    cost_model: CostModelConfig = Field(default_factory=CostModelConfig, description="How step times are computed.")
+    simulation: SimulationOptions = Field(default_factory=SimulationOptions, description="How each simulation runs.")
+    candidates: list[StudyCandidate] = Field(min_length=1, max_length=32, description="The drafting methods to try.")
+    search: SearchSpace = Field(description="K range, verification rules and draft samplings to try.")
+    schedule: ScheduleBuckets = Field(description="Batch sizes of the per-batch-size K schedule.")
+    objectives: list[Literal["throughput", "tpot_p99"]] = Field(
+        default_factory=lambda: ["throughput"],
+        min_length=1,
+        max_length=2,
+        description="'throughput' (output tokens/s, maximised), optionally then 'tpot_p99' (ms, minimised) "
+        "for a Pareto front; the recommendation maximises throughput within the constraints.",
+    )
+    constraints: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description=f"SLOs as 'METRIC <= NUMBER' or 'METRIC >= NUMBER', METRIC one of {', '.join(CONSTRAINT_METRICS)}.",
+    )
+    trials: StudyTrials = Field(default_factory=StudyTrials, description="Budget and sampler.")
+    storage: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Optuna storage: a journal file path (relative to this document) or a database URL "
+        "(postgresql+psycopg://USER:PASSWORD@HOST/DB). Default: runs/<name>/study.journal. --storage overrides.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _closed_loop_per_bucket(cls, data: Any) -> Any:
+        """The study sets the concurrency per bucket; a placeholder lets the workload model validate."""
+        if not isinstance(data, dict) or not isinstance(data.get("workload"), dict):
+            return data
+        workload = data["workload"]
+        given = [key for key in ("concurrency", "arrival_rate_per_s") if key in workload]
+        if given:
+            raise RuleViolations(
+                [(("workload", key), f"set by the study: each of schedule.batch_sizes is simulated as a closed "
+                  f"loop at that concurrency; remove it, got {workload[key]!r}") for key in given]
+            )
+        return {**data, "workload": {**workload, "concurrency": 1}}
+
+    @field_validator("constraints")
+    @classmethod
+    def _parse_constraints(cls, values: list[str]) -> list[str]:
+        problems = []
+        for i, text in enumerate(values):
+            match = _CONSTRAINT.match(text)
+            if match is None or match.group(1) not in CONSTRAINT_METRICS:
+                problems.append(
+                    ((i,), f"must look like 'METRIC <= NUMBER' or 'METRIC >= NUMBER' with METRIC one of "
+                     f"{', '.join(CONSTRAINT_METRICS)}, got {text!r}")
+                )
+        check_rules(problems)
+        return values
+
+    @model_validator(mode="after")
+    def _fits_together(self, info: ValidationInfo) -> StudyDocument:
+        problems: list[tuple[FieldPath, str]] = []
+        if self.objectives[0] != "throughput" or len(set(self.objectives)) != len(self.objectives):
+            problems.append((("objectives",), f"must be [throughput] or [throughput, tpot_p99], got {self.objectives}"))
+        labels = [c.label for c in self.candidates]
+        for i, label in enumerate(labels):
+            if label in labels[:i]:
+                problems.append((("candidates", i, "name"), f"names must be distinct (give each a name), got {label!r} twice"))
+        for i, size in enumerate(self.schedule.batch_sizes):
+            if size > self.workload.max_num_seqs:
+                problems.append(
+                    (("schedule", "batch_sizes", i), f"must be <= workload.max_num_seqs ({self.workload.max_num_seqs}), got {size}")
+                )
+        for i, candidate in enumerate(self.candidates):
+            problems += self._candidate_problems(i, candidate)
+        if not self.combinations():
+            problems.append((("search",), "no valid (method, rule, draft sampling) combination is left; see the skipped ones"))
+        check_rules(problems)
+        largest = self.schedule.batch_sizes[-1]
+        if self.workload.num_requests < 2 * largest:
+            notify(info, ("workload", "num_requests"), f"{self.workload.num_requests} requests per simulation are few for "
+                   f"batch size {largest} (the closed loop barely reaches a steady state); use >= {2 * largest}")
+        return self
+
+    def _candidate_problems(self, i: int, candidate: StudyCandidate) -> list[tuple[FieldPath, str]]:
+        at: FieldPath = ("candidates", i)
+        method = candidate.speculative.method
+        if candidate.drafter is not None and candidate.drafter.method != method:
+            return [(at + ("drafter", "method"), f"must match speculative.method ('{method}'), got '{candidate.drafter.method}'")]
+        try:
+            drafter = candidate.drafter if candidate.drafter is not None else default_drafter(method, self.target_model)
+        except SpectuneError as err:
+            return [(at + ("drafter",), f"required here: {err}")]
+        problems = []
+        for path, message in deployment_problems(self.hardware, self.target_model, drafter):
+            problems.append((at + path if path[0] == "drafter" else path, message))
+        return problems
+
+    # --- the combinations the study tries ------------------------------------------------------
+
+    def _combination_choices(self, candidate: StudyCandidate) -> tuple[list[str], list[str]]:
+        pinned = candidate.speculative.model_fields_set
+        rules = [candidate.speculative.rejection_sample_method] if "rejection_sample_method" in pinned else self.search.rejection_sample_methods
+        samplings = [candidate.speculative.draft_sample_method] if "draft_sample_method" in pinned else self.search.draft_sample_methods
+        return list(rules), list(samplings)
+
+    def combinations(self) -> list[tuple[StudyCandidate, str, str]]:
+        """(candidate, rule, draft sampling) triples tried, in document order."""
+        return [triple for triple, reason in self._all_combinations() if reason is None]
+
+    def skipped_combinations(self) -> list[tuple[str, str]]:
+        """('candidate/rule/sampling', why) for the combinations that cannot differ from another one."""
+        return [(f"{c.label}/{rule}/{sampling}", reason) for (c, rule, sampling), reason in self._all_combinations() if reason]
+
+    def _all_combinations(self) -> list[tuple[tuple[StudyCandidate, str, str], str | None]]:
+        out = []
+        for candidate in self.candidates:
+            rules, samplings = self._combination_choices(candidate)
+            method = candidate.speculative.method
+            for rule in rules:
+                for sampling in samplings:
+                    reason = None
+                    if method in _DISTRIBUTION_FREE_METHODS and sampling == "probabilistic":
+                        reason = f"'{method}' proposes tokens without a distribution"
+                    elif method in _DISTRIBUTION_FREE_METHODS and rule == "block":
+                        reason = f"'{method}' has no draft distribution; vLLM verifies it with 'standard'"
+                    out.append(((candidate, rule, sampling), reason))
+        return out
+
+    def constraint_triples(self) -> list[tuple[str, str, float]]:
+        """The constraints as (metric, '<=' or '>=', bound)."""
+        triples = []
+        for text in self.constraints:
+            match = _CONSTRAINT.match(text)
+            assert match is not None  # checked by _parse_constraints
+            triples.append((match.group(1), match.group(2), float(match.group(3))))
+        return triples

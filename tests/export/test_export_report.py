@@ -1,0 +1,53 @@
+"""trials.csv and the self-contained HTML report."""
+
+import csv
+import io
+import re
+
+from spectune.export import TRIAL_COLUMNS, nice_ticks, pareto_front, report_html, trials_csv
+from spectune.study import Point, evaluate_metrics
+from study_doubles import make_space
+
+
+def test_trials_csv_has_one_row_per_trial_and_marks_k0_as_off(outcome):
+    rows = list(csv.DictReader(io.StringIO(trials_csv(outcome))))
+    assert tuple(rows[0]) == TRIAL_COLUMNS
+    assert [int(r["number"]) for r in rows] == [t.number for t in outcome.trials]
+    off = [r for r in rows if r["num_speculative_tokens"] == "0"]
+    assert len(off) == len(outcome.space.batch_sizes) and all(r["candidate"] == "off" and r["method"] == "" for r in off)
+    for row in rows:
+        point = outcome.space.point(int(row["batch_size"]), f"{row['candidate']}/{row['rejection_sample_method']}/{row['draft_sample_method']}", int(row["num_speculative_tokens"]))
+        assert abs(float(row["throughput_tokens_per_s"]) - outcome.completed[point].throughput) <= 1e-5 * outcome.completed[point].throughput
+
+
+def test_report_is_self_contained_with_one_k_chart_per_batch_size(outcome):
+    html = report_html(outcome)
+    assert "<script" not in html and not re.search(r"\b(src|href)=", html)
+    assert re.findall(r"https?://[^\"' ]+", html) == ["http://www.w3.org/2000/svg"] * html.count("<svg")
+    assert html.count("<svg") == len(outcome.space.batch_sizes)
+    assert "Pareto" not in html
+    assert outcome.recommendation.combo.label in html
+
+
+def test_report_draws_pareto_fronts_with_two_objectives(two_objective_outcome):
+    html = report_html(two_objective_outcome)
+    assert html.count("<svg") == 2 * len(two_objective_outcome.space.batch_sizes)
+    assert "tpot_p99_ms &lt;= 20" in html
+
+
+def test_pareto_front_keeps_exactly_the_non_dominated_points():
+    space = make_space()
+    values = [(100, 10), (200, 20), (150, 25), (200, 15), (50, 5), (50, 6)]
+    evaluations = [
+        evaluate_metrics(space, Point(8, "eagle3/standard/greedy", i + 1), {"throughput_tokens_per_s": t, "tpot_p99_ms": p}, i)
+        for i, (t, p) in enumerate(values)
+    ]
+    front = [(e.throughput, e.metrics["tpot_p99_ms"]) for e in pareto_front(evaluations)]
+    assert front == [(50, 5), (100, 10), (200, 15)]
+
+
+def test_nice_ticks_cover_the_range_with_round_steps():
+    assert nice_ticks(0, 7) == [0, 2, 4, 6, 8]
+    assert nice_ticks(0, 1234) == [0, 500, 1000, 1500]
+    ticks = nice_ticks(0.0, 0.37)
+    assert ticks[0] == 0 and ticks[-1] >= 0.37
