@@ -22,6 +22,7 @@ from spectune.study._space import Point, StudySpace
 from spectune.study._storage import (
     ATTR_DOCUMENT_SHA256,
     ATTR_SIMULATOR_VERSION,
+    close_storage,
     describe_storage,
     open_storage,
     open_study,
@@ -100,4 +101,8 @@ def load_outcome(storage: str, name: str) -> StudyOutcome:
     """Read a study (finished or not) from a journal file path or a database URL."""
     if "://" not in storage and not Path(storage).is_file():
         raise SpectuneError(f"--storage: no journal file at {storage} (run the study first, or pass --storage URL)")
-    return outcome_of(open_study(open_storage(storage), name), storage_label=describe_storage(storage))
+    opened = open_storage(storage)
+    try:
+        return outcome_of(open_study(opened, name), storage_label=describe_storage(storage))
+    finally:
+        close_storage(opened)

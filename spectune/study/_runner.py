@@ -27,6 +27,7 @@ from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strateg
 from spectune.study._space import StudySpace
 from spectune.study._storage import (
     StudyFingerprint,
+    close_storage,
     describe_storage,
     fail_abandoned_trials,
     open_storage,
@@ -104,11 +105,14 @@ def run_study(
     )
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
     report = _progress_reporter(study, total, progress)
-    if workers == 1:
-        _worker_loop(spec, 0, study, on_trial=report)
-    else:
-        _run_processes(spec, workers, on_poll=report)
-    report()
+    try:
+        if workers == 1:
+            _worker_loop(spec, 0, study, on_trial=report)
+        else:
+            _run_processes(spec, workers, on_poll=report)
+        report()
+    finally:
+        close_storage(opened)
     return resolved
 
 
@@ -129,9 +133,12 @@ def _worker_loop(spec: _WorkerSpec, index: int, study: optuna.Study | None = Non
     optuna.logging.set_verbosity(spec.optuna_verbosity)
     sampler = SpectuneSampler(spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos)
     if study is None:
-        study = open_study(open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe"), spec.space.name, sampler=sampler)
-    else:
-        study.sampler = sampler
+        opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
+        try:
+            return _worker_loop(spec, index, open_study(opened, spec.space.name, sampler=sampler), on_trial)
+        finally:
+            close_storage(opened)
+    study.sampler = sampler
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
     idle_prunes = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +33,7 @@ from spectune.study._space import StudySpace
 
 __all__ = [
     "StudyFingerprint",
+    "close_storage",
     "describe_storage",
     "fail_abandoned_trials",
     "open_storage",
@@ -48,6 +50,7 @@ ATTR_SPECTUNE_VERSION = "spectune.version"
 HEARTBEAT_INTERVAL_S = 60
 GRACE_PERIOD_S = 180
 MAX_RETRY = 3
+_CREATE_ATTEMPTS = 5
 
 StudyFingerprint = Mapping[str, str]  # {"document_sha256": ..., "simulator_version": ...}
 
@@ -117,7 +120,26 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
             return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))  # type: ignore[arg-type]
         except OSError as err:
             raise SpectuneError(f"--storage: cannot open the journal file {storage}: {err.strerror or err}") from None
-    try:
+    last_error: Exception | None = None
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            return _rdb_storage(storage, retry_failed_trials)
+        except ImportError as err:
+            raise SpectuneError(
+                f"--storage {describe_storage(storage)}: no database driver ({err}); for PostgreSQL install "
+                "spectune[postgres] and spell the driver: postgresql+psycopg://USER:PASSWORD@HOST/DB"
+            ) from None
+        except Exception as err:  # noqa: BLE001 -- SQLAlchemy raises many kinds; all mean "cannot open it"
+            # Workers starting together on an empty database race to create its tables; the loser retries.
+            last_error = err
+            time.sleep(0.2 * (attempt + 1))
+    message = str(last_error).strip().splitlines()[0] if str(last_error).strip() else type(last_error).__name__
+    raise SpectuneError(f"--storage {describe_storage(storage)}: cannot open the database: {message}")
+
+
+def _rdb_storage(storage: str, retry_failed_trials: bool) -> RDBStorage:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat arguments
         return RDBStorage(
             storage,
             engine_kwargs={"pool_pre_ping": True},
@@ -125,14 +147,13 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
             grace_period=GRACE_PERIOD_S,
             failed_trial_callback=RetryFailedTrialCallback(max_retry=MAX_RETRY) if retry_failed_trials else None,
         )
-    except ImportError as err:
-        raise SpectuneError(
-            f"--storage {describe_storage(storage)}: no database driver ({err}); for PostgreSQL install "
-            "spectune[postgres] and spell the driver: postgresql+psycopg://USER:PASSWORD@HOST/DB"
-        ) from None
-    except Exception as err:  # noqa: BLE001 -- SQLAlchemy raises many kinds; all mean "cannot open it"
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SpectuneError(f"--storage {describe_storage(storage)}: cannot open the database: {first_line}") from None
+
+
+def close_storage(storage: BaseStorage) -> None:
+    """Release a database storage's connections (a journal file holds none)."""
+    if isinstance(storage, RDBStorage):
+        storage.remove_session()
+        storage.engine.dispose()
 
 
 def _repair_journal_tail(path: Path) -> None:

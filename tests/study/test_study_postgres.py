@@ -1,0 +1,103 @@
+"""Many workers on one study in PostgreSQL: a real server on loopback, four worker processes.
+
+The server is the machine's PostgreSQL (Debian's postgresql-15: initdb and pg_ctl), started in a
+temporary folder as a non-root user (PostgreSQL refuses to run as root; CI runs as root, so the
+server runs as the 'postgres' user through runuser). SPECTUNE_TEST_POSTGRES_URL points the test at
+an existing server instead. Skipped, with the reason, only when neither is available.
+"""
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from study_doubles import make_space
+
+from spectune.study import load_outcome
+
+HERE = Path(__file__).resolve().parent
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def _find_binary(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return candidates[-1] if candidates else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    if os.environ.get("SPECTUNE_TEST_POSTGRES_URL"):
+        yield os.environ["SPECTUNE_TEST_POSTGRES_URL"]
+        return
+    initdb, pg_ctl = _find_binary("initdb"), _find_binary("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip("PostgreSQL's initdb/pg_ctl not found (apt-get install postgresql) and SPECTUNE_TEST_POSTGRES_URL not set")
+    prefix: list[str] = []
+    owner = None
+    if os.geteuid() == 0:
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run the server as (PostgreSQL refuses root)")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    folder = tempfile.mkdtemp(prefix="spectune-pg-")
+    if owner is not None:
+        os.chown(folder, owner.pw_uid, owner.pw_gid)
+    data = os.path.join(folder, "data")
+    port = _free_port()
+    run = lambda *args: subprocess.run([*prefix, *args], check=True, capture_output=True, text=True)  # noqa: E731
+    try:
+        run(initdb, "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+        run(pg_ctl, "-D", data, "-o", options, "-l", os.path.join(folder, "server.log"), "-w", "start")
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_WORKER = """
+import sys
+sys.path.insert(0, {here!r})
+import optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
+from spectune.study import run_study
+if __name__ == "__main__":
+    run_study(make_space(name={name!r}, batch_sizes=(1, 8, 64), max_k=4), SyntheticEvaluator(delay_s=0.05),
+              fingerprint(), storage={url!r}, strategy="structured", n_trials=40)
+"""
+
+
+def test_four_worker_processes_fill_a_40_trial_budget_exactly_without_duplicates(postgres_url, tmp_path):
+    name = f"pg-{os.getpid()}"
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(_WORKER.format(here=str(HERE), name=name, url=postgres_url)))
+    workers = [subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [w.communicate(timeout=300)[1] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0, 0], errors
+    outcome = load_outcome(postgres_url, name)
+    complete = [t for t in outcome.trials if t.state == "COMPLETE"]
+    assert len(complete) == 40
+    points = [t.point for t in complete]
+    assert len(set(points)) == 40 and set(points) <= set(make_space(batch_sizes=(1, 8, 64), max_k=4).points())
+    per_worker = Counter(t.worker for t in complete)
+    assert len(per_worker) == 4, per_worker  # every process took part
+    assert outcome.recommendation is not None
