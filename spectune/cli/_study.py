@@ -82,8 +82,8 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
         table.add_row(*(v for k, v in row.items() if k != "note" or any(r["note"] for r in rows)))
     console.print(table)
     for note in recommendation.notes:
-        console.print(f"note: {note}")
-    console.print(f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", soft_wrap=True)
+        console.print(f"note: {note}", markup=False)
+    console.print(f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False)
 
 
 def _progress_callback(enabled: bool, console: Console) -> tuple[Callable[[StudyProgress], None] | None, Callable[[], None]]:
@@ -133,7 +133,7 @@ def run(
     out_dir = _out_dir(document.name, out)
     storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
     space = space_from_document(document)
-    console = Console()
+    console = Console(soft_wrap=True, highlight=False)
     from spectune.study import describe_storage, resolve_strategy
 
     strategy = resolve_strategy(space, chosen)
@@ -143,12 +143,12 @@ def run(
         f"(+ K=0) = {space.size} points; sampler {strategy}; storage {describe_storage(storage_url)}"
     )
     for label, reason in document.skipped_combinations():
-        console.print(f"skipped {label}: {reason}")
+        console.print(f"skipped {label}: {reason}", markup=False)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     update, close = _progress_callback(sys.stderr.isatty() if progress is None else progress, Console(stderr=True))
     started = time.monotonic()
     try:
-        run_study(
+        run = run_study(
             space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
             n_trials=n_trials or document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update,
@@ -157,7 +157,10 @@ def run(
         close()
     outcome = load_outcome(storage_url, space.name)
     complete = sum(1 for t in outcome.trials if t.state == "COMPLETE")
-    console.print(f"{complete} complete trials ({outcome.num_evaluations} simulations) in {time.monotonic() - started:.0f} s")
+    console.print(
+        f"{complete} complete trials ({outcome.num_evaluations} simulations), {run.completed_trials} new in this run "
+        f"({time.monotonic() - started:.0f} s)"
+    )
     print_summary(console, outcome)
     written = write_artefacts(outcome, out_dir)
     console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
@@ -178,7 +181,7 @@ def show(
     states: dict[str, int] = {}
     for trial in outcome.trials:
         states[trial.state.lower()] = states.get(trial.state.lower(), 0) + 1
-    console = Console()
+    console = Console(soft_wrap=True, highlight=False)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no trials"
     console.print(f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points")
     print_summary(console, outcome)

@@ -53,6 +53,7 @@ from spectune.config._step_times import (
     StepTimeTable,
     read_step_time_table,
 )
+from spectune.config._study import CONSTRAINT_METRICS, SpeculativeBase, StudyCandidate, StudyDocument
 from spectune.config._workload import (
     MAX_SEQUENCE_TOKENS,
     MAX_TEMPERATURES,
@@ -92,6 +93,10 @@ __all__ = [
     "LoadedDocument",
     "RuleViolations",
     "SpeculativeConfig",
+    "CONSTRAINT_METRICS",
+    "SpeculativeBase",
+    "StudyCandidate",
+    "StudyDocument",
     "SpectuneModel",
     "STEP_TIME_COLUMNS",
     "SpectuneNotice",

@@ -21,6 +21,7 @@ from spectune.config._messages import problems_from_validation_error
 from spectune.config._profile import AcceptanceProfile
 from spectune.config._simulation import SimulationDocument
 from spectune.config._speculative import SpeculativeConfig
+from spectune.config._study import StudyDocument
 from spectune.errors import DocumentError, Problem
 
 __all__ = [
@@ -39,6 +40,7 @@ DOCUMENT_KINDS: dict[str, type[BaseModel]] = {
     "speculative": SpeculativeConfig,
     "acceptance_profile": AcceptanceProfile,
     "simulation": SimulationDocument,
+    "study": StudyDocument,
 }
 
 _SERVE_CONFIG_KEYS = ("speculative_config", "speculative-config")

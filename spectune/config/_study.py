@@ -143,6 +143,20 @@ class ScheduleBuckets(SpectuneModel):
         description="Share of serving time spent near each batch size (positive, any scale); weights the "
         "aggregate and picks SGLang's single K. Default: equal.",
     )
+    requests_per_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="Simulate this many requests per unit of batch size (requests), capped at "
+        "workload.num_requests: small batches reach a steady state with few requests, large ones need "
+        "more. Default: workload.num_requests at every batch size.",
+    )
+
+    def num_requests(self, batch_size: int, cap: int) -> int:
+        """Requests simulated at ``batch_size`` (at most ``cap``)."""
+        if self.requests_per_batch_size is None:
+            return cap
+        return max(1, min(cap, self.requests_per_batch_size * batch_size))
 
     @model_validator(mode="after")
     def _consistent(self) -> ScheduleBuckets:
@@ -269,9 +283,10 @@ class StudyDocument(SpectuneModel):
             problems.append((("search",), "no valid (method, rule, draft sampling) combination is left; see the skipped ones"))
         check_rules(problems)
         largest = self.schedule.batch_sizes[-1]
-        if self.workload.num_requests < 2 * largest:
-            notify(info, ("workload", "num_requests"), f"{self.workload.num_requests} requests per simulation are few for "
-                   f"batch size {largest} (the closed loop barely reaches a steady state); use >= {2 * largest}")
+        requests = self.schedule.num_requests(largest, self.workload.num_requests)
+        if requests < 2 * largest:
+            notify(info, ("workload", "num_requests"), f"{requests} requests are few for batch size {largest} (the "
+                   f"closed loop barely reaches a steady state); simulate >= {2 * largest}")
         return self
 
     def _candidate_problems(self, i: int, candidate: StudyCandidate) -> list[tuple[FieldPath, str]]:

@@ -44,6 +44,11 @@ def _number(metrics: Mapping[str, Any] | None, name: str) -> str:
     return f"{value:.6g}"
 
 
+def _fixed(metrics: Mapping[str, Any] | None, name: str) -> str:
+    value = (metrics or {}).get(name)
+    return f"{value:.1f}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
 def trials_csv(outcome: StudyOutcome) -> str:
     """One row per trial, every state; K = 0 rows have no method (speculation off)."""
     buffer = io.StringIO()
@@ -94,7 +99,7 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                 "K": str(choice.num_speculative_tokens),
                 "tokens/s": f"{evaluation.throughput:,.0f}" if evaluation is not None else "-",
                 "vs K=0": gain or "-",
-                "TPOT p99 ms": _number(metrics, "tpot_p99_ms") or "-",
+                "TPOT p99 ms": _fixed(metrics, "tpot_p99_ms"),
                 "SLOs": ("met" if evaluation.feasible else "missed") if evaluation is not None else "-",
                 "note": choice.note or "",
             }

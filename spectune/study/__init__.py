@@ -18,7 +18,7 @@ from spectune.study._recommend import (
     recommend,
 )
 from spectune.study._records import Evaluation, SearchState, evaluate_metrics
-from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, resolve_strategy, run_study
+from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
 from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
 from spectune.study._storage import describe_storage, open_storage, open_study
@@ -41,6 +41,7 @@ __all__ = [
     "StudyObjective",
     "StudyOutcome",
     "StudyProgress",
+    "StudyRun",
     "StudySpace",
     "TrialRecord",
     "bucket_ranges",

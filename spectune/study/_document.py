@@ -75,7 +75,8 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     Acceptance profiles are hashed by their rates (already read into the model), not their path, so
     moving the folder does not change the study; editing a profile does.
     """
-    data = document.model_dump(mode="json", exclude={"trials", "storage"})
+    # warnings=False: the workload's length union (int or distribution) trips pydantic's serializer check
+    data = document.model_dump(mode="json", exclude={"trials", "storage"}, warnings=False)
     for candidate in data["candidates"]:
         candidate["acceptance"].pop("profile", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
@@ -84,7 +85,8 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
 
 def simulation_document(document: StudyDocument, point: Point) -> SimulationDocument:
     """The simulation of one point."""
-    workload = document.workload.model_copy(update={"concurrency": point.batch_size})
+    requests = document.schedule.num_requests(point.batch_size, document.workload.num_requests)
+    workload = document.workload.model_copy(update={"concurrency": point.batch_size, "num_requests": requests})
     if point.is_off:
         candidate = document.candidates[0]
         speculative: dict[str, Any] = {

@@ -102,6 +102,12 @@ def merge_schedule(rows: list[tuple[int, int, int]]) -> list[tuple[int, int, int
     return merged
 
 
+def _bucket_evaluations(space: StudySpace, combo: Combo, batch_size: int, completed: Mapping[Point, Evaluation]) -> list[Evaluation]:
+    """The evaluations of ``combo`` at one bucket, its K = 0 point included."""
+    points = [space.point(batch_size, combo.label, k) for k in space.k_values]
+    return [completed[p] for p in points if p in completed]
+
+
 def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Evaluation]) -> ComboScore:
     ranges = bucket_ranges(space.batch_sizes, space.max_batch_size)
     choices = []
@@ -160,6 +166,12 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
     for choice in choices:
         if choice.evaluation is not None and not choice.evaluation.feasible:
             notes.append(f"batch size {choice.batch_size}: no simulated config meets the SLOs; the least violating is used")
+        if any(e.stderr >= e.throughput > 0 for e in _bucket_evaluations(space, winner.combo, choice.batch_size, completed)):
+            notes.append(
+                f"batch size {choice.batch_size}: some simulations were too short to estimate their noise (their "
+                "standard error is reported as the whole throughput), so they tie with everything and the smallest "
+                "K wins; simulate more requests or longer outputs"
+            )
     schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
     max_k = max(k for _, _, k in schedule)
     if max_k == 0:

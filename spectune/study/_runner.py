@@ -36,7 +36,7 @@ from spectune.study._storage import (
 )
 from spectune.study._structured import structured_converged, structured_next_point
 
-__all__ = ["EXHAUSTIVE_LIMIT", "StudyProgress", "resolve_strategy", "run_study"]
+__all__ = ["EXHAUSTIVE_LIMIT", "StudyProgress", "StudyRun", "resolve_strategy", "run_study"]
 
 StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
 EXHAUSTIVE_LIMIT = 64  # 'auto' searches every point of spaces up to this size
@@ -51,6 +51,14 @@ class StudyProgress:
     complete: int
     total: int | None
     failed: int
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """What one ``run_study`` call did: the strategy it used and the trials it completed."""
+
+    strategy: Strategy
+    completed_trials: int
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,8 @@ def run_study(
     seed: int = 0,
     keep_combos: int = 2,
     progress: Callable[[StudyProgress], None] | None = None,
-) -> Strategy:
-    """Create or resume the study and run it to its end; return the strategy used.
+) -> StudyRun:
+    """Create or resume the study and run it to its end.
 
     ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
     only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
@@ -107,13 +115,13 @@ def run_study(
     report = _progress_reporter(study, total, progress)
     try:
         if workers == 1:
-            _worker_loop(spec, 0, study, on_trial=report)
+            completed = _worker_loop(spec, 0, study, on_trial=report)
         else:
-            _run_processes(spec, workers, on_poll=report)
+            completed = _run_processes(spec, workers, on_poll=report)
         report()
     finally:
         close_storage(opened)
-    return resolved
+    return StudyRun(resolved, completed)
 
 
 def _progress_reporter(study: optuna.Study, total: int | None, progress: Callable[[StudyProgress], None] | None) -> Callable[[], None]:
@@ -192,7 +200,7 @@ def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queu
         results.put((index, "error", f"{type(err).__name__}: {err}"))
 
 
-def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None]) -> None:
+def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None]) -> int:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     processes = [context.Process(target=_worker_process, args=(spec, i, results), daemon=True) for i in range(workers)]
@@ -215,6 +223,7 @@ def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None])
                     time.sleep(_POLL_S)  # its last message may still be in the queue
                     if results.empty():
                         raise SpectuneError(f"worker {i} died (exit code {process.exitcode}); run the study again to resume it")
+        return sum(int(payload) for _, payload in finished.values())  # type: ignore[call-overload]
     finally:
         for process in processes:
             if process.is_alive():

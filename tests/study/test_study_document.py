@@ -1,0 +1,150 @@
+"""The study document: what it accepts, what it refuses (FILE:LINE: field: message), what it tries."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spectune.config import load_document
+from spectune.errors import DocumentError
+from spectune.study._document import document_fingerprint, simulation_document, space_from_document
+
+REPO = Path(__file__).resolve().parents[2]
+
+STUDY = """\
+kind: study
+name: tiny
+workload:
+  num_requests: 16
+  prompt_tokens: 64
+  output_tokens: 16
+  temperature: 0.7
+  vocab_size: 128
+  max_num_seqs: 64
+hardware: h100-sxm
+target_model: llama-3.1-8b
+candidates:
+  - name: eagle3
+    speculative: {method: eagle3, model: RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3}
+    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}
+  - speculative: {method: ngram}
+    acceptance: {conditional_rates: [0.42, 0.6]}
+search:
+  num_speculative_tokens: {min: 1, max: 3}
+  rejection_sample_methods: [standard, block]
+  draft_sample_methods: [greedy, probabilistic]
+schedule:
+  batch_sizes: [1, 8]
+constraints: ["tpot_p99_ms <= 50"]
+"""
+
+
+def _load(tmp_path, text=STUDY, name="study.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path, load_document(path)
+
+
+def _problems(tmp_path, text):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(DocumentError) as err:
+        load_document(path)
+    return [str(p) for p in err.value.problems], str(path)
+
+
+def test_the_shipped_quickstart_validates_and_is_a_realistic_space():
+    document = load_document(REPO / "studies" / "quickstart.yaml")
+    assert document.kind == "study" and not [n for n in document.notices if n.severity == "error"]
+    space = space_from_document(document.model)
+    assert [c.method for c in space.candidates] == ["eagle3", "ngram"]
+    assert space.k_values == (0, 1, 2, 3, 4, 5, 6) and len(space.batch_sizes) == 4
+
+
+def test_invalid_combinations_are_skipped_not_refused(tmp_path):
+    _, loaded = _load(tmp_path)
+    document = loaded.model
+    labels = [f"{c.label}/{r}/{s}" for c, r, s in document.combinations()]
+    assert labels == [
+        "eagle3/standard/greedy", "eagle3/standard/probabilistic", "eagle3/block/greedy", "eagle3/block/probabilistic",
+        "ngram/standard/greedy",
+    ]  # fmt: skip
+    skipped = dict(document.skipped_combinations())
+    assert set(skipped) == {"ngram/standard/probabilistic", "ngram/block/greedy", "ngram/block/probabilistic"}
+    assert "without a distribution" in skipped["ngram/standard/probabilistic"]
+
+
+def test_a_rule_set_in_the_candidate_pins_it(tmp_path):
+    text = STUDY.replace("{method: eagle3, model:", "{method: eagle3, rejection_sample_method: block, model:")
+    _, loaded = _load(tmp_path, text)
+    rules = {(c.label, r) for c, r, _ in loaded.model.combinations()}
+    assert rules == {("eagle3", "block"), ("ngram", "standard")}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "expected"),
+    [
+        ("{method: eagle3, model:", "{method: eagle3, num_speculative_tokens: 3, model:", 14,
+         "candidates[0].speculative.num_speculative_tokens: searched by the study: set search.num_speculative_tokens instead, got 3"),
+        ("  num_requests: 16\n", "  num_requests: 16\n  concurrency: 8\n", 5,
+         "workload.concurrency: set by the study: each of schedule.batch_sizes is simulated as a closed loop at that "
+         "concurrency; remove it, got 8"),
+        ('["tpot_p99_ms <= 50"]', '["p99 < 50"]', 24,
+         "constraints[0]: must look like 'METRIC <= NUMBER' or 'METRIC >= NUMBER' with METRIC one of "
+         "throughput_tokens_per_s, tpot_p50_ms, tpot_p99_ms, itl_p50_ms, itl_p99_ms, ttft_p50_ms, ttft_p99_ms, got 'p99 < 50'"),
+        ("batch_sizes: [1, 8]", "batch_sizes: [8, 1]", 23, "schedule.batch_sizes[1]: must be > 8 (strictly increasing), got 1"),
+        ("batch_sizes: [1, 8]", "batch_sizes: [1, 128]", 23, "schedule.batch_sizes[1]: must be <= workload.max_num_seqs (64), got 128"),
+        ("{min: 1, max: 3}", "{min: 4, max: 3}", 19, "search.num_speculative_tokens.min: must be <= max (3), got 4"),
+        ("  - speculative: {method: ngram}", "  - name: eagle3\n    speculative: {method: ngram}", 16,
+         "candidates[1].name: names must be distinct (give each a name), got 'eagle3' twice"),
+        ("rejection_sample_methods: [standard, block]", "rejection_sample_methods: [standard, fly]", 20,
+         "search.rejection_sample_methods[1]: must be one of 'standard', 'block', got 'fly'"),
+    ],
+)  # fmt: skip
+def test_bad_study_documents_get_located_messages(tmp_path, old, new, line, expected):
+    assert old in STUDY
+    problems, path = _problems(tmp_path, STUDY.replace(old, new))
+    assert f"{path}:{line}: {expected}" in problems, problems
+
+
+def test_a_space_with_no_valid_combination_is_refused(tmp_path):
+    text = STUDY.replace(
+        "  - name: eagle3\n    speculative: {method: eagle3, model: RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3}\n"
+        "    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}\n", ""
+    ).replace("[standard, block]", "[block]")
+    problems, path = _problems(tmp_path, text)
+    assert any(p.startswith(f"{path}:") and "search: no valid (method, rule, draft sampling) combination" in p for p in problems)
+
+
+def test_fingerprint_follows_what_changes_results_only(tmp_path):
+    _, base = _load(tmp_path, STUDY, "a.yaml")
+    _, budget = _load(tmp_path, STUDY + "trials: {n_trials: 7, sampler: tpe}\nstorage: other.journal\n", "b.yaml")
+    _, rates = _load(tmp_path, STUDY.replace("[0.42, 0.6]", "[0.42, 0.61]"), "c.yaml")
+    assert document_fingerprint(base.model) == document_fingerprint(budget.model)
+    assert document_fingerprint(base.model)["document_sha256"] != document_fingerprint(rates.model)["document_sha256"]
+
+
+def test_profile_path_is_hashed_by_content_not_location(tmp_path):
+    profile = (REPO / "configs" / "profiles" / "ngram-code.yaml").read_text()
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "ngram.yaml").write_text(profile)
+    text = STUDY.replace("acceptance: {conditional_rates: [0.42, 0.6]}", "acceptance: {profile: ngram.yaml}")
+    _, one = _load(tmp_path / "one", text)
+    _, two = _load(tmp_path / "two", text)
+    assert document_fingerprint(one.model) == document_fingerprint(two.model)
+
+
+def test_each_point_becomes_a_closed_loop_simulation_at_its_batch_size(tmp_path):
+    _, loaded = _load(tmp_path, STUDY.replace("  batch_sizes: [1, 8]", "  batch_sizes: [1, 8]\n  requests_per_batch_size: 3"))
+    document = loaded.model
+    space = space_from_document(document)
+    on = simulation_document(document, space.point(8, "eagle3/block/probabilistic", 2))
+    assert (on.workload.concurrency, on.workload.num_requests) == (8, 16)  # 3 x 8 capped at num_requests
+    assert on.speculative.num_speculative_tokens == 2
+    assert (on.speculative.rejection_sample_method, on.speculative.draft_sample_method) == ("block", "probabilistic")
+    assert on.speculative.model == "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
+    off = simulation_document(document, space.point(1, "ngram/standard/greedy", 0))
+    assert (off.workload.concurrency, off.workload.num_requests) == (1, 3)
+    assert off.speculative.num_speculative_tokens_for_batch(1) == 0 and off.speculative.num_speculative_tokens_for_batch(64) == 0
+    assert off.effective_drafter().drafting == "lookup"  # no draft pass: plain decoding
