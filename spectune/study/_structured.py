@@ -4,8 +4,9 @@ Throughput is separable by bucket (each bucket is its own closed-loop simulation
 close to unimodal: it rises while drafts are accepted often enough to pay for themselves and falls
 once verification stops being free. So instead of a black-box search over (bucket, combo, K):
 
-1. at the representative (most common) bucket, search K for every combo with a golden-section-like
-   bracket search (K = 0, speculation off, is the shared left end of every curve);
+1. at the representative (most common) bucket, search K for the first combo with a golden-section-like
+   bracket search (K = 0, speculation off, is the shared left end of every curve), then for every
+   other combo by hill-climbing from the first one's optimum (combos of a method peak at similar K);
 2. keep the ``keep_combos`` best combos there;
 3. for each kept combo, walk outwards bucket by bucket, starting each bucket's K search at the
    neighbouring bucket's optimum and hill-climbing one step at a time (preferring smaller K at larger
@@ -53,8 +54,14 @@ def _candidates(state: SearchState, keep_combos: int) -> Iterator[tuple[Point, b
     middle = _middle_k(space)
 
     yield Point(rep_batch_size, OFF, 0), True
+    anchor: int | None = None  # the first fully searched combo's best K: where the others start
     for combo in space.combos:
-        point = _curve_step(state, combo.label, rep_batch_size, start=middle, warm=False, prefer_lower=False)
+        if anchor is None:
+            point = _curve_step(state, combo.label, rep_batch_size, start=middle, warm=False, prefer_lower=False)
+            if point is None:
+                anchor = _best_k(state, combo.label, rep_batch_size)
+        else:
+            point = _curve_step(state, combo.label, rep_batch_size, start=anchor, warm=True, prefer_lower=False)
         if point is not None:
             yield point, True
     for index in outward[1:]:
