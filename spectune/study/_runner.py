@@ -105,15 +105,13 @@ def run_study(
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
-    opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
-    study = prepare_study(opened, space, fingerprint, storage_label=describe_storage(storage))
-    fail_abandoned_trials(study)
-    spec = _WorkerSpec(
-        space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity()
-    )
+    spec = _WorkerSpec(space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity())
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
-    report = _progress_reporter(study, total, progress)
+    opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
     try:
+        study = prepare_study(opened, space, fingerprint, storage_label=describe_storage(storage))
+        fail_abandoned_trials(study)
+        report = _progress_reporter(study, total, progress)
         if workers == 1:
             completed = _worker_loop(spec, 0, study, on_trial=report)
         else:
@@ -136,17 +134,9 @@ def _progress_reporter(study: optuna.Study, total: int | None, progress: Callabl
     return report
 
 
-def _worker_loop(spec: _WorkerSpec, index: int, study: optuna.Study | None = None, on_trial: Callable[[], None] | None = None) -> int:
+def _worker_loop(spec: _WorkerSpec, index: int, study: optuna.Study, on_trial: Callable[[], None] | None = None) -> int:
     """Run trials until the study is done; return how many this worker completed."""
-    optuna.logging.set_verbosity(spec.optuna_verbosity)
-    sampler = SpectuneSampler(spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos)
-    if study is None:
-        opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
-        try:
-            return _worker_loop(spec, index, open_study(opened, spec.space.name, sampler=sampler), on_trial)
-        finally:
-            close_storage(opened)
-    study.sampler = sampler
+    study.sampler = SpectuneSampler(spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos)
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
     idle_prunes = 0
@@ -192,8 +182,15 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
 
 
 def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    """A worker process: its own storage connection, its own sampler (seeded seed + index)."""
+    optuna.logging.set_verbosity(spec.optuna_verbosity)
     try:
-        results.put((index, "ok", _worker_loop(spec, index)))
+        opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
+        try:
+            completed = _worker_loop(spec, index, open_study(opened, spec.space.name))
+        finally:
+            close_storage(opened)
+        results.put((index, "ok", completed))
     except SpectuneError as err:
         results.put((index, "user-error", str(err)))
     except BaseException as err:  # noqa: BLE001 -- reported to the parent, which raises it

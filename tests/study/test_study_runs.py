@@ -47,11 +47,12 @@ def test_structured_run_without_budget_stops_when_converged_and_a_rerun_adds_not
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
     evaluator = SyntheticEvaluator(call_log=str(calls))
-    assert run_study(space, evaluator, fingerprint(), storage=storage) == "structured"  # auto: 5 x 41 > 64 points
+    first = run_study(space, evaluator, fingerprint(), storage=storage)
+    assert first.strategy == "structured"  # auto: 5 x 41 > 64 points
     outcome = load_outcome(storage, space.name)
     evaluations = outcome.num_evaluations
-    assert evaluations == len(calls.read_text().splitlines()) <= 0.3 * space.size
-    run_study(space, evaluator, fingerprint(), storage=storage)
+    assert evaluations == first.completed_trials == len(calls.read_text().splitlines()) <= 0.3 * space.size
+    assert run_study(space, evaluator, fingerprint(), storage=storage).completed_trials == 0
     assert load_outcome(storage, space.name).num_evaluations == evaluations
     assert len(calls.read_text().splitlines()) == evaluations
 
@@ -60,7 +61,7 @@ def test_auto_searches_a_small_space_exhaustively_once(tmp_path):
     space = make_space(batch_sizes=(1, 64), max_k=3, methods=("eagle3",))
     storage = str(tmp_path / "s.journal")
     assert space.size <= 64
-    assert run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage) == "exhaustive"
+    assert run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage).strategy == "exhaustive"
     points = _completed_points(load_outcome(storage, space.name))
     assert sorted(points) == sorted(space.points())
 
@@ -100,7 +101,8 @@ def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
     space = make_space(batch_sizes=(1, 32), max_k=3)
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
-    run_study(space, SyntheticEvaluator(delay_s=0.05, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive", workers=2)
+    run = run_study(space, SyntheticEvaluator(delay_s=0.05, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive", workers=2)
+    assert run.completed_trials == space.size
     outcome = load_outcome(storage, space.name)
     points = _completed_points(outcome)
     assert sorted(points) == sorted(space.points())
