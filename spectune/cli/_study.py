@@ -61,9 +61,20 @@ def locate_study(target: str, *, storage: str | None, out: Path | None) -> tuple
     return target, resolve_storage(target, option=storage, document_storage=None, document_dir=None, out=out)
 
 
+def _table(rows: list[dict[str, str]]) -> Table:
+    """Rows of strings as a table; the 'note' column only when some row has a note."""
+    columns = [c for c in rows[0] if c != "note" or any(r.get("note") for r in rows)] if rows else []
+    table = Table(show_edge=True)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("note", "config") else "right")
+    for row in rows:
+        table.add_row(*(row[c] for c in columns))
+    return table
+
+
 def print_summary(console: Console, outcome: StudyOutcome) -> None:
     """The recommendation, its per-bucket table and the vLLM flag."""
-    from spectune.export import summary_rows, vllm_speculative_config
+    from spectune.export import pareto_rows, summary_rows, vllm_speculative_config
 
     recommendation = outcome.recommendation
     if recommendation is None:
@@ -73,14 +84,10 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
         f"Recommendation: [bold]{recommendation.combo.label}[/bold] (aggregate "
         f"{recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s over batch sizes)"
     )
-    rows = summary_rows(outcome)
-    table = Table(show_edge=True)
-    for column in rows[0]:
-        if column != "note" or any(r["note"] for r in rows):
-            table.add_column(column, justify="left" if column == "note" else "right")
-    for row in rows:
-        table.add_row(*(v for k, v in row.items() if k != "note" or any(r["note"] for r in rows)))
-    console.print(table)
+    console.print(_table(summary_rows(outcome)))
+    if "tpot_p99" in outcome.space.objectives:
+        console.print("Pareto fronts (throughput vs p99 TPOT) per batch size:")
+        console.print(_table(pareto_rows(outcome)))
     for note in recommendation.notes:
         console.print(f"note: {note}", markup=False)
     console.print(f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False)

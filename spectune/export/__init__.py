@@ -9,7 +9,7 @@ from spectune.export._artefacts import json_text, recommended_yaml, write_artefa
 from spectune.export._report import pareto_front, report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
 from spectune.export._svg import Series, chart_svg, nice_ticks
-from spectune.export._tables import TRIAL_COLUMNS, summary_rows, trials_csv
+from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, trials_csv
 from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
@@ -27,6 +27,7 @@ __all__ = [
     "json_text",
     "nice_ticks",
     "pareto_front",
+    "pareto_rows",
     "recommended_speculative_config",
     "recommended_yaml",
     "report_html",

@@ -15,6 +15,7 @@ __all__ = ["Series", "chart_svg", "nice_ticks"]
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 _WIDTH, _HEIGHT = 460, 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 30, 44
+_LEGEND_ROW = 15
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,9 @@ def chart_svg(
     def py(y: float) -> float:
         return _TOP + plot_h - (y - y0) / ((y1 - y0) or 1.0) * plot_h
 
+    height = _HEIGHT + _LEGEND_ROW * len(series)  # the legend sits under the plot, never over a point
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" viewBox="0 0 {_WIDTH} {height}" '
         'font-family="sans-serif" font-size="11">',
         f'<text x="{_WIDTH / 2}" y="16" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
         f'<rect x="{_LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
@@ -126,7 +128,7 @@ def _series_svg(s: Series, px, py) -> list[str]:  # noqa: ANN001 -- the chart's 
 def _legend(series: Sequence[Series]) -> list[str]:
     parts = []
     for i, s in enumerate(series):
-        y = _TOP + 10 + 14 * i
+        y = _HEIGHT + 4 + _LEGEND_ROW * i
         parts.append(f'<rect x="{_LEFT + 8}" y="{y - 8}" width="10" height="10" fill="{s.color}"/>')
         parts.append(f'<text x="{_LEFT + 22}" y="{y + 1}">{escape(s.name)}</text>')
     return parts

@@ -10,7 +10,7 @@ from typing import Any
 
 from spectune.study import Point, StudyOutcome
 
-__all__ = ["TRIAL_COLUMNS", "summary_rows", "trials_csv"]
+__all__ = ["TRIAL_COLUMNS", "pareto_rows", "summary_rows", "trials_csv"]
 
 TRIAL_COLUMNS = (
     "number",
@@ -104,4 +104,25 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                 "note": choice.note or "",
             }
         )
+    return rows
+
+
+def pareto_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
+    """With two objectives: each bucket's Pareto front (throughput up, p99 TPOT down), fastest first."""
+    from spectune.export._report import pareto_front  # the report draws the same fronts
+
+    rows = []
+    for batch_size in outcome.space.batch_sizes:
+        evaluations = [e for p, e in outcome.completed.items() if p.batch_size == batch_size]
+        for evaluation in sorted(pareto_front(evaluations), key=lambda e: -e.throughput):
+            point = evaluation.point
+            rows.append(
+                {
+                    "batch size": str(batch_size),
+                    "config": "off" if point.is_off else f"{point.combo} K={point.num_speculative_tokens}",
+                    "tokens/s": f"{evaluation.throughput:,.0f}",
+                    "TPOT p99 ms": _fixed(evaluation.metrics, "tpot_p99_ms"),
+                    "SLOs": "met" if evaluation.feasible else "missed",
+                }
+            )
     return rows

@@ -51,3 +51,15 @@ def test_nice_ticks_cover_the_range_with_round_steps():
     assert nice_ticks(0, 1234) == [0, 500, 1000, 1500]
     ticks = nice_ticks(0.0, 0.37)
     assert ticks[0] == 0 and ticks[-1] >= 0.37
+
+
+def test_pareto_rows_list_each_buckets_front_fastest_first(two_objective_outcome):
+    from spectune.export import pareto_rows
+
+    rows = pareto_rows(two_objective_outcome)
+    for batch_size in two_objective_outcome.space.batch_sizes:
+        front = pareto_front([e for p, e in two_objective_outcome.completed.items() if p.batch_size == batch_size])
+        mine = [r for r in rows if r["batch size"] == str(batch_size)]
+        assert len(mine) == len(front) >= 1
+        speeds = [float(r["tokens/s"].replace(",", "")) for r in mine]
+        assert speeds == sorted(speeds, reverse=True)
