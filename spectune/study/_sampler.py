@@ -22,7 +22,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.study import Study

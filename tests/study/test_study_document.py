@@ -53,10 +53,19 @@ def _problems(tmp_path, text):
     return [str(p) for p in err.value.problems], str(path)
 
 
-def test_the_shipped_quickstart_validates_and_is_a_realistic_space():
-    document = load_document(REPO / "studies" / "quickstart.yaml")
-    assert document.kind == "study" and not [n for n in document.notices if n.severity == "error"]
-    space = space_from_document(document.model)
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "studies").glob("*.yaml")))
+def test_every_shipped_study_validates_without_warnings(name):
+    document = load_document(REPO / "studies" / name)
+    assert document.kind == "study" and document.notices == []
+
+
+def test_the_benchmark_study_has_at_least_200_configurations():
+    space = space_from_document(load_document(REPO / "studies" / "tuner-quality.yaml").model)
+    assert space.size >= 200
+
+
+def test_the_shipped_quickstart_is_a_realistic_space():
+    space = space_from_document(load_document(REPO / "studies" / "quickstart.yaml").model)
     assert [c.method for c in space.candidates] == ["eagle3", "ngram"]
     assert space.k_values == (0, 1, 2, 3, 4, 5, 6) and len(space.batch_sizes) == 4
 
