@@ -17,7 +17,7 @@ from spectune.study._recommend import (
     merge_schedule,
     recommend,
 )
-from spectune.study._records import Evaluation, SearchState, evaluate_metrics
+from spectune.study._records import Evaluation, SearchState, comparison_noise, evaluate_metrics
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
 from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
@@ -47,6 +47,7 @@ __all__ = [
     "bucket_ranges",
     "choose_in_bucket",
     "describe_storage",
+    "comparison_noise",
     "evaluate_metrics",
     "is_tie",
     "load_outcome",

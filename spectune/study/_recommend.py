@@ -7,7 +7,9 @@ throughput per bucket, i.e. the mean relative gain) -- with its own K per bucket
 
 Results within the simulation's noise are ties, and a tie goes to the smaller K (fewer draft tokens
 cost less memory and less at larger batch sizes than the simulation saw): a point ties with the best
-when its throughput is within max(2 sigma, 0.5 %) of it, sigma combining both standard errors.
+when its throughput is within max(2 sigma, 0.5 %) of it, sigma combining both points' noise. The
+noise is the simulator's standard error less what all points of a bucket share (they simulate the
+same requests): see ``_records.comparison_noise``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ TIE_RELATIVE = 0.005
 
 def is_tie(best: Evaluation, other: Evaluation) -> bool:
     """Whether ``other`` is within the noise of ``best`` (both feasible): max(2 sigma, 0.5 %)."""
-    sigma = math.hypot(best.stderr, other.stderr)
+    sigma = math.hypot(best.noise, other.noise)
     tolerance = max(TIE_SIGMAS * sigma, TIE_RELATIVE * abs(best.throughput))
     return other.throughput >= best.throughput - tolerance
 
@@ -168,9 +170,9 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
             notes.append(f"batch size {choice.batch_size}: no simulated config meets the SLOs; the least violating is used")
         if any(e.stderr >= e.throughput > 0 for e in _bucket_evaluations(space, winner.combo, choice.batch_size, completed)):
             notes.append(
-                f"batch size {choice.batch_size}: some simulations were too short to estimate their noise (their "
-                "standard error is reported as the whole throughput), so they tie with everything and the smallest "
-                "K wins; simulate more requests or longer outputs"
+                f"batch size {choice.batch_size}: some simulations were too short for the simulator to estimate "
+                "their noise (standard error = the whole throughput); comparisons rest on their acceptance counts "
+                "alone; simulate more requests or longer outputs"
             )
     schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
     max_k = max(k for _, _, k in schedule)

@@ -27,6 +27,7 @@ __all__ = [
     "ATTR_RESULT",
     "Evaluation",
     "SearchState",
+    "comparison_noise",
     "evaluate_metrics",
     "is_abandoned",
     "metric_value",
@@ -102,6 +103,9 @@ class Evaluation:
 
     ``score`` ranks points: the throughput (tokens/s) when every SLO holds, else a negative number
     that grows with the (relative) violation, so any feasible point beats every infeasible one.
+    ``stderr`` is the simulator's standard error of the throughput; ``noise`` the part of it that
+    differs between points of one bucket, which is what a comparison between them has to beat (see
+    ``comparison_noise``).
     """
 
     point: Point
@@ -111,6 +115,7 @@ class Evaluation:
     stderr: float
     feasible: bool
     score: float
+    noise: float
 
 
 def metric_value(metrics: Mapping[str, Any], name: str) -> float:
@@ -122,9 +127,37 @@ def metric_value(metrics: Mapping[str, Any], name: str) -> float:
         return math.nan
 
 
+def comparison_noise(metrics: Mapping[str, Any], throughput: float, stderr: float) -> float:
+    """Standard error (tokens/s) of the part of a throughput that is not common to its bucket.
+
+    Every point of a bucket simulates the same requests (same seed: same lengths, same arrivals), so
+    the slow drift of the load over time -- most of the simulator's batch-means standard error --
+    is shared and cancels when two points are compared. What is not shared is the randomness of
+    acceptance: with unconditional per-position rates a_j (j = 1..K), the drafts accepted per step X
+    have E[X] = sum a_j and E[X^2] = sum (2j - 1) a_j, and the throughput moves with the mean
+    acceptance length L = 1 + E[X], so its standard error is throughput * sqrt(Var X / drafts) / L.
+    Plain decoding (no drafts) has none. Never more than the simulator's own ``stderr``; without the
+    counters (another evaluator), the ``stderr`` itself.
+    """
+    drafts = metrics.get("num_drafts")
+    if not isinstance(drafts, (int, float)) or isinstance(drafts, bool):
+        return stderr
+    if drafts <= 0:
+        return 0.0
+    rates = metrics.get("acceptance_per_position")
+    length = metric_value(metrics, "mean_acceptance_length")
+    if not isinstance(rates, list) or not rates or not length > 0:
+        return stderr
+    mean = sum(float(r) for r in rates)
+    second = sum((2 * j + 1) * float(r) for j, r in enumerate(rates))
+    variance = max(second - mean * mean, 0.0)
+    return min(stderr, throughput * math.sqrt(variance / drafts) / length)
+
+
 def evaluate_metrics(space: StudySpace, point: Point, metrics: Mapping[str, Any], trial_number: int) -> Evaluation:
     throughput = metric_value(metrics, "throughput_tokens_per_s")
     stderr = metric_value(metrics, "throughput_stderr_tokens_per_s")
+    stderr = stderr if math.isfinite(stderr) else 0.0
     violation = 0.0
     for constraint in space.constraints:
         excess = constraint.violation(metric_value(metrics, constraint.metric))
@@ -132,7 +165,8 @@ def evaluate_metrics(space: StudySpace, point: Point, metrics: Mapping[str, Any]
             violation += excess / max(abs(constraint.bound), 1e-9)
     feasible = violation == 0.0 and math.isfinite(throughput)
     score = throughput if feasible else -1.0 - min(violation, 1e12)
-    return Evaluation(point, trial_number, dict(metrics), throughput, stderr if math.isfinite(stderr) else 0.0, feasible, score)
+    noise = comparison_noise(metrics, throughput, stderr) if math.isfinite(throughput) else stderr
+    return Evaluation(point, trial_number, dict(metrics), throughput, stderr, feasible, score, noise)
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from study_doubles import SyntheticEvaluator, make_space
 
 from spectune.config import SpeculativeConfig
@@ -115,3 +117,36 @@ def test_speculation_off_everywhere_is_a_valid_all_zero_schedule():
     assert recommendation.schedule == ((1, 256, 0),)
     assert recommendation.num_speculative_tokens == 1 and recommendation.speculation_off_everywhere
     assert any("does not pay off" in n for n in recommendation.notes)
+
+
+def test_comparison_noise_is_the_acceptance_noise_of_the_counters():
+    import math
+
+    import numpy as np
+
+    from spectune.study import comparison_noise
+
+    conditional = [0.8, 0.7, 0.6, 0.5]
+    rng = np.random.default_rng(0)
+    draws = rng.random((200_000, len(conditional))) < np.array(conditional)
+    accepted = np.cumprod(draws, axis=1).sum(axis=1)  # drafts accepted per step: stop at the first rejection
+    unconditional = list(np.cumprod(conditional))
+    drafts = 5000
+    metrics = {
+        "num_drafts": drafts,
+        "acceptance_per_position": unconditional,
+        "mean_acceptance_length": 1 + sum(unconditional),
+    }
+    expected = 1000.0 * math.sqrt(accepted.var() / drafts) / (1 + accepted.mean())
+    assert comparison_noise(metrics, 1000.0, 1e9) == pytest.approx(expected, rel=0.02)
+    assert comparison_noise(metrics, 1000.0, 1.0) == 1.0  # never more than the simulator's own error
+    assert comparison_noise({"num_drafts": 0}, 1000.0, 30.0) == 0.0  # plain decoding: nothing random
+    assert comparison_noise({}, 1000.0, 30.0) == 30.0  # no counters: the simulator's error
+
+
+def test_ties_use_the_noise_not_common_to_the_bucket():
+    counters = {"num_drafts": 100_000, "acceptance_per_position": [0.7, 0.5, 0.35], "mean_acceptance_length": 2.55}
+    small = evaluate_metrics(SPACE, Point(8, "eagle3/standard/greedy", 3), counters | {"throughput_tokens_per_s": 1000.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
+    large = evaluate_metrics(SPACE, Point(8, "eagle3/standard/greedy", 5), counters | {"throughput_tokens_per_s": 1030.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
+    assert small.noise < 5 and large.noise < 5  # the 6 % drift of the load is shared by both
+    assert choose_in_bucket([small, large]) is large  # 3 % apart: beyond 2 sigma and the 0.5 % floor
