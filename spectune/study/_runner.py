@@ -134,13 +134,19 @@ def _progress_reporter(study: optuna.Study, total: int | None, progress: Callabl
     return report
 
 
-def _worker_loop(spec: _WorkerSpec, index: int, study: optuna.Study, on_trial: Callable[[], None] | None = None) -> int:
-    """Run trials until the study is done; return how many this worker completed."""
+def _worker_loop(
+    spec: _WorkerSpec,
+    index: int,
+    study: optuna.Study,
+    on_trial: Callable[[], None] | None = None,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> int:
+    """Run trials until the study is done (or ``keep_going`` says stop); return how many this worker completed."""
     study.sampler = SpectuneSampler(spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos)
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
     idle_prunes = 0
-    while True:
+    while keep_going():
         fail_abandoned_trials(study)  # a worker that died meanwhile (on this host) frees its point
         decision = _next_action(spec, SearchState.from_trials(spec.space, study.get_trials(deepcopy=False)))
         if decision == "stop":
@@ -159,6 +165,7 @@ def _worker_loop(spec: _WorkerSpec, index: int, study: optuna.Study, on_trial: C
             idle_prunes += 1
         if on_trial is not None:
             on_trial()
+    return completed
 
 
 def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:
@@ -187,7 +194,10 @@ def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queu
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
         try:
-            completed = _worker_loop(spec, index, open_study(opened, spec.space.name))
+            parent = multiprocessing.parent_process()
+            # An orphan (the run was killed) stops instead of running on unseen.
+            alive = parent.is_alive if parent is not None else (lambda: True)
+            completed = _worker_loop(spec, index, open_study(opened, spec.space.name), keep_going=alive)
         finally:
             close_storage(opened)
         results.put((index, "ok", completed))

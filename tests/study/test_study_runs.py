@@ -197,3 +197,39 @@ def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothi
     # Only points whose simulation the kill interrupted were simulated twice (one per worker at most).
     simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
     assert sum(n - 1 for n in simulated.values()) <= workers
+
+
+def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
+    storage = str(tmp_path / "s.journal")
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(tmp_path / "calls.log"), storage=storage, workers=2)))
+    process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                outcome = load_outcome(storage, space.name)
+            except SpectuneError:
+                outcome = None
+            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= 3:
+                break
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)  # the run only: its workers are orphaned
+        process.wait()
+        gone = False
+        for _ in range(300):
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                gone = True
+                break
+            time.sleep(0.05)
+        assert gone, "orphaned workers kept running"
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    done = sum(t.state == "COMPLETE" for t in load_outcome(storage, space.name).trials)
+    assert done < space.size  # they stopped, not finished the study
