@@ -151,12 +151,19 @@ class ScheduleBuckets(SpectuneModel):
         "workload.num_requests: small batches reach a steady state with few requests, large ones need "
         "more. Default: workload.num_requests at every batch size.",
     )
+    min_requests: int = Field(
+        default=1,
+        ge=1,
+        le=1_000_000,
+        description="With requests_per_batch_size: simulate at least this many requests (requests); small "
+        "batch sizes verify few drafts per step and need more steps for the same precision.",
+    )
 
     def num_requests(self, batch_size: int, cap: int) -> int:
         """Requests simulated at ``batch_size`` (at most ``cap``)."""
         if self.requests_per_batch_size is None:
             return cap
-        return max(1, min(cap, self.requests_per_batch_size * batch_size))
+        return max(1, min(cap, max(self.min_requests, self.requests_per_batch_size * batch_size)))
 
     @model_validator(mode="after")
     def _consistent(self) -> ScheduleBuckets:

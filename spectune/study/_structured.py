@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+from spectune.study._recommend import choose_in_bucket
 from spectune.study._records import SearchState
 from spectune.study._space import OFF, Point, StudySpace
 
@@ -79,7 +80,9 @@ def _bucket_chain(state: SearchState, label: str, rep: int, outward: list[int]) 
     space = state.space
     for index in outward[1:]:
         neighbour = index - 1 if index > rep else index + 1
-        start = _best_k(state, label, space.batch_sizes[neighbour])
+        # Going up in batch size the optimum moves down: start from the smallest K that ties with the
+        # neighbour's best; going down it moves up: start from the neighbour's best itself.
+        start = _best_k(state, label, space.batch_sizes[neighbour], smallest_tie=index > rep)
         if start is None:
             start = _middle_k(space)
         point = _curve_step(state, label, space.batch_sizes[index], start=start, warm=True, prefer_lower=index > rep)
@@ -118,10 +121,16 @@ def _curve(state: SearchState, label: str, batch_size: int) -> dict[int, float]:
     return values
 
 
-def _best_k(state: SearchState, label: str, batch_size: int) -> int | None:
+def _best_k(state: SearchState, label: str, batch_size: int, *, smallest_tie: bool = False) -> int | None:
+    """The best K known for (combo, bucket); with ``smallest_tie``, the smallest K tying with it."""
     values = _curve(state, label, batch_size)
     if not values:
         return None
+    if smallest_tie:
+        evaluations = [e for k in values if (e := state.completed.get(state.space.point(batch_size, label, k)))]
+        chosen = choose_in_bucket(evaluations)
+        if chosen is not None:
+            return chosen.point.num_speculative_tokens
     return max(values, key=lambda k: (values[k], -k))
 
 

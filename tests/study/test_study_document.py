@@ -155,5 +155,8 @@ def test_each_point_becomes_a_closed_loop_simulation_at_its_batch_size(tmp_path)
     assert on.speculative.model == "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
     off = simulation_document(document, space.point(1, "ngram/standard/greedy", 0))
     assert (off.workload.concurrency, off.workload.num_requests) == (1, 3)
+    floor = document.model_copy(update={"schedule": document.schedule.model_copy(update={"min_requests": 5})})
+    assert simulation_document(floor, space.point(1, "ngram/standard/greedy", 0)).workload.num_requests == 5
+    assert simulation_document(floor, space.point(8, "ngram/standard/greedy", 0)).workload.num_requests == 16
     assert off.speculative.num_speculative_tokens_for_batch(1) == 0 and off.speculative.num_speculative_tokens_for_batch(64) == 0
     assert off.effective_drafter().drafting == "lookup"  # no draft pass: plain decoding
