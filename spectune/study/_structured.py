@@ -9,8 +9,9 @@ once verification stops being free. So instead of a black-box search over (bucke
    other combo by hill-climbing from the first one's optimum (combos of a method peak at similar K);
 2. keep the ``keep_combos`` best combos there;
 3. for each kept combo, walk outwards bucket by bucket, starting each bucket's K search at the
-   neighbouring bucket's optimum and hill-climbing one step at a time (preferring smaller K at larger
-   batch sizes, where the optimum moves down);
+   neighbouring bucket's optimum (towards larger batches, at the smallest K that ties with it) and
+   hill-climbing one step at a time (preferring smaller K at larger batch sizes, where the optimum
+   moves down);
 4. with budget left, do the same for the other combos, then fill the rest of the space nearest the
    known optima first.
 
