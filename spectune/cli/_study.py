@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -109,6 +110,25 @@ def _progress_callback(enabled: bool, console: Console) -> tuple[Callable[[Study
     return update, bar.stop
 
 
+class _GracefulStop:
+    """First Ctrl-C: finish the running trial, then stop (and still report). Second: stop now."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        typer.echo("stopping after the running trial (Ctrl-C again to stop now)", err=True)
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+
 @study_app.command("run")
 @handle_errors
 def run(
@@ -154,13 +174,19 @@ def run(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     update, close = _progress_callback(sys.stderr.isatty() if progress is None else progress, Console(stderr=True))
     started = time.monotonic()
+    stop = _GracefulStop()
     try:
         run = run_study(
             space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
             n_trials=n_trials or document.trials.n_trials, workers=workers, seed=document.seed,
-            keep_combos=document.trials.keep_combos, progress=update,
+            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
         )  # fmt: skip
+    except KeyboardInterrupt:
+        close()
+        typer.echo("interrupted: the trial that was running is failed and re-run next time; run the same command to resume", err=True)
+        raise typer.Exit(code=130) from None
     finally:
+        stop.restore()
         close()
     outcome = load_outcome(storage_url, space.name)
     complete = sum(1 for t in outcome.trials if t.state == "COMPLETE")
@@ -171,6 +197,9 @@ def run(
     print_summary(console, outcome)
     written = write_artefacts(outcome, out_dir)
     console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
+    if stop.requested:
+        console.print("stopped early (Ctrl-C): run the same command to resume the study")
+        raise typer.Exit(code=130)
 
 
 @study_app.command("show")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import queue
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from optuna.trial import TrialState
 
 from spectune.errors import SpectuneError
 from spectune.study._objective import Evaluator, StudyObjective
-from spectune.study._records import SearchState
+from spectune.study._records import ATTR_OWNER, SearchState
 from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strategy
 from spectune.study._space import StudySpace
 from spectune.study._storage import (
@@ -91,12 +92,15 @@ def run_study(
     seed: int = 0,
     keep_combos: int = 2,
     progress: Callable[[StudyProgress], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> StudyRun:
     """Create or resume the study and run it to its end.
 
     ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
     only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
-    space (tpe). ``evaluator`` must be picklable when ``workers > 1``.
+    space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
+    between trials (a graceful Ctrl-C): one worker finishes its trial, worker processes are stopped
+    at once (their running trials are failed and re-run by the next run).
     """
     if workers < 1:
         raise SpectuneError(f"--workers: must be >= 1, got {workers}")
@@ -113,9 +117,9 @@ def run_study(
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
         if workers == 1:
-            completed = _worker_loop(spec, 0, study, on_trial=report)
+            completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
         else:
-            completed = _run_processes(spec, workers, on_poll=report)
+            completed = _run_processes(spec, workers, on_poll=report, should_stop=should_stop)
         report()
     finally:
         close_storage(opened)
@@ -190,6 +194,7 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
 
 def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     """A worker process: its own storage connection, its own sampler (seeded seed + index)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops the workers
     optuna.logging.set_verbosity(spec.optuna_verbosity)
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
@@ -207,7 +212,16 @@ def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queu
         results.put((index, "error", f"{type(err).__name__}: {err}"))
 
 
-def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None]) -> int:
+def _completed_by(spec: _WorkerSpec, pids: list[int]) -> int:
+    opened = open_storage(spec.storage)
+    try:
+        trials = open_study(opened, spec.space.name).get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return sum(1 for t in trials if (t.user_attrs.get(ATTR_OWNER) or {}).get("pid") in pids)
+    finally:
+        close_storage(opened)
+
+
+def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None], should_stop: Callable[[], bool]) -> int:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     processes = [context.Process(target=_worker_process, args=(spec, i, results), daemon=True) for i in range(workers)]
@@ -215,7 +229,7 @@ def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None])
         process.start()
     finished: dict[int, tuple[str, object]] = {}
     try:
-        while len(finished) < workers:
+        while len(finished) < workers and not should_stop():
             try:
                 index, status, payload = results.get(timeout=_POLL_S)
                 finished[index] = (status, payload)
@@ -230,6 +244,8 @@ def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None])
                     time.sleep(_POLL_S)  # its last message may still be in the queue
                     if results.empty():
                         raise SpectuneError(f"worker {i} died (exit code {process.exitcode}); run the study again to resume it")
+        if len(finished) < workers:  # stopped: count what the study holds from this run's workers
+            return _completed_by(spec, [p.pid for p in processes if p.pid is not None])
         return sum(int(payload) for _, payload in finished.values())  # type: ignore[call-overload]
     finally:
         for process in processes:

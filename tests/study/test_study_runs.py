@@ -233,3 +233,21 @@ def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):
             pass
     done = sum(t.state == "COMPLETE" for t in load_outcome(storage, space.name).trials)
     assert done < space.size  # they stopped, not finished the study
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_graceful_stop_keeps_the_study_resumable(tmp_path, workers):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))  # 51 points, 0.1 s each
+    storage = str(tmp_path / "s.journal")
+    started = time.monotonic()
+    stopped = run_study(
+        space, SyntheticEvaluator(delay_s=0.1), fingerprint(), storage=storage, strategy="exhaustive", workers=workers,
+        should_stop=lambda: time.monotonic() - started > (0.5 if workers == 1 else 2.5),
+    )  # fmt: skip
+    kept = {t.number: t.metrics for t in load_outcome(storage, space.name).trials if t.state == "COMPLETE"}
+    assert stopped.completed_trials == len(kept) < space.size
+    rest = run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, strategy="exhaustive")
+    after = load_outcome(storage, space.name)
+    points = [t.point for t in after.trials if t.state == "COMPLETE"]
+    assert sorted(points) == sorted(space.points()) and rest.completed_trials == space.size - len(kept)
+    assert all(after.trials[n].metrics == metrics for n, metrics in kept.items())
