@@ -40,7 +40,7 @@ import optuna
 
 from spectune.config import load_document
 from spectune.study import Point, StudySpace, load_outcome, run_study
-from spectune.study._document import SimulationEvaluator, document_fingerprint, space_from_document
+from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -148,7 +148,7 @@ def run(
     from spectune.config import load_document
     from spectune.export import write_artefacts
     from spectune.study import load_outcome, run_study
-    from spectune.study._document import SimulationEvaluator, document_fingerprint, space_from_document
+    from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
 
     loaded = load_document(study, expect="study")
     for notice in loaded.notices:

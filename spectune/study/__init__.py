@@ -6,6 +6,7 @@ lives in an Optuna storage (a journal file, or PostgreSQL for many machines), so
 interruption and many workers can share it.
 """
 
+from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
 from spectune.study._objective import Evaluator, StudyObjective
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._recommend import (
@@ -36,6 +37,7 @@ __all__ = [
     "Point",
     "Recommendation",
     "SearchState",
+    "SimulationEvaluator",
     "SpectuneSampler",
     "Strategy",
     "StudyObjective",
@@ -47,6 +49,7 @@ __all__ = [
     "bucket_ranges",
     "choose_in_bucket",
     "describe_storage",
+    "document_fingerprint",
     "comparison_noise",
     "evaluate_metrics",
     "is_tie",
@@ -60,6 +63,8 @@ __all__ = [
     "resolve_strategy",
     "run_study",
     "search_space",
+    "simulation_document",
+    "space_from_document",
     "structured_converged",
     "structured_next_point",
 ]

@@ -7,7 +7,7 @@ import pytest
 
 from spectune.config import load_document
 from spectune.errors import DocumentError
-from spectune.study._document import document_fingerprint, simulation_document, space_from_document
+from spectune.study import document_fingerprint, simulation_document, space_from_document
 
 REPO = Path(__file__).resolve().parents[2]
 
