@@ -39,8 +39,15 @@ from typing import Any
 import optuna
 
 from spectune.config import load_document
-from spectune.study import Point, StudySpace, load_outcome, run_study
-from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
+from spectune.study import (
+    Point,
+    SimulationEvaluator,
+    StudySpace,
+    document_fingerprint,
+    load_outcome,
+    run_study,
+    space_from_document,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
