@@ -219,7 +219,8 @@ class TemperatureShare(SpectuneModel):
 
 
 def _length_tag(value: Any) -> str:
-    return "length-distribution" if isinstance(value, dict) else "fixed-length"
+    # A mapping when validating, the model itself when serialising.
+    return "length-distribution" if isinstance(value, dict | LengthDistribution) else "fixed-length"
 
 
 def _temperature_tag(value: Any) -> str:

@@ -8,4 +8,8 @@ clock by ``spectune.cost``'s step times.
 from spectune.simulator._metrics import SimulationResult
 from spectune.simulator._run import simulate
 
-__all__ = ["SimulationResult", "simulate"]
+# Bump whenever a change alters simulated numbers: a study refuses to resume across versions, so that
+# trials simulated by different code are never compared.
+__version__ = "2026.11.29.1"
+
+__all__ = ["SimulationResult", "__version__", "simulate"]

@@ -66,10 +66,10 @@ def space_from_document(document: StudyDocument) -> StudySpace:
 
 
 def simulator_version() -> str:
-    import spectune
-    import spectune.simulator
+    """The simulator's version, recorded with a study (a study does not resume across versions)."""
+    import spectune.simulator  # torch comes with it; only study runs need it
 
-    return str(getattr(spectune.simulator, "__version__", None) or f"spectune {spectune.__version__}")
+    return f"simulator {spectune.simulator.__version__}"
 
 
 def document_fingerprint(document: StudyDocument) -> dict[str, str]:
@@ -78,8 +78,7 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     Acceptance profiles are hashed by their rates (already read into the model), not their path, so
     moving the folder does not change the study; editing a profile does.
     """
-    # warnings=False: the workload's length union (int or distribution) trips pydantic's serializer check
-    data = document.model_dump(mode="json", exclude={"trials", "storage"}, warnings=False)
+    data = document.model_dump(mode="json", exclude={"trials", "storage"})
     for candidate in data["candidates"]:
         candidate["acceptance"].pop("profile", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
