@@ -51,10 +51,24 @@ def simulate(
             result = run_simulation(document, baseline=baseline, progress=lambda done, total: bar.update(task, completed=done))
     else:
         result = run_simulation(document, baseline=baseline)
+    fit = _step_time_fit(document)
     if as_json:
-        typer.echo(json.dumps(_finite(result.to_dict()), indent=2))
+        typer.echo(json.dumps({**_finite(result.to_dict()), "step_time_fit": fit}, indent=2))
         return
     Console().print(_table(document, result))
+    if fit is not None:
+        typer.echo(f"measured step-time table, {fit}")
+
+
+def _step_time_fit(document: Any) -> str | None:
+    """How well the measured table predicts its own points (leave-one-out), or None with the roofline."""
+    if document.cost_model.method != "measured":
+        return None
+    from spectune.cost import build_cost_model
+
+    cost = build_cost_model(document.hardware, document.target_model, document.effective_drafter(), document.cost_model)
+    report = cost.fit_report()
+    return report.summary() if report is not None else None
 
 
 def _finite(values: dict[str, Any]) -> dict[str, Any]:

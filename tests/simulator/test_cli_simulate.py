@@ -66,3 +66,17 @@ def test_wrong_kind_is_refused(tmp_path):
     path.write_text("method: eagle3\nnum_speculative_tokens: 3\n")
     result = runner.invoke(app, ["simulate", str(path)])
     assert result.exit_code == 1 and "expected a simulation document here, got 'speculative'" in result.output
+
+
+def test_measured_table_fit_is_reported(tmp_path):
+    rows = ["batch_size,num_speculative_tokens,step_time_ms"]
+    rows += [f"{b},{k},{5 + 0.1 * b + k * (1 + 0.01 * b)}" for b in (1, 8, 32, 64) for k in (0, 3)]
+    (tmp_path / "times.csv").write_text("\n".join(rows) + "\n")
+    path = tmp_path / "sim.yaml"
+    path.write_text(DOC + "cost_model: {method: measured, step_times: times.csv}\n")
+    result = runner.invoke(app, ["simulate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    fit = json.loads(result.output)["step_time_fit"]
+    assert fit.startswith("leave-one-out over ") and "mean relative error" in fit
+    table = runner.invoke(app, ["simulate", str(path), "--no-baseline"])
+    assert "measured step-time table, leave-one-out" in table.output
