@@ -24,8 +24,8 @@ def validate(
 ) -> None:
     """Check speculative configs and spectune documents; one line per problem, exit 1 if any is invalid."""
     files, problems = find_documents(paths)
-    invalid = len(problems)
-    warnings = 0
+    missing_paths = len(problems)
+    invalid = warnings = 0
     for file in files:
         try:
             document = load_document(file)
@@ -39,12 +39,20 @@ def validate(
             invalid += 1
     for problem in problems:
         typer.echo(str(problem))
-    errors = sum(1 for p in problems if p.severity == "error")
-    summary = f"{len(files)} file{'s' if len(files) != 1 else ''} checked: {len(files) - invalid if invalid <= len(files) else 0} valid"
-    summary += f", {invalid} invalid ({errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''})"
+    errors = sum(1 for p in problems[missing_paths:] if p.severity == "error")
+    summary = (
+        f"{_count(len(files), 'file')} checked: {len(files) - invalid} valid, {invalid} invalid "
+        f"({_count(errors, 'error')}, {_count(warnings, 'warning')})"
+    )
+    if missing_paths:
+        summary += f"; {_count(missing_paths, 'path')} with nothing to check"
     typer.echo(summary)
-    if invalid:
+    if invalid or missing_paths:
         raise typer.Exit(code=1)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 @app.command()

@@ -48,6 +48,15 @@ def test_missing_path_is_an_error_not_a_crash(tmp_path):
     assert f"{tmp_path / 'absent.yaml'}: no such file or directory" in result.output
 
 
+def test_a_path_with_nothing_to_check_fails_without_miscounting_the_valid_files(tmp_path):
+    (tmp_path / "empty").mkdir()
+    good = tmp_path / "good.yaml"
+    good.write_text("method: ngram\nnum_speculative_tokens: 2\n")
+    result = runner.invoke(app, ["validate", str(good), str(tmp_path / "empty")])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == "1 file checked: 1 valid, 0 invalid (0 errors, 0 warnings); 1 path with nothing to check"
+
+
 def test_warnings_pass_unless_strict(tmp_path):
     path = tmp_path / "legacy.yaml"
     path.write_text("method: eagle\nnum_speculative_tokens: 2\nrejection_sample_method: strict\n")
