@@ -17,7 +17,6 @@ import platform
 import subprocess
 import time
 from datetime import date
-from pathlib import Path
 
 PRESETS = {
     "cpu": {"concurrency": 64, "k": 4, "vocab_size": 4096, "steps": 1000, "device": "cpu", "backend": "reference"},

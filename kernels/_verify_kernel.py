@@ -236,7 +236,6 @@ def _decide(
     plan_lo = tl.full((BLOCK_R,), -1, tl.int32)
     plan_hi = tl.full((BLOCK_R,), -1, tl.int32)
     prefix = tl.full((BLOCK_R, ROWS_PAD), 1.0, tl.float32)
-    residual_scale = tl.full((BLOCK_R,), 1.0, tl.float32)
     if METHOD == METHOD_BLOCK:
         log_ratio = tl.log2(tl.where(ratio > 0, ratio, 1.0))
         log_ratio = tl.where(ratio > 0, tl.minimum(log_ratio, LOG_RATIO_CLAMP), -LOG_RATIO_CLAMP)

@@ -199,7 +199,6 @@ class SpeculativeConfig(SpectuneModel):
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self, info: ValidationInfo) -> SpeculativeConfig:
-        k = self.num_speculative_tokens
         problems: list[tuple[tuple[str | int, ...], str]] = []
         synthetic_fields = [
             name

@@ -58,7 +58,6 @@ class LoopTrace:
     step_end_s: list[float] = field(default_factory=list)
     step_tokens: list[int] = field(default_factory=list)
     step_batch_size: list[int] = field(default_factory=list)
-    step_k: list[int] = field(default_factory=list)
     step_breakdown_s: np.ndarray = field(default_factory=lambda: np.zeros(5))  # drafting, verify, sampling, overhead, prefill
     num_drafts: int = 0
     num_draft_tokens: int = 0
@@ -187,7 +186,6 @@ def run_serving_loop(
         trace.step_end_s.append(clock)
         trace.step_tokens.append(tokens_this_step)
         trace.step_batch_size.append(batch)
-        trace.step_k.append(k)
         if on_step is not None:
             on_step(finished, n)
     return trace
