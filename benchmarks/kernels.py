@@ -10,7 +10,8 @@ Inputs as the reference measured them (rejection_sampling.md section 7): tempera
 method but greedy; peaked target rows (one token holds 85-95% of the mass); draft logits near the
 target, drafts = their argmax (one-hot methods, greedy drafting) or sampled from them (*_draft).
 
-    python benchmarks/kernels.py --out-dir OUT [--quick] [--requests 1 64] [--methods greedy ...]
+    python benchmarks/kernels.py --out-dir OUT [--requests 1 64] [--methods greedy ...]
+    python benchmarks/kernels.py --no-files --variants default 'stages=2,num_warps=4' ...  # compare knobs
 
 Writes OUT/kernels-full.csv (every column), OUT/kernels-latest.csv (method, R, K, V, dtype, us,
 floor_us) and OUT/kernels-table.md; prints the headline table last.
@@ -38,15 +39,30 @@ METHODS = ("greedy", "standard_onehot", "standard_draft", "block_onehot", "block
 TEMPERATURE = 0.8
 SET_BYTES = 256 * 2**20  # enough distinct input sets per graph to amortise its launch
 MAX_SETS = 16
-LAUNCH_OPTIONS: dict = {}  # --num-warps / --fused: launcher knobs, to compare variants
+# Launcher knobs (``launch``'s keyword arguments) to compare, one dict per variant; {} = defaults.
+LAUNCH_KNOBS = {"num_warps": int, "fused": lambda v: v == "on", "tiles_per_program": int, "stages": int,
+                "bulk_copies": lambda v: v == "on"}
 
 
-def call(arguments: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    if not LAUNCH_OPTIONS:
+def parse_variant(text: str) -> dict:
+    """'num_warps=4,stages=2' -> {'num_warps': 4, 'stages': 2}; 'default' -> {}."""
+    options = {}
+    for item in filter(None, text.split(",")):
+        if item == "default":
+            continue
+        name, _, value = item.partition("=")
+        if name not in LAUNCH_KNOBS:
+            raise SystemExit(f"--variants: unknown knob {name!r}; allowed: {', '.join(LAUNCH_KNOBS)}")
+        options[name] = LAUNCH_KNOBS[name](value)
+    return options
+
+
+def call(arguments: dict, options: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    if not options:
         return rejection_sample(**arguments)
     names = ("target_logits", "draft_tokens", "draft_logits", "temperature", "seed", "method",
              "synthetic_conditional_rates")
-    return launch(validate_inputs(*(arguments.get(name) for name in names)), **LAUNCH_OPTIONS)
+    return launch(validate_inputs(*(arguments.get(name) for name in names)), **options)
 
 
 @dataclass
@@ -118,7 +134,7 @@ def copy_bandwidth_gbs() -> float:
     return 2 * 4 * 2**30 / (ms * 1e-3) / 1e9
 
 
-def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth) -> list[dict]:
+def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth, variants=("default",)) -> list[dict]:
     generator = torch.Generator(device="cuda").manual_seed(num_requests * 1000 + num_drafts * 10 + vocab)
     elt = torch.finfo(dtype).bits // 8
     target_bytes = num_requests * (num_drafts + 1) * vocab * elt
@@ -133,16 +149,21 @@ def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth) 
     for method in methods:
         with_draft = method.endswith("_draft")
         arguments = [call_arguments(method, s, num_drafts) for s in sets]
-        us = graph_time_us([lambda a=a: call(a) for a in arguments])
-        _, num_tokens = call(arguments[0])
-        nbytes = target_bytes + (draft_bytes if with_draft else 0)
-        floor = floor_draft if with_draft else floor_target
-        rows.append(dict(
-            method=method, R=num_requests, K=num_drafts, V=vocab, dtype=str(dtype).removeprefix("torch."),
-            us=round(us, 2), floor_us=round(floor, 2), ratio=round(us / floor, 3),
-            bandwidth_pct=round(100 * nbytes / (us * 1e-6) / 1e9 / bandwidth, 1),
-            mean_tokens=round(float(num_tokens.float().mean()), 3), sets=num_sets,
-        ))
+        expected = call(arguments[0])
+        for variant in variants:
+            options = parse_variant(variant)
+            us = graph_time_us([lambda a=a: call(a, options) for a in arguments])
+            tokens, num_tokens = call(arguments[0], options)
+            if not (torch.equal(tokens, expected[0]) and torch.equal(num_tokens, expected[1])):
+                raise SystemExit(f"variant {variant!r} changed the tokens of {method} R={num_requests} K={num_drafts}")
+            nbytes = target_bytes + (draft_bytes if with_draft else 0)
+            floor = floor_draft if with_draft else floor_target
+            rows.append(dict(
+                method=method, R=num_requests, K=num_drafts, V=vocab, dtype=str(dtype).removeprefix("torch."),
+                us=round(us, 2), floor_us=round(floor, 2), ratio=round(us / floor, 3),
+                bandwidth_pct=round(100 * nbytes / (us * 1e-6) / 1e9 / bandwidth, 1),
+                mean_tokens=round(float(num_tokens.float().mean()), 3), sets=num_sets, variant=variant,
+            ))
     del sets
     torch.cuda.empty_cache()
     return rows
@@ -161,14 +182,13 @@ def main() -> None:
     parser.add_argument("--drafts", nargs="+", type=int, default=[1, 3, 7])
     parser.add_argument("--vocabs", nargs="+", type=int, default=[32000, 128256, 151936])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--num-warps", type=int, help="override the launcher's warps per program")
-    parser.add_argument("--fused", choices=["on", "off"], help="override the launcher's fusion choice")
+    parser.add_argument("--variants", nargs="+", default=["default"],
+                        help="launcher knobs per variant, e.g. default 'num_warps=4,stages=2' 'bulk_copies=off' "
+                             f"(knobs: {', '.join(LAUNCH_KNOBS)}); each must give the default's tokens")
     parser.add_argument("--no-files", action="store_true", help="print only (variant comparisons)")
     args = parser.parse_args()
-    if args.num_warps:
-        LAUNCH_OPTIONS["num_warps"] = args.num_warps
-    if args.fused:
-        LAUNCH_OPTIONS["fused"] = args.fused == "on"
+    for variant in args.variants:
+        parse_variant(variant)  # fail before any timing
     torch.backends.cuda.matmul.allow_tf32 = False
     bandwidth = copy_bandwidth_gbs()
     rows = []
@@ -176,10 +196,13 @@ def main() -> None:
         for vocab in args.vocabs:
             for num_drafts in args.drafts:
                 for num_requests in args.requests:
-                    point = benchmark_point(num_requests, num_drafts, vocab, getattr(torch, dtype_name), args.methods, bandwidth)
+                    point = benchmark_point(
+                        num_requests, num_drafts, vocab, getattr(torch, dtype_name), args.methods, bandwidth, args.variants
+                    )
                     rows.extend(point)
-                    print(" ".join(f"{r['method']}={r['us']}/{r['floor_us']}" for r in point),
-                          f"R={num_requests} K={num_drafts} V={vocab} {dtype_name}", flush=True)
+                    for variant in args.variants:
+                        print(" ".join(f"{r['method']}={r['us']}/{r['floor_us']}" for r in point if r["variant"] == variant),
+                              f"R={num_requests} K={num_drafts} V={vocab} {dtype_name} [{variant}]", flush=True)
                     if not args.no_files:  # rewritten after every point: a cut-off run keeps its rows
                         write_outputs(rows, args.out_dir, bandwidth, quiet=True)
     if not args.no_files:

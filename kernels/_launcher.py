@@ -24,6 +24,10 @@ _INTERPRETER_BLOCK_ELEMENTS = 16384
 # Fuse the decision into the streaming kernel (its registers cost occupancy) only while the grid
 # has at most this many programs per SM, where occupancy does not matter but a launch does.
 _FUSE_PROGRAMS_PER_SM = 2
+# Pass A reads several tiles of a row per program while the grid keeps this many programs an SM,
+# with _STAGES bulk copies in flight per program.
+_PROGRAMS_PER_SM = 16
+_STAGES = 3
 _sm_counts: dict[int, int] = {}
 
 
@@ -81,6 +85,32 @@ def tile_size_for(vocab: int) -> int:
 
 def _next_power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def _tiles_per_program(num_rows: int, num_tiles: int, sm_count: int, interpreting: bool) -> int:
+    """Tiles of one row per pass-A program: as many as keep _PROGRAMS_PER_SM programs an SM busy.
+
+    Under the interpreter two, so that the tile loop and a ragged last chunk are exercised.
+    """
+    if interpreting:
+        return min(2, num_tiles)
+    per_program = 1
+    while per_program * 2 <= num_tiles and num_rows * -(-num_tiles // (per_program * 2)) >= _PROGRAMS_PER_SM * sm_count:
+        per_program *= 2
+    return per_program
+
+
+def _bulk_copyable(logits: torch.Tensor) -> bool:
+    """Whether a tensor-memory-access descriptor can address these logits (16-byte base and strides)."""
+    element = logits.element_size()
+    return logits.data_ptr() % 16 == 0 and all((stride * element) % 16 == 0 for stride in logits.stride()[:-1])
+
+
+def _descriptor(logits: torch.Tensor, block_requests: int, tile: int):
+    """A [R, rows, V] descriptor whose box is one tile of one row for ``block_requests`` requests."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(logits, list(logits.shape), list(logits.stride()), [block_requests, 1, tile])
 
 
 def _padded(n: int, minimum: int) -> int:
@@ -171,13 +201,19 @@ def launch(
     block_requests: int | None = None,
     fused: bool | None = None,
     num_warps: int | None = None,
+    tiles_per_program: int | None = None,
+    stages: int | None = None,
+    bulk_copies: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs.
 
     ``tile_size`` (a power of two; part of the sampling scheme, so the twin must use the same),
     ``block_requests`` (requests per program), ``fused`` (decide in the last program of each
-    request block instead of a separate launch; default: when the grid is small) and
-    ``num_warps`` are for tests and benchmarks; none changes a token.
+    request block instead of a separate launch; default: when the grid is small), ``num_warps``,
+    ``tiles_per_program`` (pass A's tiles of one row per program, read in turn), ``stages`` (copies
+    in flight per program) and ``bulk_copies`` (pass A reads through tensor-memory-access
+    descriptors; default: when the logits' addresses and strides allow) are for tests and
+    benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
     target = inputs.target_logits
@@ -195,10 +231,18 @@ def launch(
         if interpreting:
             block_requests = min(_next_power_of_two(num_requests), max(1, _INTERPRETER_BLOCK_ELEMENTS // tile))
     num_blocks = -(-num_requests // block_requests)
+    sm_count = 1 if interpreting else _sm_count(device)
+    if tiles_per_program is None:
+        tiles_per_program = _tiles_per_program(num_blocks * num_rows, num_tiles, sm_count, interpreting)
+    num_chunks = -(-num_tiles // tiles_per_program)
     if fused is None:  # one launch instead of two where the grid is too small to need occupancy
-        fused = not interpreting and num_blocks * num_rows * num_tiles <= _FUSE_PROGRAMS_PER_SM * _sm_count(device)
-    work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, fused, device)
+        fused = not interpreting and num_blocks * num_rows * num_chunks <= _FUSE_PROGRAMS_PER_SM * sm_count
     draft = inputs.draft_logits
+    if bulk_copies is None:
+        bulk_copies = all(_bulk_copyable(t) for t in (target, draft) if t is not None)
+    if stages is None:
+        stages = _STAGES if bulk_copies and tiles_per_program > 1 else 1
+    work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, fused, device)
     has_draft = draft is not None
     draft_tokens = inputs.draft_tokens.contiguous()
     temperature = inputs.temperature.contiguous()
@@ -218,15 +262,21 @@ def launch(
         num_warps = 8 if tile >= 4096 and target.dtype == torch.float32 else 4
     verify_module, residual_module = _kernel_modules()
     decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
-    verify_module._verify_kernel[(num_blocks, num_rows, num_tiles)](
-        target_ptr=target, draft_logits_ptr=draft if has_draft else target, draft_tokens_ptr=draft_tokens,
+    target_desc = draft_desc = target  # placeholders: the kernel reads them only when bulk_copies
+    if bulk_copies:
+        target_desc = _descriptor(target, block_requests, tile)
+        draft_desc = _descriptor(draft, block_requests, tile) if has_draft else target_desc
+    verify_module._verify_kernel[(num_blocks, num_rows, num_chunks)](
+        target_ptr=target, draft_logits_ptr=draft if has_draft else target,
+        target_desc=target_desc, draft_desc=draft_desc, draft_tokens_ptr=draft_tokens,
         temperature_ptr=temperature, seed_ptr=seed, rates_ptr=rates,
         tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, draft_first_max_ptr=work.draft_first_max,
         draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
         at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
         plan_ptr=work.plan, row_info_ptr=work.row_info, counter_ptr=work.counters,
         tokens_ptr=tokens, num_tokens_ptr=num_tokens, HAS_DRAFT=has_draft, FUSED=fused,
-        num_warps=num_warps, **shared,
+        TILES_PER_PROGRAM=tiles_per_program, STAGES=stages, USE_TMA=bulk_copies,
+        num_warps=num_warps, num_stages=1, **shared,
     )
     if not fused:
         verify_module._decide_kernel[(num_blocks,)](

@@ -52,7 +52,7 @@ def _tile_mass(logits, tile_max, scale):
 
 @triton.jit
 def _verify_kernel(
-    target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
     tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
     at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
     counter_ptr, tokens_ptr, num_tokens_ptr,
@@ -60,10 +60,11 @@ def _verify_kernel(
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     block = tl.program_id(0)
     row = tl.program_id(1)
-    tile = tl.program_id(2)
+    chunk = tl.program_id(2)
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     live = requests < num_requests
     temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
@@ -71,49 +72,59 @@ def _verify_kernel(
     scale = _temperature_scale(temperature)
     is_draft_row = row < num_drafts
     draft = tl.load(draft_tokens_ptr + requests * num_drafts + row, mask=live & is_draft_row, other=-1)
-
-    vocab_ids = tile * TILE + tl.arange(0, TILE)
-    mask = live[:, None] & (vocab_ids < vocab)[None, :]
-    offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
-    logits = tl.load(target_ptr + offsets, mask=mask, other=float("-inf"))
-    if HAS_DRAFT:  # issue the draft tile's load now, so both are in flight together
-        d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
-        d_mask = mask & (sampled & is_draft_row)[:, None]
-        d_logits = tl.load(draft_logits_ptr + d_offsets, mask=d_mask, other=float("-inf"))
-    logits = sanitize(logits.to(tl.float32))
-    tile_max = tl.max(logits, axis=1)
-    stat = (requests * (num_drafts + 1) + row) * num_tiles + tile
-    tl.store(tile_max_ptr + stat, tile_max, mask=live)
-    in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
-    hit = vocab_ids[None, :] == draft[:, None]
     per_row = requests * (num_drafts + 1) + row
-    greedy_here = live & ~sampled & in_tile
-    if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
-        first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
-        tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
-    if tl.max(sampled.to(tl.int32)) > 0:
-        weights = _tile_mass(logits, tile_max, scale)
-        tl.store(tile_sum_ptr + stat, tl.sum(weights, axis=1), mask=sampled)
-        if tl.max((sampled & in_tile).to(tl.int32)) > 0:  # the draft token's own tile
-            at_draft = tl.max(tl.where(hit, logits, float("-inf")), axis=1)
-            excluded = tl.sum(tl.where(hit, 0.0, weights), axis=1)
-            tl.store(at_draft_ptr + per_row, at_draft, mask=sampled & in_tile)
-            tl.store(excluded_sum_ptr + per_row, excluded, mask=sampled & in_tile)
-        if HAS_DRAFT:
-            if is_draft_row:
-                d_values = sanitize(d_logits.to(tl.float32))
-                d_max = tl.max(d_values, axis=1)
-                d_stat = (requests * num_drafts + row) * num_tiles + tile
-                tl.store(draft_tile_max_ptr + d_stat, d_max, mask=sampled)
-                tl.store(draft_tile_sum_ptr + d_stat, tl.sum(_tile_mass(d_values, d_max, scale), axis=1), mask=sampled)
-                if tl.max((sampled & in_tile).to(tl.int32)) > 0:
-                    d_at_draft = tl.max(tl.where(hit, d_values, float("-inf")), axis=1)
-                    tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
+    first_tile = chunk * TILES_PER_PROGRAM
+    last_tile = tl.minimum(first_tile + TILES_PER_PROGRAM, num_tiles)
+    # The tiles of one row in turn; with STAGES > 1 the compiler copies the next tiles into shared
+    # memory asynchronously while this one is reduced, so loads in flight do not hold registers.
+    for tile in tl.range(first_tile, last_tile, num_stages=STAGES):
+        vocab_ids = tile * TILE + tl.arange(0, TILE)
+        mask = live[:, None] & (vocab_ids < vocab)[None, :]
+        if USE_TMA:  # bulk copies into shared memory: no registers held by loads in flight
+            logits = target_desc.load([block * BLOCK_R, row, tile * TILE]).reshape(BLOCK_R, TILE)
+            if HAS_DRAFT:  # the bonus row is past the draft tensor's end: no bytes move
+                d_logits = draft_desc.load([block * BLOCK_R, row, tile * TILE]).reshape(BLOCK_R, TILE)
+            logits = tl.where(mask, logits, float("-inf"))  # copies fill out-of-bounds with zeros
+        else:
+            offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
+            logits = tl.load(target_ptr + offsets, mask=mask, other=float("-inf"))
+            if HAS_DRAFT:  # issue the draft tile's load now, so both are in flight together
+                d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
+                d_mask = mask & (sampled & is_draft_row)[:, None]
+                d_logits = tl.load(draft_logits_ptr + d_offsets, mask=d_mask, other=float("-inf"))
+        logits = sanitize(logits.to(tl.float32))
+        tile_max = tl.max(logits, axis=1)
+        stat = per_row * num_tiles + tile
+        tl.store(tile_max_ptr + stat, tile_max, mask=live)
+        in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
+        hit = vocab_ids[None, :] == draft[:, None]
+        greedy_here = live & ~sampled & in_tile
+        if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
+            first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
+            tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
+        if tl.max(sampled.to(tl.int32)) > 0:
+            weights = _tile_mass(logits, tile_max, scale)
+            tl.store(tile_sum_ptr + stat, tl.sum(weights, axis=1), mask=sampled)
+            if tl.max((sampled & in_tile).to(tl.int32)) > 0:  # the draft token's own tile
+                at_draft = tl.max(tl.where(hit, logits, float("-inf")), axis=1)
+                excluded = tl.sum(tl.where(hit, 0.0, weights), axis=1)
+                tl.store(at_draft_ptr + per_row, at_draft, mask=sampled & in_tile)
+                tl.store(excluded_sum_ptr + per_row, excluded, mask=sampled & in_tile)
+            if HAS_DRAFT:
+                if is_draft_row:
+                    d_values = sanitize(tl.where(mask, d_logits.to(tl.float32), float("-inf")))
+                    d_max = tl.max(d_values, axis=1)
+                    d_stat = (requests * num_drafts + row) * num_tiles + tile
+                    tl.store(draft_tile_max_ptr + d_stat, d_max, mask=sampled)
+                    tl.store(draft_tile_sum_ptr + d_stat, tl.sum(_tile_mass(d_values, d_max, scale), axis=1), mask=sampled)
+                    if tl.max((sampled & in_tile).to(tl.int32)) > 0:
+                        d_at_draft = tl.max(tl.where(hit, d_values, float("-inf")), axis=1)
+                        tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
 
     if FUSED:  # release this program's statistics; the last arrival of the request block decides
         tl.debug_barrier()
         ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-        if ticket == (num_drafts + 1) * num_tiles - 1:
+        if ticket == (num_drafts + 1) * tl.num_programs(2) - 1:
             _decide(
                 block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
                 tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,

@@ -32,6 +32,9 @@ def signature(fn, constexprs):
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
+        elif name.endswith("_desc"):  # bulk-copy descriptors, or unused pointers without them
+            dtype = POINTER_DTYPES["target_ptr" if name == "target_desc" else "draft_logits_ptr"]
+            sig[name] = f"tensordesc<{dtype[1:]}[1, 1, {constexprs['TILE']}]>" if constexprs.get("USE_TMA") else dtype
         elif name.endswith("_ptr"):
             sig[name] = POINTER_DTYPES.get(name, "*fp32")
         elif name.startswith(("target_stride", "draft_stride")):
@@ -42,7 +45,12 @@ def signature(fn, constexprs):
 
 
 def compile_variant(fn, **constexprs):
-    source = ASTSource(fn=fn, signature=signature(fn, constexprs), constexprs=constexprs)
+    # Pointers, strides and the vocabulary as the launcher sees them for V = 128256: divisible by 16.
+    aligned = {
+        (i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+        if name not in constexprs and (name.endswith("_ptr") or "stride" in name or name == "vocab")
+    }
+    source = ASTSource(fn=fn, signature=signature(fn, constexprs), constexprs=constexprs, attrs=aligned)
     return triton.compile(source, target=TARGET, options={"num_warps": 8})
 
 
@@ -64,7 +72,11 @@ def variants():
     for method in (0, 1, 2):
         for has_draft in (False, True):
             for fused in (False, True):
-                yield _verify_kernel._verify_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, **common)
+                for tma, per_program, stages in ((False, 1, 1), (True, 8, 3)):
+                    yield _verify_kernel._verify_kernel, dict(
+                        METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, USE_TMA=tma,
+                        TILES_PER_PROGRAM=per_program, STAGES=stages, **common,
+                    )
             yield _verify_kernel._decide_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)
         for fused in (False, True):
             yield _residual_kernel._residual_kernel, dict(METHOD=method, FUSED=fused, SLOTS=7 if method == 1 else 1, **common)

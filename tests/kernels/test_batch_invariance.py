@@ -78,3 +78,37 @@ def test_fused_and_separate_decisions_give_the_same_tokens(method, with_draft_lo
     fused = launch(inputs, tile_size=64, fused=True)
     separate = launch(inputs, tile_size=64, fused=False)
     assert torch.equal(fused[0], separate[0]) and torch.equal(fused[1], separate[1])
+
+
+@pytest.mark.parametrize("method", ["standard", "block"])
+@pytest.mark.parametrize("with_draft_logits", [False, True])
+@pytest.mark.parametrize("knobs", [
+    dict(bulk_copies=False, tiles_per_program=1, stages=1),
+    dict(bulk_copies=True, tiles_per_program=1, stages=1),
+    dict(bulk_copies=True, tiles_per_program=3, stages=3),
+    dict(bulk_copies=False, tiles_per_program=4, stages=2),
+])
+def test_pass_a_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
+    # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk) and
+    # copies in flight only change how pass A reads the logits; the tokens must be bit-identical.
+    from spectune.kernels._contract import validate_inputs
+    from spectune.kernels._launcher import launch
+
+    batch = _mixed_batch(device, num_requests=6, vocab=300)
+    inputs = validate_inputs(
+        batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
+        batch["temperature"], batch["seed"], method, None,
+    )
+    baseline = launch(inputs, tile_size=64, bulk_copies=False, tiles_per_program=1)
+    varied = launch(inputs, tile_size=64, **knobs)
+    assert torch.equal(baseline[0], varied[0]) and torch.equal(baseline[1], varied[1])
+
+
+def test_bulk_copies_only_where_a_descriptor_can_address_the_logits():
+    from spectune.kernels._launcher import _bulk_copyable
+
+    assert _bulk_copyable(torch.zeros(2, 3, 300))  # 1200-byte rows
+    assert not _bulk_copyable(torch.zeros(2, 3, 301))  # 1204-byte rows
+    assert not _bulk_copyable(torch.zeros(2, 3, 300, dtype=torch.bfloat16))  # 600-byte rows
+    assert _bulk_copyable(torch.zeros(2, 3, 304, dtype=torch.bfloat16))
+    assert not _bulk_copyable(torch.zeros(2, 3, 304)[..., 1:301])  # base 4 bytes past an aligned one
