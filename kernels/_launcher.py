@@ -256,10 +256,11 @@ def launch(
         METHOD=METHODS.index(inputs.method), TILE=tile, BLOCK_R=block_requests,
         ROWS_PAD=_padded(num_rows, 1 if interpreting else 8), TILES_PAD=_padded(num_tiles, 1 if interpreting else 32),
     )
-    # Warps per program: 16 elements a thread keeps 55-78 registers (4 programs an SM); 16-bit
-    # logits measured faster with 4 warps (more bytes in flight per thread).
+    # Warps per program: with bulk copies 4 (3 programs an SM at 168 registers; 8 warps measured
+    # 18% slower on one-hot drafts); with plain loads 8 for fp32 (16 elements a thread) and 4 for
+    # 16-bit logits (more bytes in flight per thread).
     if num_warps is None:
-        num_warps = 8 if tile >= 4096 and target.dtype == torch.float32 else 4
+        num_warps = 8 if tile >= 4096 and target.dtype == torch.float32 and not bulk_copies else 4
     verify_module, residual_module = _kernel_modules()
     decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
     target_desc = draft_desc = target  # placeholders: the kernel reads them only when bulk_copies
