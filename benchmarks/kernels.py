@@ -44,6 +44,9 @@ LAUNCH_KNOBS = {"num_warps": int, "fused": lambda v: v == "on", "tiles_per_progr
                 "bulk_copies": lambda v: v == "on"}
 
 
+PROFILE = False
+
+
 def parse_variant(text: str) -> dict:
     """'num_warps=4,stages=2' -> {'num_warps': 4, 'stages': 2}; 'default' -> {}."""
     options = {}
@@ -125,6 +128,25 @@ def graph_time_us(calls: list[Callable[[], object]]) -> float:
     return median_ms * 1000.0 / len(calls)
 
 
+def kernel_times_us(run: Callable[[], object], calls: int = 10) -> dict[str, float]:
+    """Mean device µs per call of each kernel a call launches (torch.profiler; L2 flushed between calls)."""
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+    run()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(calls):
+            flush.zero_()
+            run()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for event in profile.key_averages():
+        name = event.key
+        if "kernel" in name and "elementwise" not in name.lower() and "fill" not in name.lower():
+            total = getattr(event, "device_time_total", None) or getattr(event, "cuda_time_total", 0.0)
+            times[name.split("(")[0]] = round(total / calls, 2)
+    return times
+
+
 def copy_bandwidth_gbs() -> float:
     """Device-to-device copy of 4 GiB, bytes read plus written per second."""
     source = torch.empty(2**30, dtype=torch.float32, device="cuda").normal_()
@@ -158,6 +180,9 @@ def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth, 
                 raise SystemExit(f"variant {variant!r} changed the tokens of {method} R={num_requests} K={num_drafts}")
             nbytes = target_bytes + (draft_bytes if with_draft else 0)
             floor = floor_draft if with_draft else floor_target
+            if PROFILE:
+                print(f"  {method} R={num_requests} K={num_drafts} [{variant}] per kernel µs:",
+                      kernel_times_us(lambda: call(arguments[0], options)), flush=True)
             rows.append(dict(
                 method=method, R=num_requests, K=num_drafts, V=vocab, dtype=str(dtype).removeprefix("torch."),
                 us=round(us, 2), floor_us=round(floor, 2), ratio=round(us / floor, 3),
@@ -186,7 +211,10 @@ def main() -> None:
                         help="launcher knobs per variant, e.g. default 'num_warps=4,stages=2' 'bulk_copies=off' "
                              f"(knobs: {', '.join(LAUNCH_KNOBS)}); each must give the default's tokens")
     parser.add_argument("--no-files", action="store_true", help="print only (variant comparisons)")
+    parser.add_argument("--profile", action="store_true", help="also print each kernel's device time (torch.profiler)")
     args = parser.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     for variant in args.variants:
         parse_variant(variant)  # fail before any timing
     torch.backends.cuda.matmul.allow_tf32 = False

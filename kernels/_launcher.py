@@ -209,7 +209,7 @@ def launch(
 
     ``tile_size`` (a power of two; part of the sampling scheme, so the twin must use the same),
     ``block_requests`` (requests per program), ``fused`` (decide in the last program of each
-    request block instead of a separate launch; default: when the grid is small), ``num_warps``,
+    request block instead of a separate launch; default: when the grid is small), ``num_warps`` (pass A's),
     ``tiles_per_program`` (pass A's tiles of one row per program, read in turn), ``stages`` (copies
     in flight per program) and ``bulk_copies`` (pass A reads through tensor-memory-access
     descriptors; default: when the logits' addresses and strides allow) are for tests and
@@ -238,8 +238,8 @@ def launch(
     if fused is None:  # one launch instead of two where the grid is too small to need occupancy
         fused = not interpreting and num_blocks * num_rows * num_chunks <= _FUSE_PROGRAMS_PER_SM * sm_count
     draft = inputs.draft_logits
-    if bulk_copies is None:
-        bulk_copies = all(_bulk_copyable(t) for t in (target, draft) if t is not None)
+    if bulk_copies is None:  # a fused grid is too small to hide a copy's set-up; it reads directly
+        bulk_copies = not fused and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
     if stages is None:
         stages = _STAGES if bulk_copies and tiles_per_program > 1 else 1
     work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, fused, device)
@@ -256,11 +256,12 @@ def launch(
         METHOD=METHODS.index(inputs.method), TILE=tile, BLOCK_R=block_requests,
         ROWS_PAD=_padded(num_rows, 1 if interpreting else 8), TILES_PAD=_padded(num_tiles, 1 if interpreting else 32),
     )
-    # Warps per program: with bulk copies 4 (3 programs an SM at 168 registers; 8 warps measured
-    # 18% slower on one-hot drafts); with plain loads 8 for fp32 (16 elements a thread) and 4 for
-    # 16-bit logits (more bytes in flight per thread).
+    # Warps per program. Plain loads: 8 for fp32 (16 elements a thread), 4 for 16-bit logits (more
+    # bytes in flight per thread); the decisions and pass B always read this way. Pass A with bulk
+    # copies: 4 (3 programs an SM at 168 registers; 8 warps measured 13% slower on one-hot drafts).
+    direct_warps = 8 if tile >= 4096 and target.dtype == torch.float32 else 4
     if num_warps is None:
-        num_warps = 8 if tile >= 4096 and target.dtype == torch.float32 and not bulk_copies else 4
+        num_warps = 4 if bulk_copies else direct_warps
     verify_module, residual_module = _kernel_modules()
     decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
     target_desc = draft_desc = target  # placeholders: the kernel reads them only when bulk_copies
@@ -286,7 +287,7 @@ def launch(
             draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
             at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
             plan_ptr=work.plan, row_info_ptr=work.row_info, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
-            HAS_DRAFT=has_draft, num_warps=num_warps, **decide_shared,
+            HAS_DRAFT=has_draft, num_warps=direct_warps, **decide_shared,
         )
     if has_draft and num_drafts > 0:
         slots = num_drafts if inputs.method == "block" else 1
@@ -295,7 +296,7 @@ def launch(
             temperature_ptr=temperature, seed_ptr=seed, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum,
             plan_ptr=work.plan, row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
             residual_sample_ptr=work.residual_sample, counter_ptr=work.counters[num_blocks:],
-            tokens_ptr=tokens, num_tokens_ptr=num_tokens, FUSED=fused, SLOTS=slots, num_warps=num_warps, **shared,
+            tokens_ptr=tokens, num_tokens_ptr=num_tokens, FUSED=fused, SLOTS=slots, num_warps=direct_warps, **shared,
         )
         if not fused:
             residual_module._decide_residual_kernel[(num_blocks,)](
@@ -303,6 +304,6 @@ def launch(
                 tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, plan_ptr=work.plan,
                 row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
                 residual_sample_ptr=work.residual_sample, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
-                num_warps=num_warps, **{k: v for k, v in decide_shared.items() if k != "rates_ptr"},
+                num_warps=direct_warps, **{k: v for k, v in decide_shared.items() if k != "rates_ptr"},
             )
     return tokens, num_tokens
