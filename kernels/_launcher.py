@@ -28,6 +28,9 @@ _FUSE_PROGRAMS_PER_SM = 2
 # with _STAGES bulk copies in flight per program.
 _PROGRAMS_PER_SM = 16
 _STAGES = 3
+# Up to this many tiles an SM a program reads one tile (the loop's prologue did not pay: R=64, K=3
+# measured 48 µs one-hot with one tile a program, 52 with two).
+_ONE_TILE_PROGRAMS_PER_SM = 128
 _sm_counts: dict[int, int] = {}
 
 
@@ -88,13 +91,15 @@ def _next_power_of_two(n: int) -> int:
 
 
 def _tiles_per_program(num_rows: int, num_tiles: int, sm_count: int, interpreting: bool) -> int:
-    """Tiles of one row per pass-A program: as many as keep _PROGRAMS_PER_SM programs an SM busy.
-
-    Under the interpreter two, so that the tile loop and a ragged last chunk are exercised.
+    """Tiles of one row per pass-A program: one for small grids, else as many as keep
+    _PROGRAMS_PER_SM programs an SM busy. Under the interpreter two, so that the tile loop and a
+    ragged last chunk are exercised.
     """
     if interpreting:
         return min(2, num_tiles)
     per_program = 1
+    if num_rows * num_tiles <= _ONE_TILE_PROGRAMS_PER_SM * sm_count:
+        return per_program
     while per_program * 2 <= num_tiles and num_rows * -(-num_tiles // (per_program * 2)) >= _PROGRAMS_PER_SM * sm_count:
         per_program *= 2
     return per_program
@@ -166,7 +171,6 @@ class _Workspace:
     row_info: torch.Tensor
     residual_mass: torch.Tensor
     plan: torch.Tensor
-    residual_sample: torch.Tensor
     counters: torch.Tensor
 
 
@@ -178,12 +182,12 @@ def _allocate(
     float_sizes = [rows * num_tiles, rows * num_tiles, drafts * num_tiles, drafts * num_tiles, rows, rows, drafts]
     float_sizes += [drafts * 5, drafts * num_tiles]
     floats = torch.empty(sum(float_sizes) + 1, dtype=torch.float32, device=device)
-    ints = torch.empty(rows + 2 * num_requests + drafts * num_tiles + 1, dtype=torch.int32, device=device)
+    ints = torch.empty(rows + 2 * num_requests + 1, dtype=torch.int32, device=device)
     f = _split(floats, float_sizes)
-    i = _split(ints, [rows, 2 * num_requests, drafts * num_tiles])
+    i = _split(ints, [rows, 2 * num_requests])
     # Tickets for the fused decision only (a separate decide launch needs none, and no memset).
     counters = (torch.zeros if fused else torch.empty)(2 * num_blocks if fused else 1, dtype=torch.int32, device=device)
-    return _Workspace(*f[:2], i[0], *f[2:], i[1], i[2], counters)
+    return _Workspace(*f[:2], i[0], *f[2:], i[1], counters)
 
 
 def _split(buffer: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
@@ -234,12 +238,19 @@ def launch(
     sm_count = 1 if interpreting else _sm_count(device)
     if tiles_per_program is None:
         tiles_per_program = _tiles_per_program(num_blocks * num_rows, num_tiles, sm_count, interpreting)
+        if not interpreting and target.dtype != torch.float32:
+            tiles_per_program = 1  # plain loads (below) gain nothing from the loop
     num_chunks = -(-num_tiles // tiles_per_program)
     if fused is None:  # one launch instead of two where the grid is too small to need occupancy
         fused = not interpreting and num_blocks * num_rows * num_chunks <= _FUSE_PROGRAMS_PER_SM * sm_count
     draft = inputs.draft_logits
-    if bulk_copies is None:  # a fused grid is too small to hide a copy's set-up; it reads directly
-        bulk_copies = not fused and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
+    if bulk_copies is None:
+        # fp32 only: 16-bit logits measured faster with plain loads (bf16, R=64: 36 vs 39 µs one-hot,
+        # 65 vs 89 µs with draft logits); a fused grid is too small to hide a copy's set-up.
+        bulk_copies = (
+            not fused and target.dtype == torch.float32
+            and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
+        )
     if stages is None:
         stages = _STAGES if bulk_copies and tiles_per_program > 1 else 1
     work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, fused, device)
@@ -295,15 +306,15 @@ def launch(
             target_ptr=target, draft_logits_ptr=draft, draft_tokens_ptr=draft_tokens,
             temperature_ptr=temperature, seed_ptr=seed, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum,
             plan_ptr=work.plan, row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
-            residual_sample_ptr=work.residual_sample, counter_ptr=work.counters[num_blocks:],
+            counter_ptr=work.counters[num_blocks:],
             tokens_ptr=tokens, num_tokens_ptr=num_tokens, FUSED=fused, SLOTS=slots, num_warps=direct_warps, **shared,
         )
         if not fused:
             residual_module._decide_residual_kernel[(num_blocks,)](
-                target_ptr=target, draft_tokens_ptr=draft_tokens, temperature_ptr=temperature, seed_ptr=seed,
-                tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, plan_ptr=work.plan,
-                row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
-                residual_sample_ptr=work.residual_sample, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
-                num_warps=direct_warps, **{k: v for k, v in decide_shared.items() if k != "rates_ptr"},
+                target_ptr=target, draft_logits_ptr=draft, draft_tokens_ptr=draft_tokens,
+                temperature_ptr=temperature, seed_ptr=seed, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum,
+                plan_ptr=work.plan, row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass,
+                tokens_ptr=tokens, num_tokens_ptr=num_tokens, num_warps=direct_warps,
+                **shared,
             )
     return tokens, num_tokens

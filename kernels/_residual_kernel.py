@@ -5,9 +5,10 @@ one rejected row; block verification: rows lo..n-1 when the top step did not pas
 last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), SLOTS, num_tiles)``, SLOTS = 1 (or K
 for block verification): a program re-reads one tile of every SLOTS-th planned row of its requests
 (target and draft), normalised by pass A's global statistics, and stores the tile's residual mass
-and a token drawn inside it. The decision (``_decide_residual``, a separate launch or the ticketed
-last program) takes block verification's thresholds h_i = Z_i / (Z_i + 1 - p_i), tau, a tile by
-residual mass and its token. Programs of requests without a plan exit at once.
+(a pure streaming reduction: no sampling here). The decision (``_decide_residual``, a separate
+launch or the ticketed last program) takes block verification's thresholds
+h_i = Z_i / (Z_i + 1 - p_i), tau, a tile by residual mass, and re-reads that one tile (target and
+draft) to draw the token inside it. Programs of requests without a plan exit at once.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
 @triton.jit
 def _residual_kernel(
     target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr,
-    tile_max_ptr, tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr,
+    tile_max_ptr, tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr,
     counter_ptr, tokens_ptr, num_tokens_ptr,
     num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
@@ -47,60 +48,60 @@ def _residual_kernel(
     first_row = tl.min(tl.where(deferred, lo, ROWS_PAD)) + slot
     last_row = tl.max(tl.where(deferred, hi, -1))
     for row in range(first_row, last_row + 1, SLOTS):
-        _residual_tile(
-            target_ptr, draft_logits_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr,
-            requests, deferred & (row >= lo) & (row <= hi), row, tile, scale, seed, num_drafts, vocab, num_tiles,
-            target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE, BLOCK_R,
+        active = deferred & (row >= lo) & (row <= hi)
+        rows = tl.full((BLOCK_R,), 0, tl.int32) + row
+        weights = _residual_weights(
+            target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tile + rows * 0, scale,
+            num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE,
         )
+        out = (requests * num_drafts + row) * num_tiles + tile
+        tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
 
     if FUSED:  # the last program of the request block decides
         tl.debug_barrier()
         ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
         if ticket == SLOTS * num_tiles - 1:
             _decide_residual(
-                block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
-                plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
+                block, target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr,
+                tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr, tokens_ptr, num_tokens_ptr,
                 num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
-                METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+                draft_stride_r, draft_stride_k, METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
             )
 
 
 @triton.jit
-def _residual_tile(
-    target_ptr, draft_logits_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr,
-    requests, active, row, tile, scale, seed, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+def _residual_weights(
+    target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tiles, scale, num_drafts, vocab,
+    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE: tl.constexpr,
 ):
-    """One tile of one planned row: residual weights max(s p - q, 0), their sum and a token drawn inside."""
-    info = row_info_ptr + (requests * num_drafts + row) * 5
+    """Residual weights max(s p - q, 0) [B, TILE] of tile ``tiles`` of row ``rows`` (int32 [B] each).
+
+    p and q are normalised by pass A's global statistics (``row_info``). Pass B sums them per tile;
+    the decision recomputes the chosen tile with this same function, so its weights are bit-identical.
+    """
+    info = row_info_ptr + (requests * num_drafts + rows) * 5
     target_ref = tl.load(info, mask=active, other=0.0)
     target_log_mass = tl.load(info + 1, mask=active, other=0.0)
     draft_ref = tl.load(info + 2, mask=active, other=0.0)
     draft_log_mass = tl.load(info + 3, mask=active, other=0.0)
     prefix = tl.load(info + 4, mask=active, other=0.0)
-    positions = tl.arange(0, TILE)
-    vocab_ids = tile * TILE + positions
-    mask = active[:, None] & (vocab_ids < vocab)[None, :]
-    t_offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
-    d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
+    vocab_ids = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]
+    mask = active[:, None] & (vocab_ids < vocab)
+    rows64 = rows.to(tl.int64)[:, None]
+    t_offsets = requests[:, None] * target_stride_r + rows64 * target_stride_k + vocab_ids
+    d_offsets = requests[:, None] * draft_stride_r + rows64 * draft_stride_k + vocab_ids
     logits = sanitize(tl.load(target_ptr + t_offsets, mask=mask, other=float("-inf")).to(tl.float32))
     d_logits = sanitize(tl.load(draft_logits_ptr + d_offsets, mask=mask, other=float("-inf")).to(tl.float32))
     target_p = tl.exp2((logits - target_ref[:, None]) * scale[:, None] - target_log_mass[:, None])
     draft_q = tl.exp2((d_logits - draft_ref[:, None]) * scale[:, None] - draft_log_mass[:, None])
-    weights = tl.where(mask, tl.maximum(prefix[:, None] * target_p - draft_q, 0.0), 0.0)
-    rows = tl.full((BLOCK_R,), 0, tl.int32) + row
-    _, inner_u, _ = row_uniforms(seed, rows, PURPOSE_RESIDUAL)
-    inner = inverse_cdf(weights, inner_u, positions)
-    out = (requests * num_drafts + row) * num_tiles + tile
-    tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
-    tl.store(residual_sample_ptr + out, tl.where(inner >= 0, tile * TILE + inner, -1), mask=active)
+    return tl.where(mask, tl.maximum(prefix[:, None] * target_p - draft_q, 0.0), 0.0)
 
 
 @triton.jit
 def _decide_residual_kernel(
-    target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
-    plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
-    num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
+    target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
+    plan_ptr, row_info_ptr, residual_mass_ptr, tokens_ptr, num_tokens_ptr,
+    num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
@@ -110,19 +111,19 @@ def _decide_residual_kernel(
     lo = tl.load(plan_ptr + requests * 2, mask=requests < num_requests, other=-1)
     if tl.max((lo >= 0).to(tl.int32)) > 0:
         _decide_residual(
-            block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
-            plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
+            block, target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr,
+            tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr, tokens_ptr, num_tokens_ptr,
             num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
-            METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+            draft_stride_r, draft_stride_k, METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
         )
 
 
 @triton.jit
 def _decide_residual(
-    block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr, tile_sum_ptr,
-    plan_ptr, row_info_ptr, residual_mass_ptr, residual_sample_ptr, tokens_ptr, num_tokens_ptr,
+    block, target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr,
+    tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr, tokens_ptr, num_tokens_ptr,
     num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
-    METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    draft_stride_r, draft_stride_k, METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
     """tau (block: the largest planned row whose uniform is below h) and the residual token there."""
@@ -150,20 +151,33 @@ def _decide_residual(
         passes = planned & (rows[None, :] > lo[:, None]) & (accept_u < threshold)
         tau = tl.max(tl.where(passes, rows[None, :], lo[:, None]), axis=1)
     at_tau = rows[None, :] == tau[:, None]
-    choice_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_RESIDUAL)
+    choice_u, inner_u, _ = row_uniforms(seeds2, rows2, PURPOSE_RESIDUAL)
     weights = tl.sum(tl.where(at_tau[:, :, None], tile_mass, 0.0), axis=1)
     chosen = inverse_cdf(weights, tl.sum(tl.where(at_tau, choice_u, 0.0), axis=1), tiles)
-    samples = tl.load(residual_sample_ptr + index3, mask=mask3 & at_tau[:, :, None], other=0, cache_modifier=".cg")
-    samples = tl.sum(tl.where(at_tau[:, :, None], samples, 0), axis=1)
-    token = tl.sum(tl.where(tiles[None, :] == chosen[:, None], samples, 0), axis=1).to(tl.int64)
+    if METHOD == METHOD_BLOCK:  # round-trip tau and the tile through memory, as ``_decide`` does
+        tl.store(plan_ptr + requests * 2, tau, mask=deferred)  # (else a 12 KB stack frame per thread)
+        tl.store(plan_ptr + requests * 2 + 1, chosen, mask=deferred)
+        tl.debug_barrier()
+        tau = tl.load(plan_ptr + requests * 2, mask=deferred, other=0)
+        chosen = tl.load(plan_ptr + requests * 2 + 1, mask=deferred, other=-1)
+        tl.debug_barrier()
+        at_tau = rows[None, :] == tau[:, None]
+    # Re-read the chosen tile of row tau (target and draft) and draw the token inside it.
+    temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
+    scale = _temperature_scale(temperature)
+    has_tile = deferred & (chosen >= 0)
+    tile_weights = _residual_weights(
+        target_ptr, draft_logits_ptr, row_info_ptr, requests, has_tile, tau, tl.maximum(chosen, 0), scale,
+        num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE,
+    )
+    inner = inverse_cdf(tile_weights, tl.sum(tl.where(at_tau, inner_u, 0.0), axis=1), tl.arange(0, TILE))
+    token = tl.where(inner >= 0, chosen * TILE + inner, -1).to(tl.int64)
     drafts = tl.load(
         draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :],
         mask=deferred[:, None] & (rows[None, :] < num_drafts), other=-1,
     )
     no_mass = deferred & (chosen < 0)
     if tl.max(no_mass.to(tl.int32)) > 0:  # p and q agree to rounding: fall back to the plain target
-        temperature = tl.load(temperature_ptr + requests, mask=no_mass, other=1.0)
-        scale = _temperature_scale(temperature)
         num_rows = num_drafts + 1
         row_index = requests[:, None] * num_rows + rows[None, :]
         t_index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
@@ -174,7 +188,7 @@ def _decide_residual(
         _, tile_u, inner_u = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
         plain = _emit_from_target(
             target_ptr, requests, tau, at_tau, tau, drafts, tile_max, reference, tile_weight,
-            tile_u, inner_u, tile_sum_ptr, row_index, scale, no_mass,
+            tile_u, inner_u, reference, scale, no_mass,
             vocab, target_stride_r, target_stride_k, True, TILE, TILES_PAD,
         )
         token = tl.where(no_mass, plain, token)

@@ -285,6 +285,8 @@ def _decide(
     greedy_accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
 
     prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)
+    # Every row's mass without its draft token, loaded now rather than after tau is known.
+    excluded_sums = tl.load(excluded_sum_ptr + row_index, mask=valid & sampled[:, None], other=0.0, cache_modifier=".cg")
     ratio = prob
     if HAS_DRAFT:
         d_index3 = (requests[:, None, None] * num_drafts + rows[None, :, None]) * num_tiles + tiles[None, None, :]
@@ -343,12 +345,14 @@ def _decide(
         plan_lo = tl.where(deferred, tau, -1)
         plan_hi = plan_lo
 
-    # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile re-read
-    # below a replicated layout (seen on block verification: a 16 KB stack frame per thread).
-    tl.store(plan_ptr + requests * 2, tau, mask=live)
-    tl.debug_barrier()
-    tau = tl.load(plan_ptr + requests * 2, mask=live, other=0)
-    tl.debug_barrier()
+    if METHOD == METHOD_BLOCK:
+        # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile
+        # re-read below a replicated layout (seen on block verification: a 16 KB stack frame per
+        # thread). Standard and synthetic verification skip the trip (about a microsecond).
+        tl.store(plan_ptr + requests * 2, tau, mask=live)
+        tl.debug_barrier()
+        tau = tl.load(plan_ptr + requests * 2, mask=live, other=0)
+        tl.debug_barrier()
     at_tau = rows[None, :] == tau[:, None]
     row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
     emitted = tl.zeros((BLOCK_R,), dtype=tl.int64)
@@ -363,7 +367,7 @@ def _decide(
     if tl.max(drawn.to(tl.int32)) > 0:
         sampled_token = _emit_from_target(
             target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-            tile_u, inner_u, excluded_sum_ptr, row_index, scale, drawn,
+            tile_u, inner_u, excluded_sums, scale, drawn,
             vocab, target_stride_r, target_stride_k, HAS_DRAFT, TILE, TILES_PAD,
         )
         emitted = tl.where(drawn, sampled_token, emitted)
@@ -399,7 +403,7 @@ def _store_row_info(
 @triton.jit
 def _emit_from_target(
     target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-    tile_u, inner_u, excluded_sum_ptr, row_index, scale, active,
+    tile_u, inner_u, excluded_sums, scale, active,
     vocab, target_stride_r, target_stride_k, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
     TILES_PAD: tl.constexpr,
 ):
@@ -418,7 +422,7 @@ def _emit_from_target(
     if not HAS_DRAFT:
         draft_tau = tl.sum(tl.where(at_tau, drafts, 0), axis=1)
         exclude = active & (tau < num_valid)
-        excluded_sum = tl.load(excluded_sum_ptr + tl.sum(tl.where(at_tau, row_index, 0), axis=1), mask=exclude, other=0.0, cache_modifier=".cg")
+        excluded_sum = tl.where(exclude, tl.sum(tl.where(at_tau, excluded_sums, 0.0), axis=1), 0.0)
         draft_tile = (draft_tau // TILE).to(tl.int32)
         own = tiles[None, :] == draft_tile[:, None]
         own_max = tl.max(tl.where(own, maxima, float("-inf")), axis=1)

@@ -23,7 +23,7 @@ TARGET = GPUTarget("cuda", 90, 32)
 POINTER_DTYPES = {
     "target_ptr": "*fp32", "draft_logits_ptr": "*bf16", "draft_tokens_ptr": "*i64", "temperature_ptr": "*fp32",
     "seed_ptr": "*i64", "rates_ptr": "*fp32", "tile_arg_ptr": "*i32", "plan_ptr": "*i32",
-    "residual_sample_ptr": "*i32", "counter_ptr": "*i32", "tokens_ptr": "*i64", "num_tokens_ptr": "*i32",
+    "counter_ptr": "*i32", "tokens_ptr": "*i64", "num_tokens_ptr": "*i32",
 }
 
 
@@ -64,7 +64,9 @@ def resources(kernel) -> str:
     os.unlink(handle.name)
     registers = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores", report)
-    return f"registers={registers.group(1) if registers else '?'} spill_stores={spills.group(1) if spills else '?'}"
+    stack = re.search(r"(\d+) bytes stack frame", report)
+    return (f"registers={registers.group(1) if registers else '?'} spill_stores={spills.group(1) if spills else '?'} "
+            f"stack={stack.group(1) if stack else '?'}")
 
 
 def variants():
