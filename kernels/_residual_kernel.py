@@ -154,14 +154,15 @@ def _decide_residual(
     choice_u, inner_u, _ = row_uniforms(seeds2, rows2, PURPOSE_RESIDUAL)
     weights = tl.sum(tl.where(at_tau[:, :, None], tile_mass, 0.0), axis=1)
     chosen = inverse_cdf(weights, tl.sum(tl.where(at_tau, choice_u, 0.0), axis=1), tiles)
-    if METHOD == METHOD_BLOCK:  # round-trip tau and the tile through memory, as ``_decide`` does
-        tl.store(plan_ptr + requests * 2, tau, mask=deferred)  # (else a 12 KB stack frame per thread)
-        tl.store(plan_ptr + requests * 2 + 1, chosen, mask=deferred)
-        tl.debug_barrier()
-        tau = tl.load(plan_ptr + requests * 2, mask=deferred, other=0)
-        chosen = tl.load(plan_ptr + requests * 2 + 1, mask=deferred, other=-1)
-        tl.debug_barrier()
-        at_tau = rows[None, :] == tau[:, None]
+    # Round-trip tau and the tile through memory, as ``_decide`` does (without it block
+    # verification's decision had a 12 KB stack frame per thread).
+    tl.store(plan_ptr + requests * 2, tau, mask=deferred)
+    tl.store(plan_ptr + requests * 2 + 1, chosen, mask=deferred)
+    tl.debug_barrier()
+    tau = tl.load(plan_ptr + requests * 2, mask=deferred, other=0)
+    chosen = tl.load(plan_ptr + requests * 2 + 1, mask=deferred, other=-1)
+    tl.debug_barrier()
+    at_tau = rows[None, :] == tau[:, None]
     # Re-read the chosen tile of row tau (target and draft) and draw the token inside it.
     temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
     scale = _temperature_scale(temperature)
