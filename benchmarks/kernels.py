@@ -195,8 +195,11 @@ def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth, 
 
 
 def git_commit() -> str:
+    """SPECTUNE_COMMIT if set (a copied tree's .git may be stale), else git's HEAD."""
+    if os.environ.get("SPECTUNE_COMMIT"):
+        return os.environ["SPECTUNE_COMMIT"]
     result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return result.stdout.strip() or os.environ.get("SPECTUNE_COMMIT", "unknown")
+    return result.stdout.strip() or "unknown"
 
 
 def main() -> None:

@@ -28,6 +28,8 @@ _FUSE_PROGRAMS_PER_SM = 2
 # with _STAGES bulk copies in flight per program.
 _PROGRAMS_PER_SM = 16
 _STAGES = 3
+# Bulk copies pay only where a program streams at least this many tiles.
+_BULK_TILES_PER_PROGRAM = 16
 # Up to this many tiles an SM a program reads one tile (the loop's prologue did not pay: R=64, K=3
 # measured 48 µs one-hot with one tile a program, 52 with two).
 _ONE_TILE_PROGRAMS_PER_SM = 128
@@ -236,21 +238,23 @@ def launch(
             block_requests = min(_next_power_of_two(num_requests), max(1, _INTERPRETER_BLOCK_ELEMENTS // tile))
     num_blocks = -(-num_requests // block_requests)
     sm_count = 1 if interpreting else _sm_count(device)
-    if tiles_per_program is None:
-        tiles_per_program = _tiles_per_program(num_blocks * num_rows, num_tiles, sm_count, interpreting)
-        if not interpreting and target.dtype != torch.float32:
-            tiles_per_program = 1  # plain loads (below) gain nothing from the loop
-    num_chunks = -(-num_tiles // tiles_per_program)
     if fused is None:  # one launch instead of two where the grid is too small to need occupancy
-        fused = not interpreting and num_blocks * num_rows * num_chunks <= _FUSE_PROGRAMS_PER_SM * sm_count
+        fused = not interpreting and num_blocks * num_rows * num_tiles <= _FUSE_PROGRAMS_PER_SM * sm_count
+    loop_tiles = _tiles_per_program(num_blocks * num_rows, num_tiles, sm_count, interpreting)
     draft = inputs.draft_logits
     if bulk_copies is None:
-        # fp32 only: 16-bit logits measured faster with plain loads (bf16, R=64: 36 vs 39 µs one-hot,
-        # 65 vs 89 µs with draft logits); a fused grid is too small to hide a copy's set-up.
+        # Only where a program streams many tiles (R=256, K=7 at V=128256: one-hot 265 vs 269 µs,
+        # draft logits 560 vs 572); plain loads, one tile a program, won every smaller fp32 grid
+        # measured (R=64, K=7, draft logits: 157 vs 184 µs) and every 16-bit one. The interpreter
+        # takes them wherever it can, so the CPU tests cover that path.
         bulk_copies = (
             not fused and target.dtype == torch.float32
+            and (interpreting or loop_tiles >= _BULK_TILES_PER_PROGRAM)
             and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
         )
+    if tiles_per_program is None:
+        tiles_per_program = loop_tiles if bulk_copies or interpreting else 1
+    num_chunks = -(-num_tiles // tiles_per_program)
     if stages is None:
         stages = _STAGES if bulk_copies and tiles_per_program > 1 else 1
     work = _allocate(num_requests, num_drafts, num_tiles, num_blocks, fused, device)
@@ -267,12 +271,12 @@ def launch(
         METHOD=METHODS.index(inputs.method), TILE=tile, BLOCK_R=block_requests,
         ROWS_PAD=_padded(num_rows, 1 if interpreting else 8), TILES_PAD=_padded(num_tiles, 1 if interpreting else 32),
     )
-    # Warps per program. Plain loads: 8 for fp32 (16 elements a thread), 4 for 16-bit logits (more
-    # bytes in flight per thread); the decisions and pass B always read this way. Pass A with bulk
-    # copies: 4 (3 programs an SM at 168 registers; 8 warps measured 13% slower on one-hot drafts).
+    # Warps per program. Pass A: 4 (with bulk copies 3 programs an SM at 168 registers, 8 warps
+    # measured 13% slower one-hot; with plain loads 8 warps measured 30% slower with draft logits at
+    # R=64, K=7). The decisions, pass B and a fused pass A: 8 for fp32 tiles of 4096, else 4.
     direct_warps = 8 if tile >= 4096 and target.dtype == torch.float32 else 4
     if num_warps is None:
-        num_warps = 4 if bulk_copies else direct_warps
+        num_warps = direct_warps if fused else 4
     verify_module, residual_module = _kernel_modules()
     decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
     target_desc = draft_desc = target  # placeholders: the kernel reads them only when bulk_copies
