@@ -273,8 +273,9 @@ def launch(
     )
     # Warps per program. Pass A: 4 (with bulk copies 3 programs an SM at 168 registers, 8 warps
     # measured 13% slower one-hot; with plain loads 8 warps measured 30% slower with draft logits at
-    # R=64, K=7). The decisions, pass B and a fused pass A: 8 for fp32 tiles of 4096, else 4.
-    direct_warps = 8 if tile >= 4096 and target.dtype == torch.float32 else 4
+    # R=64, K=7). The decisions and pass B: 8 for fp32 tiles of 4096, else 4; a fused grid (a
+    # serial decision, no occupancy to lose) 8 for any 4096-token tile.
+    direct_warps = 8 if tile >= 4096 and (fused or target.dtype == torch.float32) else 4
     if num_warps is None:
         num_warps = direct_warps if fused else 4
     verify_module, residual_module = _kernel_modules()
