@@ -1,9 +1,11 @@
 """``rejection_sample``: validate, allocate, pick the grid and launch the Triton kernels.
 
-Two launches at most, no host synchronisation and no data-dependent allocation, so a call can be
-captured in a CUDA graph: pass A (``_verify_kernel``) always; pass B (``_residual_kernel``) when
-draft logits are given. On the CPU the same kernels run under Triton's interpreter, which must be
-switched on (``TRITON_INTERPRET=1``) before the first call imports them.
+Pass A and its decision (one launch when the grid is small, else two); with draft logits, pass B
+and the residual decision (again fused or two). No host synchronisation and no data-dependent
+allocation, so a call can be captured in a CUDA graph. The read schedule (plain loads or bulk
+copies, tiles per program, warps) is chosen per call from the grid size and dtype; it never changes
+a token. On the CPU the same kernels run under Triton's interpreter, which must be switched on
+(``TRITON_INTERPRET=1``) before the first call imports them.
 """
 
 from __future__ import annotations

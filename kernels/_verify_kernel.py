@@ -1,12 +1,15 @@
-"""Pass A: one read of every logit, then the per-request decision, in one launch.
+"""Pass A: one read of every logit, then the per-request decision.
 
-Grid ``(cdiv(R, BLOCK_R), K+1, num_tiles)``: a program reduces one vocabulary tile of one row (and
-of the matching draft row) for ``BLOCK_R`` requests and stores the tile's statistics -- max (and
-argmax for greedy requests), sum of 2**((l - max) * log2(e)/T), the draft token's logit and the
-tile's mass without it. It then takes a ticket; the last program of a request block runs
-``_decide``: the per-row softmax normalisers from the tile statistics, acceptance (greedy, standard,
-block, synthetic), and the emitted token -- by choosing a tile by mass and re-reading only that
-tile. Draft-logit residuals max(p - q, 0) need global normalisers, so those requests are handed to
+Grid ``(cdiv(R, BLOCK_R), K+1, cdiv(num_tiles, TILES_PER_PROGRAM))``: a program reduces
+TILES_PER_PROGRAM vocabulary tiles of one row (and of the matching draft row) in turn, for
+``BLOCK_R`` requests, and stores each tile's statistics -- max, sum of 2**((l - max) * log2(e)/T),
+the draft token's logit and the tile's mass without it, and for greedy requests where the draft's
+tile first reaches its max. Tiles come through plain loads or, with USE_TMA, bulk copies into
+shared memory pipelined STAGES deep across the program's tiles. The decision (``_decide``: a
+separate launch, or the last program of a request block to take a ticket when FUSED) combines
+the statistics into per-row softmax normalisers, decides acceptance (greedy, standard, block,
+synthetic) and draws the emitted token by choosing a tile by mass and re-reading only that tile.
+Draft-logit residuals max(p - q, 0) need global normalisers, so those requests are handed to
 pass B (``_residual_kernel.py``) with a plan.
 
 Method codes (constexpr METHOD): 0 standard, 1 block, 2 synthetic.
