@@ -212,6 +212,7 @@ def launch(
     tiles_per_program: int | None = None,
     stages: int | None = None,
     bulk_copies: bool | None = None,
+    decide_warps: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs.
 
@@ -219,9 +220,9 @@ def launch(
     ``block_requests`` (requests per program), ``fused`` (decide in the last program of each
     request block instead of a separate launch; default: when the grid is small), ``num_warps`` (pass A's),
     ``tiles_per_program`` (pass A's tiles of one row per program, read in turn), ``stages`` (copies
-    in flight per program) and ``bulk_copies`` (pass A reads through tensor-memory-access
-    descriptors; default: when the logits' addresses and strides allow) are for tests and
-    benchmarks; none changes a token.
+    in flight per program), ``bulk_copies`` (pass A reads through tensor-memory-access descriptors;
+    default: for large fp32 grids whose logits' addresses and strides allow) and ``decide_warps``
+    (the unfused decisions' and pass B's) are for tests and benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
     target = inputs.target_logits
@@ -278,6 +279,8 @@ def launch(
     # R=64, K=7). The decisions and pass B: 8 for fp32 tiles of 4096, else 4; a fused grid (a
     # serial decision, no occupancy to lose) 8 for any 4096-token tile.
     direct_warps = 8 if tile >= 4096 and (fused or target.dtype == torch.float32) else 4
+    if decide_warps is not None and not fused:
+        direct_warps = decide_warps
     if num_warps is None:
         num_warps = direct_warps if fused else 4
     verify_module, residual_module = _kernel_modules()

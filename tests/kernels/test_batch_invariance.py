@@ -87,6 +87,7 @@ def test_fused_and_separate_decisions_give_the_same_tokens(method, with_draft_lo
     dict(bulk_copies=True, tiles_per_program=1, stages=1),
     dict(bulk_copies=True, tiles_per_program=3, stages=3),
     dict(bulk_copies=False, tiles_per_program=4, stages=2),
+    dict(bulk_copies=False, tiles_per_program=1, num_warps=8, decide_warps=2, fused=False),
 ])
 def test_pass_a_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
     # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk) and
