@@ -44,7 +44,6 @@ def _residual_kernel(
         return
     temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
     scale = _temperature_scale(temperature)
-    seed = tl.load(seed_ptr + requests, mask=deferred, other=0)
     first_row = tl.min(tl.where(deferred, lo, ROWS_PAD)) + slot
     last_row = tl.max(tl.where(deferred, hi, -1))
     for row in range(first_row, last_row + 1, SLOTS):
@@ -77,7 +76,7 @@ def _residual_weights(
     """Residual weights max(s p - q, 0) [B, TILE] of tile ``tiles`` of row ``rows`` (int32 [B] each).
 
     p and q are normalised by pass A's global statistics (``row_info``). Pass B sums them per tile;
-    the decision recomputes the chosen tile with this same function, so its weights are bit-identical.
+    the decision recomputes the chosen tile with this same function to draw the token inside it.
     """
     info = row_info_ptr + (requests * num_drafts + rows) * 5
     target_ref = tl.load(info, mask=active, other=0.0)
