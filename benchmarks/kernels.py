@@ -41,7 +41,8 @@ SET_BYTES = 256 * 2**20  # enough distinct input sets per graph to amortise its 
 MAX_SETS = 16
 # Launcher knobs (``launch``'s keyword arguments) to compare, one dict per variant; {} = defaults.
 LAUNCH_KNOBS = {"num_warps": int, "fused": lambda v: v == "on", "tiles_per_program": int, "stages": int,
-                "bulk_copies": lambda v: v == "on", "decide_warps": int}
+                "bulk_copies": lambda v: v == "on", "decide_warps": int,
+                "split_draft": lambda v: v == "on"}
 
 
 PROFILE = False

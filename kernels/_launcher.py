@@ -213,6 +213,7 @@ def launch(
     stages: int | None = None,
     bulk_copies: bool | None = None,
     decide_warps: int | None = None,
+    split_draft: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs.
 
@@ -221,8 +222,10 @@ def launch(
     request block instead of a separate launch; default: when the grid is small), ``num_warps`` (pass A's),
     ``tiles_per_program`` (pass A's tiles of one row per program, read in turn), ``stages`` (copies
     in flight per program), ``bulk_copies`` (pass A reads through tensor-memory-access descriptors;
-    default: for large fp32 grids whose logits' addresses and strides allow) and ``decide_warps``
-    (the unfused decisions' and pass B's) are for tests and benchmarks; none changes a token.
+    default: for large fp32 grids whose logits' addresses and strides allow), ``decide_warps``
+    (the unfused decisions' and pass B's) and ``split_draft`` (pass A reads draft rows in programs
+    of their own instead of beside their target rows; default: unfused grids) are for tests and
+    benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
     target = inputs.target_logits
@@ -289,7 +292,11 @@ def launch(
     if bulk_copies:
         target_desc = _descriptor(target, block_requests, tile)
         draft_desc = _descriptor(draft, block_requests, tile) if has_draft else target_desc
-    verify_module._verify_kernel[(num_blocks, num_rows, num_chunks)](
+    if split_draft is None:
+        split_draft = not fused
+    split_draft = split_draft and has_draft and num_drafts > 0
+    pass_a_rows = num_rows + (num_drafts if split_draft else 0)
+    verify_module._verify_kernel[(num_blocks, pass_a_rows, num_chunks)](
         target_ptr=target, draft_logits_ptr=draft if has_draft else target,
         target_desc=target_desc, draft_desc=draft_desc, draft_tokens_ptr=draft_tokens,
         temperature_ptr=temperature, seed_ptr=seed, rates_ptr=rates,
@@ -298,7 +305,7 @@ def launch(
         at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
         plan_ptr=work.plan, row_info_ptr=work.row_info, counter_ptr=work.counters,
         tokens_ptr=tokens, num_tokens_ptr=num_tokens, HAS_DRAFT=has_draft, FUSED=fused,
-        TILES_PER_PROGRAM=tiles_per_program, STAGES=stages, USE_TMA=bulk_copies,
+        TILES_PER_PROGRAM=tiles_per_program, STAGES=stages, USE_TMA=bulk_copies, SPLIT_DRAFT=split_draft,
         num_warps=num_warps, num_stages=1, **shared,
     )
     if not fused:

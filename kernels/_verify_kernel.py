@@ -63,7 +63,7 @@ def _verify_kernel(
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
-    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr, SPLIT_DRAFT: tl.constexpr,
 ):
     block = tl.program_id(0)
     row = tl.program_id(1)
@@ -71,6 +71,59 @@ def _verify_kernel(
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     live = requests < num_requests
     temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
+    sampled = live & (temperature > 0)
+    if SPLIT_DRAFT:  # rows K+1.. are the draft rows, each read by its own programs
+        if row > num_drafts:
+            if tl.max(sampled.to(tl.int32)) > 0:  # greedy requests never read draft logits
+                _row_statistics(
+                    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
+                    draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
+                    draft_at_draft_ptr, block, row - num_drafts - 1, chunk, requests, live, temperature,
+                    num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+                    False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
+                )
+        else:
+            _row_statistics(
+                target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
+                draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
+                draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
+                num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+                False, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
+            )
+    else:
+        _row_statistics(
+            target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
+            draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
+            draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
+            num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+            HAS_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
+        )
+
+    if FUSED:  # release this program's statistics; the last arrival of the request block decides
+        tl.debug_barrier()
+        ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
+        if ticket == tl.num_programs(1) * tl.num_programs(2) - 1:
+            _decide(
+                block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+                tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+                at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
+                tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
+                target_stride_r, target_stride_k,
+                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+            )
+
+
+@triton.jit
+def _row_statistics(
+    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
+    draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
+    draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
+    num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+    HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
+):
+    """This program's tiles of one row: target row ``row`` (with its draft row when HAS_DRAFT) or,
+    DRAFT_ONLY, draft row ``row`` alone."""
     sampled = live & (temperature > 0)
     scale = _temperature_scale(temperature)
     is_draft_row = row < num_drafts
@@ -82,7 +135,7 @@ def _verify_kernel(
             draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
             block, row, chunk, requests, live, sampled, scale, is_draft_row, draft, per_row,
             num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT, TILE, BLOCK_R, USE_TMA,
+            HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
         )
     else:
         # The tiles of one row in turn; with bulk copies and STAGES > 1 the next tiles are copied
@@ -95,20 +148,7 @@ def _verify_kernel(
                 draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
                 block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
                 num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                HAS_DRAFT, TILE, BLOCK_R, USE_TMA,
-            )
-
-    if FUSED:  # release this program's statistics; the last arrival of the request block decides
-        tl.debug_barrier()
-        ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-        if ticket == (num_drafts + 1) * tl.num_programs(2) - 1:
-            _decide(
-                block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-                tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-                at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-                tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-                target_stride_r, target_stride_k,
-                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+                HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
             )
 
 
@@ -161,45 +201,60 @@ def _tile_statistics(
     draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
     block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
     num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-    HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr, USE_TMA: tl.constexpr,
+    HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Statistics of one tile of one row (and of its draft row): see the module docstring."""
     vocab_ids = tile * TILE + tl.arange(0, TILE)
     mask = live[:, None] & (vocab_ids < vocab)[None, :]
-    logits = _load_tile(target_ptr, target_desc, block, row, tile, requests, mask,
-                        target_stride_r, target_stride_k, TILE, BLOCK_R, USE_TMA)
-    if HAS_DRAFT:  # issued before the target's reductions, so both are in flight together
-        d_mask = mask & (sampled & is_draft_row)[:, None]
-        d_logits = _load_tile(draft_logits_ptr, draft_desc, block, row, tile, requests, d_mask,
-                              draft_stride_r, draft_stride_k, TILE, BLOCK_R, USE_TMA)
-    logits, tile_max = _tile_max(logits)
-    stat = per_row * num_tiles + tile
-    tl.store(tile_max_ptr + stat, tile_max, mask=live)
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
-    greedy_here = live & ~sampled & in_tile
-    if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
-        first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
-        tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
-    if tl.max(sampled.to(tl.int32)) > 0:
-        logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
-        tl.store(tile_sum_ptr + stat, mass, mask=sampled)
-        if tl.max((sampled & in_tile).to(tl.int32)) > 0:  # the draft token's own tile
-            hit = vocab_ids[None, :] == draft[:, None]
-            at_draft = tl.max(tl.where(hit, logits, float("-inf")), axis=1)
-            excluded = tl.sum(tl.where(hit, 0.0, weights), axis=1)
-            tl.store(at_draft_ptr + per_row, at_draft, mask=sampled & in_tile)
-            tl.store(excluded_sum_ptr + per_row, excluded, mask=sampled & in_tile)
-        if HAS_DRAFT:
-            if is_draft_row:
-                d_values, d_max = _tile_max(d_logits)
-                _, _, d_mass = _tile_mass_checked(d_values, d_max, scale)
-                d_stat = (requests * num_drafts + row) * num_tiles + tile
-                tl.store(draft_tile_max_ptr + d_stat, d_max, mask=sampled)
-                tl.store(draft_tile_sum_ptr + d_stat, d_mass, mask=sampled)
-                if tl.max((sampled & in_tile).to(tl.int32)) > 0:
-                    hit = vocab_ids[None, :] == draft[:, None]
-                    d_at_draft = tl.max(tl.where(hit, d_values, float("-inf")), axis=1)
-                    tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
+    if DRAFT_ONLY:
+        d_logits = _load_tile(draft_logits_ptr, draft_desc, block, row, tile, requests, mask & sampled[:, None],
+                              draft_stride_r, draft_stride_k, TILE, BLOCK_R, USE_TMA)
+        _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests, row,
+                               tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles)
+    else:
+        logits = _load_tile(target_ptr, target_desc, block, row, tile, requests, mask,
+                            target_stride_r, target_stride_k, TILE, BLOCK_R, USE_TMA)
+        if HAS_DRAFT:  # issued before the target's reductions, so both are in flight together
+            d_mask = mask & (sampled & is_draft_row)[:, None]
+            d_logits = _load_tile(draft_logits_ptr, draft_desc, block, row, tile, requests, d_mask,
+                                  draft_stride_r, draft_stride_k, TILE, BLOCK_R, USE_TMA)
+        logits, tile_max = _tile_max(logits)
+        stat = per_row * num_tiles + tile
+        tl.store(tile_max_ptr + stat, tile_max, mask=live)
+        greedy_here = live & ~sampled & in_tile
+        if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
+            first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
+            tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
+        if tl.max(sampled.to(tl.int32)) > 0:
+            logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
+            tl.store(tile_sum_ptr + stat, mass, mask=sampled)
+            if tl.max((sampled & in_tile).to(tl.int32)) > 0:  # the draft token's own tile
+                hit = vocab_ids[None, :] == draft[:, None]
+                at_draft = tl.max(tl.where(hit, logits, float("-inf")), axis=1)
+                excluded = tl.sum(tl.where(hit, 0.0, weights), axis=1)
+                tl.store(at_draft_ptr + per_row, at_draft, mask=sampled & in_tile)
+                tl.store(excluded_sum_ptr + per_row, excluded, mask=sampled & in_tile)
+            if HAS_DRAFT:
+                if is_draft_row:
+                    _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests,
+                                           row, tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles)
+
+
+@triton.jit
+def _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests, row,
+                           tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles):
+    """A draft tile's max and mass (sampled requests), and the draft token's own logit in its tile."""
+    d_values, d_max = _tile_max(d_logits)
+    _, _, d_mass = _tile_mass_checked(d_values, d_max, scale)
+    d_stat = (requests * num_drafts + row) * num_tiles + tile
+    tl.store(draft_tile_max_ptr + d_stat, d_max, mask=sampled)
+    tl.store(draft_tile_sum_ptr + d_stat, d_mass, mask=sampled)
+    if tl.max((sampled & in_tile).to(tl.int32)) > 0:
+        hit = vocab_ids[None, :] == draft[:, None]
+        d_at_draft = tl.max(tl.where(hit, d_values, float("-inf")), axis=1)
+        tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
 
 
 @triton.jit

@@ -75,10 +75,11 @@ def variants():
         for has_draft in (False, True):
             for fused in (False, True):
                 for tma, per_program, stages in ((False, 1, 1), (True, 8, 3)):
-                    yield _verify_kernel._verify_kernel, dict(
-                        METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, USE_TMA=tma,
-                        TILES_PER_PROGRAM=per_program, STAGES=stages, **common,
-                    )
+                    for split in (False, True) if has_draft and not fused else (False,):
+                        yield _verify_kernel._verify_kernel, dict(
+                            METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, USE_TMA=tma,
+                            TILES_PER_PROGRAM=per_program, STAGES=stages, SPLIT_DRAFT=split, **common,
+                        )
             yield _verify_kernel._decide_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)
         for fused in (False, True):
             yield _residual_kernel._residual_kernel, dict(METHOD=method, FUSED=fused, SLOTS=7 if method == 1 else 1, **common)

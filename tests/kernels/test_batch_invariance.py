@@ -88,10 +88,14 @@ def test_fused_and_separate_decisions_give_the_same_tokens(method, with_draft_lo
     dict(bulk_copies=True, tiles_per_program=3, stages=3),
     dict(bulk_copies=False, tiles_per_program=4, stages=2),
     dict(bulk_copies=False, tiles_per_program=1, num_warps=8, decide_warps=2, fused=False),
+    dict(bulk_copies=True, tiles_per_program=3, stages=3, split_draft=True),
+    dict(bulk_copies=False, tiles_per_program=2, split_draft=False),
+    dict(bulk_copies=False, tiles_per_program=1, split_draft=True, fused=True),
 ])
 def test_pass_a_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
-    # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk) and
-    # copies in flight only change how pass A reads the logits; the tokens must be bit-identical.
+    # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk), copies
+    # in flight and draft rows in programs of their own or beside their target rows only change how
+    # pass A reads the logits; the tokens must be bit-identical.
     from spectune.kernels._contract import validate_inputs
     from spectune.kernels._launcher import launch
 
@@ -100,7 +104,7 @@ def test_pass_a_read_schedule_does_not_change_tokens(method, with_draft_logits, 
         batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
         batch["temperature"], batch["seed"], method, None,
     )
-    baseline = launch(inputs, tile_size=64, bulk_copies=False, tiles_per_program=1)
+    baseline = launch(inputs, tile_size=64, bulk_copies=False, tiles_per_program=1, split_draft=False)
     varied = launch(inputs, tile_size=64, **knobs)
     assert torch.equal(baseline[0], varied[0]) and torch.equal(baseline[1], varied[1])
 
