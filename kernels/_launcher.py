@@ -223,8 +223,8 @@ def launch(
     ``tiles_per_program`` (pass A's tiles of one row per program, read in turn), ``stages`` (copies
     in flight per program), ``bulk_copies`` (pass A reads through tensor-memory-access descriptors;
     default: for large fp32 grids whose logits' addresses and strides allow), ``decide_warps``
-    (the unfused decisions' and pass B's) and ``split_draft`` (pass A reads draft rows in programs
-    of their own instead of beside their target rows; default: unfused grids) are for tests and
+    (the unfused first decision's) and ``split_draft`` (pass A reads draft rows in programs of their
+    own instead of beside their target rows; default: unfused fp32 grids) are for tests and
     benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
@@ -279,11 +279,14 @@ def launch(
     )
     # Warps per program. Pass A: 4 (with bulk copies 3 programs an SM at 168 registers, 8 warps
     # measured 13% slower one-hot; with plain loads 8 warps measured 30% slower with draft logits at
-    # R=64, K=7). The decisions and pass B: 8 for fp32 tiles of 4096, else 4; a fused grid (a
-    # serial decision, no occupancy to lose) 8 for any 4096-token tile.
+    # R=64, K=7). Pass B and the residual decision: 8 for fp32 tiles of 4096, else 4; a fused grid
+    # (a serial decision, no occupancy to lose) 8 for any 4096-token tile. The unfused first
+    # decision likewise, but 4 with draft logits once its programs outnumber the SMs: at 8 warps it
+    # needs 186-191 registers, one program an SM, so R=256 ran in two waves (K=7: 18.7 against
+    # 12.2 µs at 4 warps; at R=64, one wave, 8 warps stayed ahead by 1-2 µs a call).
     direct_warps = 8 if tile >= 4096 and (fused or target.dtype == torch.float32) else 4
-    if decide_warps is not None and not fused:
-        direct_warps = decide_warps
+    if decide_warps is None:
+        decide_warps = 4 if has_draft and num_blocks > sm_count else direct_warps
     if num_warps is None:
         num_warps = direct_warps if fused else 4
     verify_module, residual_module = _kernel_modules()
@@ -293,7 +296,9 @@ def launch(
         target_desc = _descriptor(target, block_requests, tile)
         draft_desc = _descriptor(draft, block_requests, tile) if has_draft else target_desc
     if split_draft is None:
-        split_draft = not fused
+        # fp32 at R=256, K=7 with draft logits: pass A 458 µs against 512 beside the target rows (R=64,
+        # K=7: 148 against 159 µs per call); bf16 measured slower split (386 against 370 µs).
+        split_draft = not fused and target.dtype == torch.float32
     split_draft = split_draft and has_draft and num_drafts > 0
     pass_a_rows = num_rows + (num_drafts if split_draft else 0)
     verify_module._verify_kernel[(num_blocks, pass_a_rows, num_chunks)](
@@ -315,7 +320,7 @@ def launch(
             draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
             at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, draft_at_draft_ptr=work.draft_at_draft,
             plan_ptr=work.plan, row_info_ptr=work.row_info, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
-            HAS_DRAFT=has_draft, num_warps=direct_warps, **decide_shared,
+            HAS_DRAFT=has_draft, num_warps=decide_warps, **decide_shared,
         )
     if has_draft and num_drafts > 0:
         slots = num_drafts if inputs.method == "block" else 1

@@ -1,16 +1,19 @@
 """Pass A: one read of every logit, then the per-request decision.
 
-Grid ``(cdiv(R, BLOCK_R), K+1, cdiv(num_tiles, TILES_PER_PROGRAM))``: a program reduces
-TILES_PER_PROGRAM vocabulary tiles of one row (and of the matching draft row) in turn, for
-``BLOCK_R`` requests, and stores each tile's statistics -- max, sum of 2**((l - max) * log2(e)/T),
-the draft token's logit and the tile's mass without it, and for greedy requests where the draft's
-tile first reaches its max. Tiles come through plain loads or, with USE_TMA, bulk copies into
-shared memory pipelined STAGES deep across the program's tiles. The decision (``_decide``: a
-separate launch, or the last program of a request block to take a ticket when FUSED) combines
-the statistics into per-row softmax normalisers, decides acceptance (greedy, standard, block,
-synthetic) and draws the emitted token by choosing a tile by mass and re-reading only that tile.
-Draft-logit residuals max(p - q, 0) need global normalisers, so those requests are handed to
-pass B (``_residual_kernel.py``) with a plan.
+Grid ``(cdiv(R, BLOCK_R), K+1 (+K with SPLIT_DRAFT), cdiv(num_tiles, TILES_PER_PROGRAM))``: a
+program reduces TILES_PER_PROGRAM vocabulary tiles of one row in turn, for ``BLOCK_R`` requests:
+a target row and, without SPLIT_DRAFT, the matching draft row beside it; with SPLIT_DRAFT the
+draft rows are the grid's rows K+1.. and each program streams one row only. It stores each
+tile's statistics -- max, sum of 2**((l - max) * log2(e)/T), the draft token's logit and the
+tile's mass without it, and for greedy requests where the draft's tile first reaches its max (in
+a fused launch, where every tile does: the decision then re-reads no tile for them). Tiles come
+through plain loads or, with USE_TMA, bulk copies into shared memory pipelined STAGES deep across
+the program's tiles. The decision (``_decide``: a separate launch, or the last program of a
+request block to take a ticket when FUSED) combines the statistics into per-row softmax
+normalisers, decides acceptance (greedy, standard, block, synthetic) and draws the emitted token
+by choosing a tile by mass and re-reading only that tile. Draft-logit residuals max(p - q, 0)
+need global normalisers, so those requests are handed to pass B (``_residual_kernel.py``) with a
+plan.
 
 Method codes (constexpr METHOD): 0 standard, 1 block, 2 synthetic.
 """
@@ -80,7 +83,7 @@ def _verify_kernel(
                     draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
                     draft_at_draft_ptr, block, row - num_drafts - 1, chunk, requests, live, temperature,
                     num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                    False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
+                    False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
                 )
         else:
             _row_statistics(
@@ -88,7 +91,7 @@ def _verify_kernel(
                 draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
                 draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
                 num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                False, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
+                False, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
             )
     else:
         _row_statistics(
@@ -96,7 +99,7 @@ def _verify_kernel(
             draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
             draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
             num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
+            HAS_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
         )
 
     if FUSED:  # release this program's statistics; the last arrival of the request block decides
@@ -109,7 +112,7 @@ def _verify_kernel(
                 at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
                 tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
                 target_stride_r, target_stride_k,
-                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
             )
 
 
@@ -120,7 +123,7 @@ def _row_statistics(
     draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
     num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr, TILE_ARGMAX: tl.constexpr,
 ):
     """This program's tiles of one row: target row ``row`` (with its draft row when HAS_DRAFT) or,
     DRAFT_ONLY, draft row ``row`` alone."""
@@ -135,7 +138,7 @@ def _row_statistics(
             draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
             block, row, chunk, requests, live, sampled, scale, is_draft_row, draft, per_row,
             num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
+            HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA, TILE_ARGMAX,
         )
     else:
         # The tiles of one row in turn; with bulk copies and STAGES > 1 the next tiles are copied
@@ -148,7 +151,7 @@ def _row_statistics(
                 draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
                 block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
                 num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
+                HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA, TILE_ARGMAX,
             )
 
 
@@ -202,9 +205,13 @@ def _tile_statistics(
     block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
     num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    USE_TMA: tl.constexpr,
+    USE_TMA: tl.constexpr, TILE_ARGMAX: tl.constexpr,
 ):
-    """Statistics of one tile of one row (and of its draft row): see the module docstring."""
+    """Statistics of one tile of one row (and of its draft row): see the module docstring.
+
+    TILE_ARGMAX (fused launches): for greedy requests, tile_sum (the mass, unused by them) holds
+    the index where the tile first reaches its max, so the decision need not re-read the tile.
+    """
     vocab_ids = tile * TILE + tl.arange(0, TILE)
     mask = live[:, None] & (vocab_ids < vocab)[None, :]
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
@@ -227,6 +234,11 @@ def _tile_statistics(
         if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
             first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
             tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
+        if TILE_ARGMAX:
+            greedy = live & ~sampled
+            if tl.max(greedy.to(tl.int32)) > 0:  # as first_max_in_tile computes it on a re-read
+                first = tl.min(tl.where(mask & (sanitize(logits) == tile_max[:, None]), vocab_ids[None, :], vocab), axis=1)
+                tl.store(tile_sum_ptr + stat, first.to(tl.float32, bitcast=True), mask=greedy)
         if tl.max(sampled.to(tl.int32)) > 0:
             logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
             tl.store(tile_sum_ptr + stat, mass, mask=sampled)
@@ -274,7 +286,7 @@ def _decide_kernel(
         at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
         tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
         target_stride_r, target_stride_k,
-        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
     )
 
 
@@ -311,7 +323,7 @@ def _decide(
     tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
 ):
     """Acceptance and the emitted token for one block of requests (vectorised over rows and tiles)."""
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
@@ -415,10 +427,15 @@ def _decide(
     emitted = tl.zeros((BLOCK_R,), dtype=tl.int64)
     greedy = live & ~sampled
     if tl.max(greedy.to(tl.int32)) > 0:
-        greedy_token = first_max_in_tile(
-            target_ptr, row_offset, tl.sum(tl.where(at_tau, first_tile, 0), axis=1),
-            tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), greedy, vocab, TILE,
-        )
+        tile_tau = tl.sum(tl.where(at_tau, first_tile, 0), axis=1)
+        if FUSED:  # pass A left each tile's first argmax in tile_sum
+            stat_tau = (requests * num_rows + tau) * num_tiles + tile_tau
+            first = tl.load(tile_sum_ptr + stat_tau, mask=greedy, other=0.0, cache_modifier=".cg")
+            greedy_token = first.to(tl.int32, bitcast=True).to(tl.int64)
+        else:
+            greedy_token = first_max_in_tile(
+                target_ptr, row_offset, tile_tau, tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), greedy, vocab, TILE,
+            )
         emitted = tl.where(greedy, greedy_token, emitted)
     drawn = sampled & ~deferred
     if tl.max(drawn.to(tl.int32)) > 0:

@@ -15,8 +15,9 @@ BACKENDS = ("triton", "reference")
 Result = tuple[torch.Tensor, torch.Tensor]
 
 
-def run(backend: str, *, tile_size: int | None = None, **arguments: object) -> Result:
-    """Call ``rejection_sample`` on one backend (keyword arguments as the public contract names them)."""
+def run(backend: str, *, tile_size: int | None = None, fused: bool | None = None, **arguments: object) -> Result:
+    """Call ``rejection_sample`` on one backend (keyword arguments as the public contract names them;
+    ``fused`` picks the Triton launch with the decision in the streaming kernel, default as the launcher)."""
     inputs = validate_inputs(
         arguments["target_logits"],
         arguments["draft_tokens"],
@@ -27,7 +28,7 @@ def run(backend: str, *, tile_size: int | None = None, **arguments: object) -> R
         arguments.get("synthetic_conditional_rates"),
     )
     if backend == "triton":
-        return launch(inputs, tile_size=tile_size)
+        return launch(inputs, tile_size=tile_size, fused=fused)
     from spectune.kernels._launcher import tile_size_for
 
     return rejection_sample_from_inputs(inputs, tile_size=tile_size or tile_size_for(inputs.vocab_size))
