@@ -35,6 +35,8 @@ _BULK_TILES_PER_PROGRAM = 16
 # Up to this many tiles an SM a program reads one tile (the loop's prologue did not pay: R=64, K=3
 # measured 48 µs one-hot with one tile a program, 52 with two).
 _ONE_TILE_PROGRAMS_PER_SM = 128
+# Pass A's register cap for 16-bit logits read with plain loads (see launch).
+_SIXTEEN_BIT_REGISTERS = 72
 _sm_counts: dict[int, int] = {}
 
 
@@ -214,6 +216,7 @@ def launch(
     bulk_copies: bool | None = None,
     decide_warps: int | None = None,
     split_draft: bool | None = None,
+    max_registers: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs.
 
@@ -224,7 +227,8 @@ def launch(
     in flight per program), ``bulk_copies`` (pass A reads through tensor-memory-access descriptors;
     default: for large fp32 grids whose logits' addresses and strides allow), ``decide_warps``
     (the unfused first decision's) and ``split_draft`` (pass A reads draft rows in programs of their
-    own instead of beside their target rows; default: unfused fp32 grids) are for tests and
+    own instead of beside their target rows; default: unfused grids) and ``max_registers`` (pass
+    A's registers per thread, compiled only; default: a cap for 16-bit logits) are for tests and
     benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
@@ -297,8 +301,15 @@ def launch(
         draft_desc = _descriptor(draft, block_requests, tile) if has_draft else target_desc
     if split_draft is None:
         # fp32 at R=256, K=7 with draft logits: pass A 458 µs against 512 beside the target rows (R=64,
-        # K=7: 148 against 159 µs per call); bf16 measured slower split (386 against 370 µs).
-        split_draft = not fused and target.dtype == torch.float32
+        # K=7: 148 against 159 µs per call); bf16 likewise once its registers are capped (below).
+        split_draft = not fused
+    if max_registers is None and not (fused or interpreting or bulk_copies) and target.element_size() == 2:
+        if num_warps == 4 and tiles_per_program == 1:
+            # 16-bit tiles are 8 KB, so a program holds few bytes in flight and occupancy sets the
+            # read rate: at 87 registers 5 programs an SM, capped at 72 (ptxas spills 12 bytes) 7.
+            # bf16 R=256, K=7: one-hot 197 -> 170 µs, draft logits 369 -> 334 (cap 80: 181 / 353;
+            # 64, which spills 44 bytes: 199 / 346).
+            max_registers = _SIXTEEN_BIT_REGISTERS
     split_draft = split_draft and has_draft and num_drafts > 0
     pass_a_rows = num_rows + (num_drafts if split_draft else 0)
     verify_module._verify_kernel[(num_blocks, pass_a_rows, num_chunks)](
@@ -312,6 +323,7 @@ def launch(
         tokens_ptr=tokens, num_tokens_ptr=num_tokens, HAS_DRAFT=has_draft, FUSED=fused,
         TILES_PER_PROGRAM=tiles_per_program, STAGES=stages, USE_TMA=bulk_copies, SPLIT_DRAFT=split_draft,
         num_warps=num_warps, num_stages=1, **shared,
+        **({"maxnreg": max_registers} if max_registers and not interpreting else {}),
     )
     if not fused:
         verify_module._decide_kernel[(num_blocks,)](

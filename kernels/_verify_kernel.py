@@ -240,12 +240,13 @@ def _tile_statistics(
                 first = tl.min(tl.where(mask & (sanitize(logits) == tile_max[:, None]), vocab_ids[None, :], vocab), axis=1)
                 tl.store(tile_sum_ptr + stat, first.to(tl.float32, bitcast=True), mask=greedy)
         if tl.max(sampled.to(tl.int32)) > 0:
-            logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
+            logits, _, mass = _tile_mass_checked(logits, tile_max, scale)
             tl.store(tile_sum_ptr + stat, mass, mask=sampled)
             if tl.max((sampled & in_tile).to(tl.int32)) > 0:  # the draft token's own tile
                 hit = vocab_ids[None, :] == draft[:, None]
                 at_draft = tl.max(tl.where(hit, logits, float("-inf")), axis=1)
-                excluded = tl.sum(tl.where(hit, 0.0, weights), axis=1)
+                # The weights again (one tile in num_tiles): keeping them live cost registers.
+                excluded = tl.sum(tl.where(hit, 0.0, _tile_mass(logits, tile_max, scale)), axis=1)
                 tl.store(at_draft_ptr + per_row, at_draft, mask=sampled & in_tile)
                 tl.store(excluded_sum_ptr + per_row, excluded, mask=sampled & in_tile)
             if HAS_DRAFT:

@@ -91,6 +91,7 @@ def test_fused_and_separate_decisions_give_the_same_tokens(method, with_draft_lo
     dict(bulk_copies=True, tiles_per_program=3, stages=3, split_draft=True),
     dict(bulk_copies=False, tiles_per_program=2, split_draft=False),
     dict(bulk_copies=False, tiles_per_program=1, split_draft=True, fused=True),
+    dict(bulk_copies=False, tiles_per_program=1, fused=False, max_registers=72),  # compiled only
 ])
 def test_pass_a_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
     # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk), copies
