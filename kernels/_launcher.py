@@ -35,8 +35,9 @@ _BULK_TILES_PER_PROGRAM = 16
 # Up to this many tiles an SM a program reads one tile (the loop's prologue did not pay: R=64, K=3
 # measured 48 µs one-hot with one tile a program, 52 with two).
 _ONE_TILE_PROGRAMS_PER_SM = 128
-# Pass A's register cap for 16-bit logits read with plain loads (see launch).
+# Pass A's register caps with plain loads, one tile a program (see launch).
 _SIXTEEN_BIT_REGISTERS = 72
+_FP32_REGISTERS = 80
 _sm_counts: dict[int, int] = {}
 
 
@@ -228,7 +229,7 @@ def launch(
     default: for large fp32 grids whose logits' addresses and strides allow), ``decide_warps``
     (the unfused first decision's) and ``split_draft`` (pass A reads draft rows in programs of their
     own instead of beside their target rows; default: unfused grids) and ``max_registers`` (pass
-    A's registers per thread, compiled only; default: a cap for 16-bit logits) are for tests and
+    A's registers per thread, compiled only; default: a cap where programs read one tile) are for tests and
     benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
@@ -303,13 +304,13 @@ def launch(
         # fp32 at R=256, K=7 with draft logits: pass A 458 µs against 512 beside the target rows (R=64,
         # K=7: 148 against 159 µs per call); bf16 likewise once its registers are capped (below).
         split_draft = not fused
-    if max_registers is None and not (fused or interpreting or bulk_copies) and target.element_size() == 2:
-        if num_warps == 4 and tiles_per_program == 1:
-            # 16-bit tiles are 8 KB, so a program holds few bytes in flight and occupancy sets the
-            # read rate: at 87 registers 5 programs an SM, capped at 72 (ptxas spills 12 bytes) 7.
-            # bf16 R=256, K=7: one-hot 197 -> 170 µs, draft logits 369 -> 334 (cap 80: 181 / 353;
-            # 64, which spills 44 bytes: 199 / 346).
-            max_registers = _SIXTEEN_BIT_REGISTERS
+    if max_registers is None and not (fused or interpreting or bulk_copies) and num_warps == 4 and tiles_per_program == 1:
+        # A program holds one tile in flight (16 KB fp32, 8 KB 16-bit), so occupancy sets the read
+        # rate. 16-bit: 87 registers give 5 programs an SM, capped at 72 (ptxas spills 12 bytes) 7;
+        # bf16 R=256, K=7: one-hot 197 -> 170 µs, draft logits 369 -> 334 (cap 80: 181 / 353; 64,
+        # which spills 44 bytes: 199 / 346). fp32: 96 -> 78 registers (no spill), 5 -> 6 programs;
+        # R=64, K=3: one-hot 48.0 -> 46.7, draft 82.8 -> 81.0 µs (cap 72: 47.9 / 84.4).
+        max_registers = _SIXTEEN_BIT_REGISTERS if target.element_size() == 2 else _FP32_REGISTERS
     split_draft = split_draft and has_draft and num_drafts > 0
     pass_a_rows = num_rows + (num_drafts if split_draft else 0)
     verify_module._verify_kernel[(num_blocks, pass_a_rows, num_chunks)](
