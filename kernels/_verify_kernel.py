@@ -75,23 +75,16 @@ def _verify_kernel(
     live = requests < num_requests
     temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
     sampled = live & (temperature > 0)
-    if SPLIT_DRAFT:  # rows K+1.. are the draft rows, each read by its own programs
-        if row > num_drafts:
-            if tl.max(sampled.to(tl.int32)) > 0:  # greedy requests never read draft logits
-                _row_statistics(
-                    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
-                    draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
-                    draft_at_draft_ptr, block, row - num_drafts - 1, chunk, requests, live, temperature,
-                    num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                    False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
-                )
-        else:
+    # With SPLIT_DRAFT the grid's rows K+1.. are the draft rows, each read by programs of its own;
+    # greedy requests never read draft logits.
+    if (row > num_drafts) & SPLIT_DRAFT:
+        if tl.max(sampled.to(tl.int32)) > 0:
             _row_statistics(
                 target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
                 draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
-                draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
+                draft_at_draft_ptr, block, row - num_drafts - 1, chunk, requests, live, temperature,
                 num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                False, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
+                False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
             )
     else:
         _row_statistics(
@@ -99,7 +92,7 @@ def _verify_kernel(
             draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
             draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
             num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
+            HAS_DRAFT and not SPLIT_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
         )
 
     if FUSED:  # release this program's statistics; the last arrival of the request block decides
