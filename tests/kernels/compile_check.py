@@ -27,16 +27,18 @@ POINTER_DTYPES = {
 }
 
 
-def signature(fn, constexprs):
+def signature(fn, constexprs, logits=None):
+    """Argument types; ``logits`` ("*fp32", "*bf16") sets both logit tensors' type if given."""
+    dtypes = dict(POINTER_DTYPES, **({"target_ptr": logits, "draft_logits_ptr": logits} if logits else {}))
     sig = {}
     for name in fn.arg_names:
         if name in constexprs:
             sig[name] = "constexpr"
         elif name.endswith("_desc"):  # bulk-copy descriptors, or unused pointers without them
-            dtype = POINTER_DTYPES["target_ptr" if name == "target_desc" else "draft_logits_ptr"]
+            dtype = dtypes["target_ptr" if name == "target_desc" else "draft_logits_ptr"]
             sig[name] = f"tensordesc<{dtype[1:]}[1, 1, {constexprs['TILE']}]>" if constexprs.get("USE_TMA") else dtype
         elif name.endswith("_ptr"):
-            sig[name] = POINTER_DTYPES.get(name, "*fp32")
+            sig[name] = dtypes.get(name, "*fp32")
         elif name.startswith(("target_stride", "draft_stride")):
             sig[name] = "i64"
         else:
@@ -44,14 +46,14 @@ def signature(fn, constexprs):
     return sig
 
 
-def compile_variant(fn, **constexprs):
+def compile_variant(fn, options=None, logits=None, **constexprs):
     # Pointers, strides and the vocabulary as the launcher sees them for V = 128256: divisible by 16.
     aligned = {
         (i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
         if name not in constexprs and (name.endswith("_ptr") or "stride" in name or name == "vocab")
     }
-    source = ASTSource(fn=fn, signature=signature(fn, constexprs), constexprs=constexprs, attrs=aligned)
-    return triton.compile(source, target=TARGET, options={"num_warps": 8})
+    source = ASTSource(fn=fn, signature=signature(fn, constexprs, logits), constexprs=constexprs, attrs=aligned)
+    return triton.compile(source, target=TARGET, options=options or {"num_warps": 8})
 
 
 def resources(kernel) -> str:
@@ -86,16 +88,35 @@ def variants():
         yield _residual_kernel._decide_residual_kernel, dict(METHOD=method, **common)
 
 
+def launched_pass_a():
+    """Pass A as the launcher compiles it for large grids at V = 128256: (logits, options, constexprs).
+
+    Bulk copies (fp32, R=256-sized grids) and plain loads under the launcher's register caps, which
+    may spill a few bytes (the caps measured faster anyway; see ``_launcher.launch``).
+    """
+    from spectune.kernels import _launcher
+
+    common = dict(METHOD=0, FUSED=False, TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=32)
+    for has_draft in (False, True):
+        draft = dict(HAS_DRAFT=has_draft, SPLIT_DRAFT=has_draft, **common)
+        yield "*fp32", {"num_warps": 4}, dict(USE_TMA=True, TILES_PER_PROGRAM=16, STAGES=_launcher._STAGES, **draft)
+        for logits, cap in (("*fp32", _launcher._FP32_REGISTERS), ("*bf16", _launcher._SIXTEEN_BIT_REGISTERS)):
+            yield logits, {"num_warps": 4, "maxnreg": cap}, dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft)
+
+
 def main() -> int:
     show_resources = "--resources" in sys.argv
-    for fn, constexprs in variants():
+    jobs = [(fn, None, None, constexprs, "ok") for fn, constexprs in variants()]
+    jobs += [(_verify_kernel._verify_kernel, options, logits, constexprs, "launched")
+             for logits, options, constexprs in launched_pass_a()]
+    for fn, options, logits, constexprs, tag in jobs:
         try:
-            kernel = compile_variant(fn, **constexprs)
+            kernel = compile_variant(fn, options, logits, **constexprs)
         except Exception as error:  # report which variant broke, then fail
             print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
             return 1
         extra = resources(kernel) if show_resources else ""
-        print(f"ok {fn.__name__} {constexprs} {extra}", flush=True)
+        print(f"{tag} {fn.__name__} {logits or ''} {options or ''} {constexprs} {extra}", flush=True)
     return 0
 
 

@@ -1,6 +1,8 @@
-"""Every kernel variant compiles for sm_90 without spills or a stack frame (no GPU needed)."""
+"""Every kernel variant compiles for sm_90 without spills or a stack frame, and pass A as launched
+for large grids spills at most a few bytes (no GPU needed)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,15 @@ def test_kernels_compile_for_sm90_without_a_gpu():
         [sys.executable, str(script), "--resources"], env=environment, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("ok ") == 45, result.stdout
     # A replicated layout shows as a stack frame and spills (once 12 KB per thread in a decision).
-    assert result.stdout.count("spill_stores=0 stack=0") == 45, result.stdout
+    variants = [line for line in result.stdout.splitlines() if line.startswith("ok ")]
+    assert len(variants) == 45, result.stdout
+    assert all(line.endswith("spill_stores=0 stack=0") for line in variants), result.stdout
+    # Pass A as launched for large grids, register caps included: at most a few spilled bytes (4 and
+    # 12 at 2fac9a6, measured fast), never the kilobytes a layout change or new live values bring.
+    launched = [line for line in result.stdout.splitlines() if line.startswith("launched ")]
+    assert len(launched) == 6, result.stdout
+    for line in launched:
+        spills = int(re.search(r"spill_stores=(\d+)", line).group(1))
+        stack = int(re.search(r"stack=(\d+)", line).group(1))
+        assert spills <= 16 and stack <= 16, line
