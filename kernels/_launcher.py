@@ -227,10 +227,10 @@ def launch(
     ``tiles_per_program`` (pass A's tiles of one row per program, read in turn), ``stages`` (copies
     in flight per program), ``bulk_copies`` (pass A reads through tensor-memory-access descriptors;
     default: for large fp32 grids whose logits' addresses and strides allow), ``decide_warps``
-    (the unfused first decision's) and ``split_draft`` (pass A reads draft rows in programs of their
+    (the unfused first decision's), ``split_draft`` (pass A reads draft rows in programs of their
     own instead of beside their target rows; default: unfused grids) and ``max_registers`` (pass
-    A's registers per thread, compiled only; default: a cap where programs read one tile) are for tests and
-    benchmarks; none changes a token.
+    A's registers per thread, compiled only; default: a cap where a program reads one tile) are
+    for tests and benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
     target = inputs.target_logits
