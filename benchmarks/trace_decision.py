@@ -45,7 +45,8 @@ STAMPS = ["start", "pass A", "ticket", "statistics", "acceptance", "round trip",
           "write"]
 # (file, anchor, text before the anchor, text after the anchor)
 INSERTIONS = [
-    ("_verify_kernel.py", "METHOD_STANDARD: tl.constexpr", HELPERS, ""),
+    ("_verify_kernel.py", "from ._decision import _decide\n", "", HELPERS),
+    ("_decision.py", "METHOD_STANDARD: tl.constexpr", HELPERS, ""),
     ("_verify_kernel.py", "    block = tl.program_id(0)\n    row = tl.program_id(1)\n",
      "    trace_start = _trace_clock()\n    trace_wall = tl.extra.cuda.globaltimer()\n", ""),
     ("_verify_kernel.py", "        tl.debug_barrier()\n        ticket = tl.atomic_add(counter_ptr + block, 1, sem=\"acq_rel\")\n",
@@ -54,13 +55,13 @@ INSERTIONS = [
      "            trace_slots = row_info_ptr.to(tl.pointer_type(tl.int64)) + 24\n"
      "            tl.store(trace_slots + 0, trace_start)\n            tl.store(trace_slots + 1, trace_pass_a)\n"
      "            _trace_stamp(row_info_ptr, 2)\n            tl.store(trace_slots + 20, trace_wall)\n"),
-    ("_verify_kernel.py", "    prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)\n",
+    ("_decision.py", "    prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)\n",
      "", "    _trace_stamp(row_info_ptr, 3)\n"),
-    ("_verify_kernel.py", "    # Round-trip tau through memory", "    _trace_stamp(row_info_ptr, 4)\n", ""),
-    ("_verify_kernel.py", "    at_tau = rows[None, :] == tau[:, None]\n    row_offset = requests * target_stride_r",
+    ("_decision.py", "    # Round-trip tau through memory", "    _trace_stamp(row_info_ptr, 4)\n", ""),
+    ("_decision.py", "    at_tau = rows[None, :] == tau[:, None]\n    row_offset = requests * target_stride_r",
      "    _trace_stamp(row_info_ptr, 5)\n", ""),
-    ("_verify_kernel.py", "    drawn = sampled & ~deferred\n", "    _trace_stamp(row_info_ptr, 6)\n", ""),
-    ("_verify_kernel.py",
+    ("_decision.py", "    drawn = sampled & ~deferred\n", "    _trace_stamp(row_info_ptr, 6)\n", ""),
+    ("_decision.py",
      "    write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live & ~deferred, num_drafts, ROWS_PAD)\n",
      "    _trace_stamp(row_info_ptr, 7)\n",
      "    _trace_stamp(row_info_ptr, 8)\n"

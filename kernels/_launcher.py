@@ -130,11 +130,11 @@ def _padded(n: int, minimum: int) -> int:
     return max(minimum, _next_power_of_two(n))
 
 
-def _kernel_modules() -> tuple[ModuleType, ModuleType]:
+def _kernel_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
     """Import the kernels on first use, so TRITON_INTERPRET set after ``import spectune`` still counts."""
-    from . import _residual_kernel, _verify_kernel
+    from . import _decision, _residual_kernel, _verify_kernel
 
-    return _verify_kernel, _residual_kernel
+    return _verify_kernel, _decision, _residual_kernel
 
 
 def _check_device(inputs: VerifyInputs) -> bool:
@@ -148,7 +148,7 @@ def _check_device(inputs: VerifyInputs) -> bool:
         )
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"target_logits: device must be cpu or cuda, got {device}")
-    verify_module, _ = _kernel_modules()
+    verify_module, _, _ = _kernel_modules()
     from triton.runtime.interpreter import InterpretedFunction
 
     compiled_here = not isinstance(verify_module._verify_kernel, InterpretedFunction)
@@ -294,7 +294,7 @@ def launch(
         decide_warps = 4 if has_draft and num_blocks > sm_count else direct_warps
     if num_warps is None:
         num_warps = direct_warps if fused else 4
-    verify_module, residual_module = _kernel_modules()
+    verify_module, decision_module, residual_module = _kernel_modules()
     decide_shared = {k: v for k, v in shared.items() if not k.startswith("draft_stride")}
     target_desc = draft_desc = target  # placeholders: the kernel reads them only when bulk_copies
     if bulk_copies:
@@ -327,7 +327,7 @@ def launch(
         **({"maxnreg": max_registers} if max_registers and not interpreting else {}),
     )
     if not fused:
-        verify_module._decide_kernel[(num_blocks,)](
+        decision_module._decide_kernel[(num_blocks,)](
             target_ptr=target, draft_tokens_ptr=draft_tokens, temperature_ptr=temperature, seed_ptr=seed,
             rates_ptr=rates, tile_max_ptr=work.tile_max, tile_sum_ptr=work.tile_sum, draft_first_max_ptr=work.draft_first_max,
             draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._sampling import inverse_cdf, row_uniforms, sanitize, write_tokens
-from ._verify_kernel import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers, _temperature_scale
+from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers
+from ._sampling import inverse_cdf, row_uniforms, sanitize, temperature_scale, write_tokens
 
 PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
 
@@ -43,7 +43,7 @@ def _residual_kernel(
     if tl.max(deferred.to(tl.int32)) == 0:
         return
     temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
-    scale = _temperature_scale(temperature)
+    scale = temperature_scale(temperature)
     first_row = tl.min(tl.where(deferred, lo, ROWS_PAD)) + slot
     last_row = tl.max(tl.where(deferred, hi, -1))
     for row in range(first_row, last_row + 1, SLOTS):
@@ -164,7 +164,7 @@ def _decide_residual(
     at_tau = rows[None, :] == tau[:, None]
     # Re-read the chosen tile of row tau (target and draft) and draw the token inside it.
     temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
-    scale = _temperature_scale(temperature)
+    scale = temperature_scale(temperature)
     has_tile = deferred & (chosen >= 0)
     tile_weights = _residual_weights(
         target_ptr, draft_logits_ptr, row_info_ptr, requests, has_tile, tau, tl.maximum(chosen, 0), scale,

@@ -39,6 +39,14 @@ def row_uniforms(seed, row, PURPOSE: tl.constexpr):
 
 
 @triton.jit
+def temperature_scale(temperature):
+    """log2(e) * min(1 / T, MAX_INV_TEMPERATURE) for sampled requests, 1 for greedy ones."""
+    sampled = temperature > 0
+    inverse = tl.minimum(1.0 / tl.where(sampled, temperature, 1.0), MAX_INV_TEMPERATURE)
+    return tl.where(sampled, LOG2E * inverse, 1.0)
+
+
+@triton.jit
 def sanitize(logits):
     """float32 logits with NaN -> -inf and +inf -> HUGE_LOGIT (so max/argmax/exp stay defined)."""
     logits = tl.where(logits == logits, logits, float("-inf"))

@@ -1,4 +1,4 @@
-"""Pass A: one read of every logit, then the per-request decision.
+"""Pass A: one read of every logit into per-tile statistics, and the fused small-grid decision.
 
 Grid ``(cdiv(R, BLOCK_R), K+1 (+K with SPLIT_DRAFT), cdiv(num_tiles, TILES_PER_PROGRAM))``: a
 program reduces TILES_PER_PROGRAM vocabulary tiles of one row in turn, for ``BLOCK_R`` requests:
@@ -8,14 +8,8 @@ tile's statistics -- max, sum of 2**((l - max) * log2(e)/T), the draft token's l
 tile's mass without it, and for greedy requests where the draft's tile first reaches its max (in
 a fused launch, where every tile does: the decision then re-reads no tile for them). Tiles come
 through plain loads or, with USE_TMA, bulk copies into shared memory pipelined STAGES deep across
-the program's tiles. The decision (``_decide``: a separate launch, or the last program of a
-request block to take a ticket when FUSED) combines the statistics into per-row softmax
-normalisers, decides acceptance (greedy, standard, block, synthetic) and draws the emitted token
-by choosing a tile by mass and re-reading only that tile. Draft-logit residuals max(p - q, 0)
-need global normalisers, so those requests are handed to pass B (``_residual_kernel.py``) with a
-plan.
-
-Method codes (constexpr METHOD): 0 standard, 1 block, 2 synthetic.
+the program's tiles. With FUSED the last program of a request block to take a ticket runs the
+decision (``_decision.py``) itself; otherwise the decision is its own launch.
 """
 
 from __future__ import annotations
@@ -23,30 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._sampling import (
-    LOG2E,
-    first_max_in_tile,
-    LOG_RATIO_CLAMP,
-    MAX_INV_TEMPERATURE,
-    inverse_cdf,
-    row_uniforms,
-    sample_in_tile,
-    sanitize,
-    write_tokens,
-)
-
-METHOD_STANDARD: tl.constexpr = tl.constexpr(0)
-METHOD_BLOCK: tl.constexpr = tl.constexpr(1)
-METHOD_SYNTHETIC: tl.constexpr = tl.constexpr(2)
-PURPOSE_VERIFY: tl.constexpr = tl.constexpr(0)
-
-
-@triton.jit
-def _temperature_scale(temperature):
-    """log2(e) * min(1 / T, MAX_INV_TEMPERATURE) for sampled requests, 1 for greedy ones."""
-    sampled = temperature > 0
-    inverse = tl.minimum(1.0 / tl.where(sampled, temperature, 1.0), MAX_INV_TEMPERATURE)
-    return tl.where(sampled, LOG2E * inverse, 1.0)
+from ._decision import _decide
+from ._sampling import sanitize, temperature_scale
 
 
 @triton.jit
@@ -121,7 +93,7 @@ def _row_statistics(
     """This program's tiles of one row: target row ``row`` (with its draft row when HAS_DRAFT) or,
     DRAFT_ONLY, draft row ``row`` alone."""
     sampled = live & (temperature > 0)
-    scale = _temperature_scale(temperature)
+    scale = temperature_scale(temperature)
     is_draft_row = row < num_drafts
     draft = tl.load(draft_tokens_ptr + requests * num_drafts + row, mask=live & is_draft_row, other=-1)
     per_row = requests * (num_drafts + 1) + row
@@ -261,248 +233,3 @@ def _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, dra
         hit = vocab_ids[None, :] == draft[:, None]
         d_at_draft = tl.max(tl.where(hit, d_values, float("-inf")), axis=1)
         tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
-
-
-@triton.jit
-def _decide_kernel(
-    target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-    tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
-):
-    """The decision as its own launch (grid: request blocks), after an unfused ``_verify_kernel``."""
-    _decide(
-        tl.program_id(0), target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-        at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-        tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-        target_stride_r, target_stride_k,
-        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
-    )
-
-
-@triton.jit
-def _row_normalisers(max_ptr, sum_ptr, index3, mask3, sum_mask3, scale):
-    """Combine tile statistics [B, ROWS, TILES] into per-row max, mass and per-tile weights.
-
-    mask3 selects the tile maxima that were written, sum_mask3 the sums (sampled requests only).
-    Returns tile_max [B, ROWS, TILES], row reference max [B, ROWS] (0 for rows without a finite
-    logit), row mass [B, ROWS] = sum_v 2**((l_v - ref) * scale), tile weights [B, ROWS, TILES].
-    """
-    tile_max = tl.load(max_ptr + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
-    tile_sum = tl.load(sum_ptr + index3, mask=sum_mask3, other=0.0, cache_modifier=".cg")
-    row_max = tl.max(tile_max, axis=2)
-    reference = tl.where(row_max == float("-inf"), 0.0, row_max)
-    exponent = (tile_max - reference[:, :, None]) * scale[:, None, None]
-    tile_weight = tl.where(tile_max == float("-inf"), 0.0, tile_sum * tl.exp2(exponent))
-    return tile_max, reference, tl.sum(tile_weight, axis=2), tile_weight
-
-
-@triton.jit
-def _prob_at(at_ptr, row_index, mask, reference, mass, scale):
-    """softmax probability of the draft token at each row: 2**((l_x - ref) * scale) / mass."""
-    at = tl.load(at_ptr + row_index, mask=mask, other=float("-inf"), cache_modifier=".cg")
-    prob = tl.exp2((at - reference) * scale[:, None]) / tl.where(mass > 0, mass, 1.0)
-    return tl.where(mask & (mass > 0), prob, 0.0)
-
-
-@triton.jit
-def _decide(
-    block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-    tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
-):
-    """Acceptance and the emitted token for one block of requests (vectorised over rows and tiles)."""
-    requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    live = requests < num_requests
-    rows = tl.arange(0, ROWS_PAD)
-    tiles = tl.arange(0, TILES_PAD)
-    num_rows = num_drafts + 1
-    temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
-    sampled = live & (temperature > 0)
-    scale = _temperature_scale(temperature)
-    seed = tl.load(seed_ptr + requests, mask=live, other=0)
-
-    row_index = requests[:, None] * num_rows + rows[None, :]  # [B, ROWS]
-    row_live = live[:, None] & (rows[None, :] < num_rows)
-    index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
-    mask3 = row_live[:, :, None] & (tiles[None, None, :] < num_tiles)
-    draft_row = live[:, None] & (rows[None, :] < num_drafts)
-    drafts = tl.load(draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :], mask=draft_row, other=-1)
-    valid = draft_row & (drafts >= 0) & (drafts < vocab)
-    num_valid = tl.min(tl.where(valid, ROWS_PAD, rows[None, :]), axis=1)
-
-    tile_max, reference, mass, tile_weight = _row_normalisers(
-        tile_max_ptr, tile_sum_ptr, index3, mask3, mask3 & sampled[:, None, None], scale
-    )
-    # Greedy: the argmax is the first index of the row maximum, in the first tile that reaches it.
-    row_max = tl.max(tile_max, axis=2)
-    first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
-    draft_first = tl.load(draft_first_max_ptr + row_index, mask=valid & ~sampled[:, None], other=-1, cache_modifier=".cg")
-    greedy_accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
-
-    prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)
-    # Every row's mass without its draft token, loaded now rather than after tau is known.
-    excluded_sums = tl.load(excluded_sum_ptr + row_index, mask=valid & sampled[:, None], other=0.0, cache_modifier=".cg")
-    ratio = prob
-    if HAS_DRAFT:
-        d_index3 = (requests[:, None, None] * num_drafts + rows[None, :, None]) * num_tiles + tiles[None, None, :]
-        d_mask3 = draft_row[:, :, None] & (tiles[None, None, :] < num_tiles) & sampled[:, None, None]
-        _, d_reference, d_mass, _ = _row_normalisers(
-            draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, d_mask3, scale
-        )
-        d_prob = _prob_at(
-            draft_at_draft_ptr, requests[:, None] * num_drafts + rows[None, :], valid & sampled[:, None],
-            d_reference, d_mass, scale,
-        )
-        ratio = tl.where(d_prob > 0, prob / tl.where(d_prob > 0, d_prob, 1.0), tl.where(prob > 0, float("inf"), 0.0))
-
-    seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
-    rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
-    accept_u, tile_u, inner_u = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
-    if METHOD == METHOD_SYNTHETIC:
-        rates = tl.load(rates_ptr + rows, mask=rows < num_drafts, other=0.0)
-        accepted = valid & (accept_u < rates[None, :])
-    else:
-        accepted = tl.where(sampled[:, None], valid & (accept_u < ratio), greedy_accepted)
-    tau = tl.min(tl.where(accepted, ROWS_PAD, rows[None, :]), axis=1)
-    deferred = requests < 0  # no request goes to pass B unless a draft-logit residual needs it
-    plan_lo = tl.full((BLOCK_R,), -1, tl.int32)
-    plan_hi = tl.full((BLOCK_R,), -1, tl.int32)
-    prefix = tl.full((BLOCK_R, ROWS_PAD), 1.0, tl.float32)
-    if METHOD == METHOD_BLOCK:
-        log_ratio = tl.log2(tl.where(ratio > 0, ratio, 1.0))
-        log_ratio = tl.where(ratio > 0, tl.minimum(log_ratio, LOG_RATIO_CLAMP), -LOG_RATIO_CLAMP)
-        log_step = tl.where(rows[None, :] < num_valid[:, None], log_ratio, 0.0)
-        # Sums and running maxima over at most ROWS_PAD rows, as [B, ROWS, ROWS] masked reductions.
-        earlier = rows[None, :, None] > rows[None, None, :]  # [1, k, j]: j < k
-        exclusive = tl.sum(tl.where(earlier, log_step[:, None, :], 0.0), axis=2)
-        not_later = rows[None, :, None] >= rows[None, None, :]
-        log_prefix = exclusive - tl.max(tl.where(not_later, exclusive[:, None, :], float("-inf")), axis=2)
-        prefix = tl.exp2(log_prefix)
-        at_end = rows[None, :] == num_valid[:, None]
-        if HAS_DRAFT:
-            prefix_at_end = tl.sum(tl.where(at_end, prefix, 0.0), axis=1)
-            u_at_end = tl.sum(tl.where(at_end, accept_u, 0.0), axis=1)
-            top_passes = (num_valid >= 1) & (u_at_end < prefix_at_end)
-            deferred = sampled & (num_valid >= 1) & ~top_passes
-            lo = tl.max(tl.where((rows[None, :] < num_valid[:, None]) & (log_prefix == 0.0), rows[None, :], 0), axis=1)
-            plan_lo = tl.where(deferred, lo, -1)
-            plan_hi = tl.where(deferred, num_valid - 1, -1)
-            tau = tl.where(sampled, tl.where(top_passes, num_valid, 0), tau)
-        else:
-            residual = prefix * (1.0 - prob)
-            denominator = residual + 1.0 - prefix
-            threshold = tl.where(denominator > 0, residual / tl.where(denominator > 0, denominator, 1.0), 1.0)
-            threshold = tl.where(at_end, prefix, threshold)
-            passes = (rows[None, :] >= 1) & (rows[None, :] <= num_valid[:, None]) & (accept_u < threshold)
-            tau = tl.where(sampled, tl.max(tl.where(passes, rows[None, :], 0), axis=1), tau)
-    elif HAS_DRAFT:
-        deferred = sampled & (tau < num_valid)
-        plan_lo = tl.where(deferred, tau, -1)
-        plan_hi = plan_lo
-
-    # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile re-read
-    # below a replicated layout (block verification: a 16 KB stack frame per thread; standard: no
-    # stack, but skipping the trip measured this decision 12 -> 25 µs at R=256, K=7).
-    tl.store(plan_ptr + requests * 2, tau, mask=live)
-    tl.debug_barrier()
-    tau = tl.load(plan_ptr + requests * 2, mask=live, other=0)
-    tl.debug_barrier()
-    at_tau = rows[None, :] == tau[:, None]
-    row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
-    emitted = tl.zeros((BLOCK_R,), dtype=tl.int64)
-    greedy = live & ~sampled
-    if tl.max(greedy.to(tl.int32)) > 0:
-        tile_tau = tl.sum(tl.where(at_tau, first_tile, 0), axis=1)
-        if FUSED:  # pass A left each tile's first argmax in tile_sum
-            stat_tau = (requests * num_rows + tau) * num_tiles + tile_tau
-            first = tl.load(tile_sum_ptr + stat_tau, mask=greedy, other=0.0, cache_modifier=".cg")
-            greedy_token = first.to(tl.int32, bitcast=True).to(tl.int64)
-        else:
-            greedy_token = first_max_in_tile(
-                target_ptr, row_offset, tile_tau, tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), greedy, vocab, TILE,
-            )
-        emitted = tl.where(greedy, greedy_token, emitted)
-    drawn = sampled & ~deferred
-    if tl.max(drawn.to(tl.int32)) > 0:
-        sampled_token = _emit_from_target(
-            target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-            tile_u, inner_u, excluded_sums, scale, drawn,
-            vocab, target_stride_r, target_stride_k, HAS_DRAFT, TILE, TILES_PAD,
-        )
-        emitted = tl.where(drawn, sampled_token, emitted)
-    write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live & ~deferred, num_drafts, ROWS_PAD)
-    if HAS_DRAFT:
-        tl.store(plan_ptr + requests * 2, plan_lo, mask=live)
-        tl.store(plan_ptr + requests * 2 + 1, plan_hi, mask=live)
-        if tl.max(deferred.to(tl.int32)) > 0:
-            _store_row_info(
-                row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix,
-                draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, scale,
-            )
-
-
-@triton.jit
-def _store_row_info(
-    row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix,
-    draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, scale,
-):
-    """For pass B: per draft row, the target and draft (reference max, log2 mass) and the prefix ratio."""
-    _, d_reference, d_mass, _ = _row_normalisers(
-        draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, d_mask3, scale
-    )
-    base = (requests[:, None] * num_drafts + rows[None, :]) * 5
-    mask = deferred[:, None] & (rows[None, :] < num_drafts)
-    tl.store(row_info_ptr + base, reference, mask=mask)
-    tl.store(row_info_ptr + base + 1, tl.log2(tl.where(mass > 0, mass, 1.0)), mask=mask)
-    tl.store(row_info_ptr + base + 2, d_reference, mask=mask)
-    tl.store(row_info_ptr + base + 3, tl.log2(tl.where(d_mass > 0, d_mass, 1.0)), mask=mask)
-    tl.store(row_info_ptr + base + 4, prefix, mask=mask)
-
-
-@triton.jit
-def _emit_from_target(
-    target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-    tile_u, inner_u, excluded_sums, scale, active,
-    vocab, target_stride_r, target_stride_k, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
-    TILES_PAD: tl.constexpr,
-):
-    """Token at row tau from the plain target, or (one-hot drafts, tau < n) the target without x_tau.
-
-    A residual without mass falls back to the plain target; a row without mass gives token 0.
-    """
-    tiles = tl.arange(0, TILES_PAD)
-    at_tau3 = at_tau[:, :, None]
-    weights = tl.sum(tl.where(at_tau3, tile_weight, 0.0), axis=1)  # [B, TILES]
-    maxima = tl.max(tl.where(at_tau3, tile_max, float("-inf")), axis=1)
-    ref_tau = tl.sum(tl.where(at_tau, reference, 0.0), axis=1)
-    tile_u_tau = tl.sum(tl.where(at_tau, tile_u, 0.0), axis=1)
-    inner_u_tau = tl.sum(tl.where(at_tau, inner_u, 0.0), axis=1)
-    excluded = tl.full(tau.shape, -1, tl.int64)
-    if not HAS_DRAFT:
-        draft_tau = tl.sum(tl.where(at_tau, drafts, 0), axis=1)
-        exclude = active & (tau < num_valid)
-        excluded_sum = tl.where(exclude, tl.sum(tl.where(at_tau, excluded_sums, 0.0), axis=1), 0.0)
-        draft_tile = (draft_tau // TILE).to(tl.int32)
-        own = tiles[None, :] == draft_tile[:, None]
-        own_max = tl.max(tl.where(own, maxima, float("-inf")), axis=1)
-        own_weight = excluded_sum * tl.exp2((own_max - ref_tau) * scale)
-        without = tl.where(own, tl.where(own_max == float("-inf"), 0.0, own_weight)[:, None], weights)
-        use_residual = exclude & (tl.sum(without, axis=1) > 0)
-        weights = tl.where(use_residual[:, None], without, weights)
-        excluded = tl.where(use_residual, draft_tau, -1)
-    chosen = inverse_cdf(weights, tile_u_tau, tiles)
-    chosen_max = tl.max(tl.where(tiles[None, :] == chosen[:, None], maxima, float("-inf")), axis=1)
-    row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
-    token = sample_in_tile(
-        target_ptr, row_offset, chosen, chosen_max, scale, excluded, inner_u_tau, active & (chosen >= 0), vocab, TILE
-    )
-    return tl.where(chosen >= 0, token, 0)

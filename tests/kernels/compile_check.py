@@ -17,7 +17,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from spectune.kernels import _residual_kernel, _verify_kernel  # noqa: E402
+from spectune.kernels import _decision, _residual_kernel, _verify_kernel  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 POINTER_DTYPES = {
@@ -82,7 +82,7 @@ def variants():
                             METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, USE_TMA=tma,
                             TILES_PER_PROGRAM=per_program, STAGES=stages, SPLIT_DRAFT=split, **common,
                         )
-            yield _verify_kernel._decide_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)
+            yield _decision._decide_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)
         for fused in (False, True):
             yield _residual_kernel._residual_kernel, dict(METHOD=method, FUSED=fused, SLOTS=7 if method == 1 else 1, **common)
         yield _residual_kernel._decide_residual_kernel, dict(METHOD=method, **common)
