@@ -1,7 +1,9 @@
 """Compile every kernel variant for sm_90 without a GPU (run as a script, without TRITON_INTERPRET).
 
 Catches code that Triton's interpreter runs but its compiler rejects (break/continue, return in a
-loop, interpreter-only builtins). Prints one line per variant; exits 1 on the first failure.
+loop, interpreter-only builtins). Prints one line per variant; exits 1 on the first failure. Also
+compiles pass A as launched for large grids, and the fused kernel as ``benchmarks/trace_decision.py``
+instruments it (so that tool's anchors keep matching the kernels).
 """
 
 import os
@@ -104,19 +106,40 @@ def launched_pass_a():
             yield logits, {"num_warps": 4, "maxnreg": cap}, dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft)
 
 
+def traced_fused_kernel(directory: str):
+    """The fused pass A + decision from ``benchmarks/trace_decision.py``'s instrumented copy."""
+    import importlib
+    import pathlib
+
+    import spectune.kernels
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+    import trace_decision
+
+    source = pathlib.Path(spectune.kernels.__file__).parent
+    package = trace_decision.instrumented_package(source, pathlib.Path(directory) / "traced")
+    traced = importlib.import_module(f"{package.__name__}._verify_kernel")
+    common = dict(METHOD=0, FUSED=True, USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, SPLIT_DRAFT=False,
+                  TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=32)
+    for has_draft in (False, True):
+        yield traced._verify_kernel, dict(HAS_DRAFT=has_draft, **common)
+
+
 def main() -> int:
     show_resources = "--resources" in sys.argv
     jobs = [(fn, None, None, constexprs, "ok") for fn, constexprs in variants()]
     jobs += [(_verify_kernel._verify_kernel, options, logits, constexprs, "launched")
              for logits, options, constexprs in launched_pass_a()]
-    for fn, options, logits, constexprs, tag in jobs:
-        try:
-            kernel = compile_variant(fn, options, logits, **constexprs)
-        except Exception as error:  # report which variant broke, then fail
-            print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
-            return 1
-        extra = resources(kernel) if show_resources else ""
-        print(f"{tag} {fn.__name__} {logits or ''} {options or ''} {constexprs} {extra}", flush=True)
+    with tempfile.TemporaryDirectory() as trace_directory:
+        jobs += [(fn, None, None, constexprs, "traced") for fn, constexprs in traced_fused_kernel(trace_directory)]
+        for fn, options, logits, constexprs, tag in jobs:
+            try:
+                kernel = compile_variant(fn, options, logits, **constexprs)
+            except Exception as error:  # report which variant broke, then fail
+                print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
+                return 1
+            extra = resources(kernel) if show_resources else ""
+            print(f"{tag} {fn.__name__} {logits or ''} {options or ''} {constexprs} {extra}", flush=True)
     return 0
 
 

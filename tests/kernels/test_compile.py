@@ -30,3 +30,5 @@ def test_kernels_compile_for_sm90_without_a_gpu():
         spills = int(re.search(r"spill_stores=(\d+)", line).group(1))
         stack = int(re.search(r"stack=(\d+)", line).group(1))
         assert spills <= 16 and stack <= 16, line
+    # benchmarks/trace_decision.py's instrumented copy still finds its anchors and compiles.
+    assert len([line for line in result.stdout.splitlines() if line.startswith("traced ")]) == 2, result.stdout
