@@ -1,17 +1,17 @@
-"""Where a fused (small-grid) call's time goes: clock stamps in the program that decides (CUDA only).
+"""Where a small-grid call's time goes: clock stamps in the program that decides (CUDA only).
 
 Copies ``spectune.kernels`` into a temporary package, inserts ``%clock64`` stamps at fixed points
-of pass A and the decision (text insertions at anchors; it stops if the code no longer has one),
-runs each method at R = 1 on the benchmark's inputs and prints the median cycles between stamps
-over 25 calls (L2 flushed before each). The stamps go to spare room at the end of the workspace's
-``row_info`` scratch; the copy is for timing only and its tokens are not checked.
+of the small-grid kernel (text insertions at anchors; it stops if the code no longer has one), runs
+each method at R = 1 on the benchmark's inputs and prints the median cycles between stamps over 25
+calls (L2 flushed before each). The stamps go to spare room after the workspace's residual masses;
+the copy is for timing only and its tokens are not checked.
 
     python benchmarks/trace_decision.py [--drafts 3 7] [--methods greedy standard_onehot ...]
 
-Phases: pass A (the deciding program's own tile), ticket (barrier and the atomic that elects it),
-statistics (tile statistics loaded and combined into normalisers), acceptance (uniforms, tau),
-round trip (tau through memory), greedy token, sampled token (tile choice, tile re-read, draw),
-write (tokens out).
+Phases of the program that decides: tile (its own tile read, statistics and draws stored), barrier
+(draft logits: waiting for every program of the request block), residual (draft logits: acceptance
+from the statistics and this tile's residual), ticket (the atomic that elects it), acceptance (one-hot
+drafts: statistics combined, acceptance, tau), decision (tiles chosen, tokens written).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 
 import kernels as bench  # benchmarks/kernels.py: the same inputs as the timing benchmark
 
-BASE = 48  # float offset of the stamps in row_info: past the K * 5 floats the decision writes (K <= 8)
+BASE = 24  # int64 stamp slots after the residual masses (7 stamps, two wall-clock readings at 20, 21)
 HELPERS = '''
 
 @triton.jit
@@ -37,38 +37,42 @@ def _trace_clock():
 
 
 @triton.jit
-def _trace_stamp(row_info_ptr, slot):
-    tl.store(row_info_ptr.to(tl.pointer_type(tl.int64)) + 24 + slot, _trace_clock())
+def _trace_write(residual_mass_ptr, used, start, tile, barrier, residual, ticket, acceptance, wall):
+    stamps = (residual_mass_ptr + (used + 1) // 2 * 2).to(tl.pointer_type(tl.int64))
+    tl.store(stamps + 0, start)
+    tl.store(stamps + 1, tile)
+    tl.store(stamps + 2, barrier)
+    tl.store(stamps + 3, residual)
+    tl.store(stamps + 4, ticket)
+    tl.store(stamps + 5, acceptance)
+    tl.store(stamps + 6, _trace_clock())
+    tl.store(stamps + 20, wall)
+    tl.store(stamps + 21, tl.extra.cuda.globaltimer())
 
 '''
-STAMPS = ["start", "pass A", "ticket", "statistics", "acceptance", "round trip", "greedy token", "sampled token",
-          "write"]
+STAMPS = ["start", "tile", "barrier", "residual", "ticket", "acceptance", "decision"]
+WRITE = ("_trace_write(residual_mass_ptr, num_requests * num_drafts * num_tiles, trace_start, trace_tile, "
+         "trace_barrier, trace_residual, trace_ticket, trace_acceptance, trace_wall)\n")
 # (file, anchor, text before the anchor, text after the anchor)
 INSERTIONS = [
-    ("_verify_kernel.py", "from ._decision import _decide\n", "", HELPERS),
-    ("_decision.py", "METHOD_STANDARD: tl.constexpr", HELPERS, ""),
-    ("_verify_kernel.py", "    block = tl.program_id(0)\n    row = tl.program_id(1)\n",
+    ("_small_grid.py", "PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)\n", "", HELPERS),
+    ("_small_grid.py", "    block = tl.program_id(0)\n    row = tl.program_id(1)\n    tile = tl.program_id(2)\n",
      "    trace_start = _trace_clock()\n    trace_wall = tl.extra.cuda.globaltimer()\n", ""),
-    ("_verify_kernel.py", "        tl.debug_barrier()\n        ticket = tl.atomic_add(counter_ptr + block, 1, sem=\"acq_rel\")\n",
-     "        trace_pass_a = _trace_clock()\n", ""),
-    ("_verify_kernel.py", "        if ticket == tl.num_programs(1) * tl.num_programs(2) - 1:\n", "",
-     "            trace_slots = row_info_ptr.to(tl.pointer_type(tl.int64)) + 24\n"
-     "            tl.store(trace_slots + 0, trace_start)\n            tl.store(trace_slots + 1, trace_pass_a)\n"
-     "            _trace_stamp(row_info_ptr, 2)\n            tl.store(trace_slots + 20, trace_wall)\n"),
-    ("_decision.py", "    prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)\n",
-     "", "    _trace_stamp(row_info_ptr, 3)\n"),
-    ("_decision.py", "    # Round-trip tau through memory", "    _trace_stamp(row_info_ptr, 4)\n", ""),
-    ("_decision.py", "    at_tau = rows[None, :] == tau[:, None]\n    row_offset = requests * target_stride_r",
-     "    _trace_stamp(row_info_ptr, 5)\n", ""),
-    ("_decision.py", "    drawn = sampled & ~deferred\n", "    _trace_stamp(row_info_ptr, 6)\n", ""),
-    ("_decision.py",
-     "    write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live & ~deferred, num_drafts, ROWS_PAD)\n",
-     "    _trace_stamp(row_info_ptr, 7)\n",
-     "    _trace_stamp(row_info_ptr, 8)\n"
-     "    tl.store(row_info_ptr.to(tl.pointer_type(tl.int64)) + 24 + 21, tl.extra.cuda.globaltimer())\n"),
-    # Room for the stamps, 8-byte aligned: row_info starts after an odd number of floats when K is odd.
-    ("_launcher.py", "float_sizes += [drafts * 5, drafts * num_tiles]", "",
-     "\n    float_sizes[6] += drafts % 2\n    float_sizes[7] += 2 * BASE"),
+    ("_small_grid.py", "    if HAS_DRAFT:\n        if STAGE == 0:\n",
+     "    trace_tile = _trace_clock()\n    trace_barrier = trace_tile\n    trace_residual = trace_tile\n", ""),
+    ("_small_grid.py", "        if STAGE != 1:\n", "        trace_barrier = _trace_clock()\n", ""),
+    ("_small_grid.py", "            tl.debug_barrier()\n            if tl.atomic_add(counters, 1, sem=\"acq_rel\") == parties - 1:\n",
+     "            trace_residual = _trace_clock()\n",
+     "                trace_ticket = _trace_clock()\n                trace_acceptance = trace_ticket\n"),
+    ("_small_grid.py", "        tl.debug_barrier()\n        if tl.atomic_add(counters, 1, sem=\"acq_rel\") == parties - 1:\n",
+     "", "            trace_ticket = _trace_clock()\n"),
+    ("_small_grid.py", "            _decide_small(\n                requests, live, sampled",
+     "            trace_acceptance = _trace_clock()\n", ""),
+    ("_small_grid.py", "                tl.atomic_xchg(counters, 0, sem=\"relaxed\")\n    else:\n", "                " + WRITE, ""),
+    ("_small_grid.py", "            tl.atomic_xchg(counters, 0, sem=\"relaxed\")\n\n\n@triton.jit\ndef _barrier(",
+     "            " + WRITE, ""),
+    # Room for the stamps after the residual masses (that view starts 8-byte aligned).
+    ("_launcher.py", "    float_sizes += [drafts * 5, drafts * num_tiles]\n", "", "    float_sizes[-1] += 2 + 2 * BASE\n"),
 ]
 
 
@@ -118,22 +122,25 @@ def main() -> None:
                 arguments = bench.call_arguments(method, inputs_set, num_drafts)
                 inputs = validate_inputs(*(arguments.get(name) for name in names))
                 samples = []
+                used = num_drafts * -(-args.vocab // _launcher.tile_size_for(args.vocab))  # residual masses (R = 1)
+                offset = (used + 1) // 2 * 2
                 for call in range(30):
                     flush.zero_()
                     torch.cuda.synchronize()
                     _launcher.launch(inputs)
                     torch.cuda.synchronize()
                     if call >= 5:
-                        samples.append(workspaces[-1].row_info[BASE:BASE + 44].view(torch.int64).tolist())
+                        samples.append(workspaces[-1].residual_mass[offset:offset + 2 * BASE].view(torch.int64).tolist())
                     workspaces.clear()
 
                 def median(first: int, last: int) -> float:
                     return statistics.median(s[last] - s[first] for s in samples)
 
                 phases = [median(i, i + 1) for i in range(len(STAMPS) - 1)]
-                rate = median(0, 8) / median(20, 21)
+                total = median(0, len(STAMPS) - 1)
+                rate = total / median(20, 21)
                 print(f"| {num_drafts} | {method} | " + " | ".join(f"{p:.0f}" for p in phases)
-                      + f" | {median(0, 8):.0f} ({median(20, 21) / 1000:.2f} µs) | {rate:.2f} |", flush=True)
+                      + f" | {total:.0f} ({median(20, 21) / 1000:.2f} µs) | {rate:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """The decision: acceptance and the emitted token per request, from pass A's tile statistics.
 
-``_decide`` (its own launch ``_decide_kernel`` with one program per request block, or run by the
-last pass-A program of a block when FUSED) combines the statistics into per-row softmax
-normalisers, decides acceptance (greedy, standard, block, synthetic) and draws the emitted token
-by choosing a tile by mass and re-reading only that tile. Draft-logit residuals max(p - q, 0)
-need global normalisers, so those requests are handed to pass B (``_residual_kernel.py``) with a
-plan.
+``_acceptance`` combines the statistics into per-row softmax normalisers and decides acceptance
+(greedy, standard, block, synthetic); the small-grid kernel (``_small_grid.py``) shares it.
+``_decide`` (its own launch, ``_decide_kernel``, one program per request block) then draws the
+emitted token by choosing a tile by mass and re-reading only that tile. Draft-logit residuals
+max(p - q, 0) need global normalisers, so those requests are handed to pass B
+(``_residual_kernel.py``) with a plan.
 
 Method codes (constexpr METHOD): 0 standard, 1 block, 2 synthetic.
 """
@@ -48,7 +48,7 @@ def _decide_kernel(
         at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
         tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
         target_stride_r, target_stride_k,
-        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
+        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
     )
 
 
@@ -78,26 +78,28 @@ def _prob_at(at_ptr, row_index, mask, reference, mass, scale):
 
 
 @triton.jit
-def _decide(
-    block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-    tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k,
+def _acceptance(
+    requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
+    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
 ):
-    """Acceptance and the emitted token for one block of requests (vectorised over rows and tiles)."""
-    requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    live = requests < num_requests
+    """Per-row normalisers from pass A's tile statistics, acceptance, tau, and the pass-B plan.
+
+    Greedy acceptance needs each row's argmax: with TILE_TOKENS (the small-grid kernel) pass A
+    stored every tile's first argmax in tile_token and the argmax is read from there (``argmax``,
+    int64 [B, ROWS]); otherwise pass A stored where the draft's own tile first reaches its max
+    (draft_first_max) and ``argmax`` is zeros (the caller re-reads the argmax tile of row tau).
+    Returns, over rows [B, ROWS] and tiles [B, ROWS, TILES]: drafts, num_valid [B], tile_max,
+    reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, inner_u, excluded_sums, then
+    tau [B], deferred [B] (sampled requests whose draft-logit residual pass B must compute), plan_lo
+    and plan_hi [B] (the rows it needs, -1 = none), prefix (block prefix ratios, else 1) and the
+    draft rows' reference and mass (zeros without draft logits).
+    """
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
     num_rows = num_drafts + 1
-    temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
-    sampled = live & (temperature > 0)
-    scale = temperature_scale(temperature)
-    seed = tl.load(seed_ptr + requests, mask=live, other=0)
-
     row_index = requests[:, None] * num_rows + rows[None, :]  # [B, ROWS]
     row_live = live[:, None] & (rows[None, :] < num_rows)
     index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
@@ -113,13 +115,23 @@ def _decide(
     # Greedy: the argmax is the first index of the row maximum, in the first tile that reaches it.
     row_max = tl.max(tile_max, axis=2)
     first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
-    draft_first = tl.load(draft_first_max_ptr + row_index, mask=valid & ~sampled[:, None], other=-1, cache_modifier=".cg")
-    greedy_accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
+    argmax = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int64)
+    if TILE_TOKENS:
+        greedy3 = mask3 & ~sampled[:, None, None]
+        tile_tokens = tl.load(tile_token_ptr + index3, mask=greedy3, other=0, cache_modifier=".cg")
+        at_first = tiles[None, None, :] == first_tile[:, :, None]
+        argmax = tl.sum(tl.where(at_first, tile_tokens, 0), axis=2).to(tl.int64)
+        greedy_accepted = valid & (drafts == argmax)
+    else:
+        draft_first = tl.load(draft_first_max_ptr + row_index, mask=valid & ~sampled[:, None], other=-1, cache_modifier=".cg")
+        greedy_accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
 
     prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)
     # Every row's mass without its draft token, loaded now rather than after tau is known.
     excluded_sums = tl.load(excluded_sum_ptr + row_index, mask=valid & sampled[:, None], other=0.0, cache_modifier=".cg")
     ratio = prob
+    d_reference = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
+    d_mass = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
     if HAS_DRAFT:
         d_index3 = (requests[:, None, None] * num_drafts + rows[None, :, None]) * num_tiles + tiles[None, None, :]
         d_mask3 = draft_row[:, :, None] & (tiles[None, None, :] < num_tiles) & sampled[:, None, None]
@@ -176,6 +188,39 @@ def _decide(
         deferred = sampled & (tau < num_valid)
         plan_lo = tl.where(deferred, tau, -1)
         plan_hi = plan_lo
+    return (
+        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, inner_u,
+        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
+    )
+
+
+@triton.jit
+def _decide(
+    block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
+    tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
+    target_stride_r, target_stride_k,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+):
+    """Acceptance and the emitted token for one block of requests (vectorised over rows and tiles)."""
+    requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    live = requests < num_requests
+    rows = tl.arange(0, ROWS_PAD)
+    temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
+    sampled = live & (temperature > 0)
+    scale = temperature_scale(temperature)
+    seed = tl.load(seed_ptr + requests, mask=live, other=0)
+    (
+        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, _, tile_u, inner_u,
+        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
+    ) = _acceptance(
+        requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
+        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+        at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
+        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
+    )
 
     # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile re-read
     # below a replicated layout (block verification: a 16 KB stack frame per thread; standard: no
@@ -190,14 +235,9 @@ def _decide(
     greedy = live & ~sampled
     if tl.max(greedy.to(tl.int32)) > 0:
         tile_tau = tl.sum(tl.where(at_tau, first_tile, 0), axis=1)
-        if FUSED:  # pass A left each tile's first argmax in tile_sum
-            stat_tau = (requests * num_rows + tau) * num_tiles + tile_tau
-            first = tl.load(tile_sum_ptr + stat_tau, mask=greedy, other=0.0, cache_modifier=".cg")
-            greedy_token = first.to(tl.int32, bitcast=True).to(tl.int64)
-        else:
-            greedy_token = first_max_in_tile(
-                target_ptr, row_offset, tile_tau, tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), greedy, vocab, TILE,
-            )
+        greedy_token = first_max_in_tile(
+            target_ptr, row_offset, tile_tau, tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), greedy, vocab, TILE,
+        )
         emitted = tl.where(greedy, greedy_token, emitted)
     drawn = sampled & ~deferred
     if tl.max(drawn.to(tl.int32)) > 0:
@@ -212,21 +252,12 @@ def _decide(
         tl.store(plan_ptr + requests * 2, plan_lo, mask=live)
         tl.store(plan_ptr + requests * 2 + 1, plan_hi, mask=live)
         if tl.max(deferred.to(tl.int32)) > 0:
-            _store_row_info(
-                row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix,
-                draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, scale,
-            )
+            _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix, d_reference, d_mass)
 
 
 @triton.jit
-def _store_row_info(
-    row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix,
-    draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, scale,
-):
+def _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix, d_reference, d_mass):
     """For pass B: per draft row, the target and draft (reference max, log2 mass) and the prefix ratio."""
-    _, d_reference, d_mass, _ = _row_normalisers(
-        draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, d_mask3, scale
-    )
     base = (requests[:, None] * num_drafts + rows[None, :]) * 5
     mask = deferred[:, None] & (rows[None, :] < num_drafts)
     tl.store(row_info_ptr + base, reference, mask=mask)

@@ -6,7 +6,7 @@ last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), SLOTS, num_tiles)``
 for block verification): a program re-reads one tile of every SLOTS-th planned row of its requests
 (target and draft), normalised by pass A's global statistics, and stores the tile's residual mass
 (a pure streaming reduction: no sampling here). The decision (``_decide_residual``, a separate
-launch or the ticketed last program) takes block verification's thresholds
+launch) takes block verification's thresholds
 h_i = Z_i / (Z_i + 1 - p_i), tau, a tile by residual mass, and re-reads that one tile (target and
 draft) to draw the token inside it. Programs of requests without a plan exit at once.
 """
@@ -17,20 +17,17 @@ import triton
 import triton.language as tl
 
 from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers
-from ._sampling import inverse_cdf, row_uniforms, sanitize, temperature_scale, write_tokens
+from ._sampling import inverse_cdf, residual_weights, row_uniforms, temperature_scale, write_tokens
 
 PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
 
 
 @triton.jit
 def _residual_kernel(
-    target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr,
-    tile_max_ptr, tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr,
-    counter_ptr, tokens_ptr, num_tokens_ptr,
+    target_ptr, draft_logits_ptr, temperature_ptr, plan_ptr, row_info_ptr, residual_mass_ptr,
     num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-    METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr, SLOTS: tl.constexpr,
+    TILE: tl.constexpr, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr, SLOTS: tl.constexpr,
 ):
     block = tl.program_id(0)
     slot = tl.program_id(1)  # rows lo + slot, lo + slot + SLOTS, ... (block verification plans several)
@@ -56,17 +53,6 @@ def _residual_kernel(
         out = (requests * num_drafts + row) * num_tiles + tile
         tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
 
-    if FUSED:  # the last program of the request block decides
-        tl.debug_barrier()
-        ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-        if ticket == SLOTS * num_tiles - 1:
-            _decide_residual(
-                block, target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, tile_max_ptr,
-                tile_sum_ptr, plan_ptr, row_info_ptr, residual_mass_ptr, tokens_ptr, num_tokens_ptr,
-                num_requests, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
-                draft_stride_r, draft_stride_k, METHOD, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
-            )
-
 
 @triton.jit
 def _residual_weights(
@@ -89,11 +75,9 @@ def _residual_weights(
     rows64 = rows.to(tl.int64)[:, None]
     t_offsets = requests[:, None] * target_stride_r + rows64 * target_stride_k + vocab_ids
     d_offsets = requests[:, None] * draft_stride_r + rows64 * draft_stride_k + vocab_ids
-    logits = sanitize(tl.load(target_ptr + t_offsets, mask=mask, other=float("-inf")).to(tl.float32))
-    d_logits = sanitize(tl.load(draft_logits_ptr + d_offsets, mask=mask, other=float("-inf")).to(tl.float32))
-    target_p = tl.exp2((logits - target_ref[:, None]) * scale[:, None] - target_log_mass[:, None])
-    draft_q = tl.exp2((d_logits - draft_ref[:, None]) * scale[:, None] - draft_log_mass[:, None])
-    return tl.where(mask, tl.maximum(prefix[:, None] * target_p - draft_q, 0.0), 0.0)
+    logits = tl.load(target_ptr + t_offsets, mask=mask, other=float("-inf"))
+    d_logits = tl.load(draft_logits_ptr + d_offsets, mask=mask, other=float("-inf"))
+    return residual_weights(logits, d_logits, mask, target_ref, target_log_mass, draft_ref, draft_log_mass, prefix, scale)
 
 
 @triton.jit

@@ -15,6 +15,9 @@ LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 # so (l - max) * log2(e) / T stays finite for any sane logits (no inf - inf, no 0 * inf).
 HUGE_LOGIT: tl.constexpr = tl.constexpr(1.0e30)
 MAX_INV_TEMPERATURE: tl.constexpr = tl.constexpr(1.0e6)
+# Fixed point of the sampler's prefix sums: weights scaled to [0, 1] are counted in units of 2**-40
+# (a tile of 4096 such weights sums below 2**52, far inside int64).
+FIXED_ONE: tl.constexpr = tl.constexpr(1099511627776.0)
 # |log2 a| clamp for block verification's prefix ratios (saturates long before; avoids inf - inf).
 LOG_RATIO_CLAMP: tl.constexpr = tl.constexpr(1.0e4)
 
@@ -54,19 +57,40 @@ def sanitize(logits):
 
 
 @triton.jit
+def residual_weights(logits, d_logits, mask, target_ref, target_log_mass, draft_ref, draft_log_mass, prefix, scale):
+    """max(s p - q, 0) [B, N] for raw target and draft logits [B, N] (any float dtype).
+
+    p = 2**((l - target_ref) * scale - target_log_mass) and likewise q: the rows' softmax under
+    their global (reference max, log2 mass); s = prefix (block verification's prefix ratio, else
+    1); all per-request [B]. Zero outside ``mask``.
+    """
+    logits = sanitize(logits.to(tl.float32))
+    d_logits = sanitize(d_logits.to(tl.float32))
+    target_p = tl.exp2((logits - target_ref[:, None]) * scale[:, None] - target_log_mass[:, None])
+    draft_q = tl.exp2((d_logits - draft_ref[:, None]) * scale[:, None] - draft_log_mass[:, None])
+    return tl.where(mask, tl.maximum(prefix[:, None] * target_p - draft_q, 0.0), 0.0)
+
+
+@triton.jit
 def inverse_cdf(weights, uniform, positions):
     """Index i with probability weights[:, i] / sum, by inverse CDF; -1 where a row has no mass.
 
     weights: float32 [B, N] >= 0; uniform: float32 [B] in [0, 1); positions: int32 [N] = arange(N).
-    Zero-weight entries are never chosen (the count of prefix sums <= u * total stops before them,
-    and the result is clamped to the last positive entry against rounding).
+    The weights are scaled by their row maximum and rounded down to multiples of 2**-40 (int64),
+    so the prefix sums are exact: the index depends on the weights and the uniform only, never on
+    the order in which a layout adds them (batch invariance across launch shapes). The index is
+    the first whose prefix sum exceeds floor(u * total), which never lands on a zero weight; a
+    weight below 2**-40 of the row's largest is never drawn (at most N * 2**-40 of the mass).
     """
-    cumulative = tl.cumsum(weights, axis=1)
-    total = tl.max(cumulative, axis=1)
-    threshold = uniform * total
+    top = tl.max(weights, axis=1)
+    inverse_top = 1.0 / tl.where(top > 0, top, 1.0)
+    fixed = (weights * inverse_top[:, None] * FIXED_ONE).to(tl.int64)
+    cumulative = tl.cumsum(fixed, axis=1)
+    total = tl.sum(fixed, axis=1)
+    threshold = (uniform.to(tl.float64) * total.to(tl.float64)).to(tl.int64)
     count = tl.sum((cumulative <= threshold[:, None]).to(tl.int32), axis=1)
-    last_positive = tl.max(tl.where(weights > 0, positions[None, :], -1), axis=1)
-    return tl.minimum(count, last_positive)
+    last_positive = tl.max(tl.where(fixed > 0, positions[None, :], -1), axis=1)
+    return tl.where(total > 0, tl.minimum(count, last_positive), -1)
 
 
 @triton.jit

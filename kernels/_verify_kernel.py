@@ -1,15 +1,13 @@
-"""Pass A: one read of every logit into per-tile statistics, and the fused small-grid decision.
+"""Pass A: one read of every logit into per-tile statistics (grids too large for ``_small_grid.py``).
 
 Grid ``(cdiv(R, BLOCK_R), K+1 (+K with SPLIT_DRAFT), cdiv(num_tiles, TILES_PER_PROGRAM))``: a
 program reduces TILES_PER_PROGRAM vocabulary tiles of one row in turn, for ``BLOCK_R`` requests:
 a target row and, without SPLIT_DRAFT, the matching draft row beside it; with SPLIT_DRAFT the
 draft rows are the grid's rows K+1.. and each program streams one row only. It stores each
 tile's statistics -- max, sum of 2**((l - max) * log2(e)/T), the draft token's logit and the
-tile's mass without it, and for greedy requests where the draft's tile first reaches its max (in
-a fused launch, where every tile does: the decision then re-reads no tile for them). Tiles come
-through plain loads or, with USE_TMA, bulk copies into shared memory pipelined STAGES deep across
-the program's tiles. With FUSED the last program of a request block to take a ticket runs the
-decision (``_decision.py``) itself; otherwise the decision is its own launch.
+tile's mass without it, and for greedy requests where the draft's tile first reaches its max.
+Tiles come through plain loads or, with USE_TMA, bulk copies into shared memory pipelined STAGES
+deep across the program's tiles. The decision (``_decision.py``) is the next launch.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._decision import _decide
 from ._sampling import sanitize, temperature_scale
 
 
@@ -30,14 +27,12 @@ def _tile_mass(logits, tile_max, scale):
 
 @triton.jit
 def _verify_kernel(
-    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, temperature_ptr,
     tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-    counter_ptr, tokens_ptr, num_tokens_ptr,
+    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
     num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, FUSED: tl.constexpr,
+    HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr, SPLIT_DRAFT: tl.constexpr,
 ):
     block = tl.program_id(0)
@@ -56,7 +51,7 @@ def _verify_kernel(
                 draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
                 draft_at_draft_ptr, block, row - num_drafts - 1, chunk, requests, live, temperature,
                 num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
+                False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
             )
     else:
         _row_statistics(
@@ -64,21 +59,8 @@ def _verify_kernel(
             draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
             draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
             num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT and not SPLIT_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA, FUSED,
+            HAS_DRAFT and not SPLIT_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
         )
-
-    if FUSED:  # release this program's statistics; the last arrival of the request block decides
-        tl.debug_barrier()
-        ticket = tl.atomic_add(counter_ptr + block, 1, sem="acq_rel")
-        if ticket == tl.num_programs(1) * tl.num_programs(2) - 1:
-            _decide(
-                block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-                tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-                at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-                tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-                target_stride_r, target_stride_k,
-                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
-            )
 
 
 @triton.jit
@@ -88,7 +70,7 @@ def _row_statistics(
     draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
     num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr, TILE_ARGMAX: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     """This program's tiles of one row: target row ``row`` (with its draft row when HAS_DRAFT) or,
     DRAFT_ONLY, draft row ``row`` alone."""
@@ -103,7 +85,7 @@ def _row_statistics(
             draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
             block, row, chunk, requests, live, sampled, scale, is_draft_row, draft, per_row,
             num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA, TILE_ARGMAX,
+            HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
         )
     else:
         # The tiles of one row in turn; with bulk copies and STAGES > 1 the next tiles are copied
@@ -116,7 +98,7 @@ def _row_statistics(
                 draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
                 block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
                 num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA, TILE_ARGMAX,
+                HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
             )
 
 
@@ -170,13 +152,9 @@ def _tile_statistics(
     block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
     num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    USE_TMA: tl.constexpr, TILE_ARGMAX: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
-    """Statistics of one tile of one row (and of its draft row): see the module docstring.
-
-    TILE_ARGMAX (fused launches): for greedy requests, tile_sum (the mass, unused by them) holds
-    the index where the tile first reaches its max, so the decision need not re-read the tile.
-    """
+    """Statistics of one tile of one row (and of its draft row): see the module docstring."""
     vocab_ids = tile * TILE + tl.arange(0, TILE)
     mask = live[:, None] & (vocab_ids < vocab)[None, :]
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
@@ -199,11 +177,6 @@ def _tile_statistics(
         if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
             first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
             tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
-        if TILE_ARGMAX:
-            greedy = live & ~sampled
-            if tl.max(greedy.to(tl.int32)) > 0:  # as first_max_in_tile computes it on a re-read
-                first = tl.min(tl.where(mask & (sanitize(logits) == tile_max[:, None]), vocab_ids[None, :], vocab), axis=1)
-                tl.store(tile_sum_ptr + stat, first.to(tl.float32, bitcast=True), mask=greedy)
         if tl.max(sampled.to(tl.int32)) > 0:
             logits, _, mass = _tile_mass_checked(logits, tile_max, scale)
             tl.store(tile_sum_ptr + stat, mass, mask=sampled)

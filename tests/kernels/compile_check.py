@@ -2,8 +2,8 @@
 
 Catches code that Triton's interpreter runs but its compiler rejects (break/continue, return in a
 loop, interpreter-only builtins). Prints one line per variant; exits 1 on the first failure. Also
-compiles pass A as launched for large grids, and the fused kernel as ``benchmarks/trace_decision.py``
-instruments it (so that tool's anchors keep matching the kernels).
+compiles pass A and the small-grid kernel as launched, and the small-grid kernel as
+``benchmarks/trace_decision.py`` instruments it (so that tool's anchors keep matching the kernels).
 """
 
 import os
@@ -19,12 +19,13 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from spectune.kernels import _decision, _residual_kernel, _verify_kernel  # noqa: E402
+from spectune.kernels import _decision, _residual_kernel, _small_grid, _verify_kernel  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 POINTER_DTYPES = {
     "target_ptr": "*fp32", "draft_logits_ptr": "*bf16", "draft_tokens_ptr": "*i64", "temperature_ptr": "*fp32",
-    "seed_ptr": "*i64", "rates_ptr": "*fp32", "tile_arg_ptr": "*i32", "plan_ptr": "*i32",
+    "seed_ptr": "*i64", "rates_ptr": "*fp32", "plan_ptr": "*i32", "draft_first_max_ptr": "*i32",
+    "tile_token_ptr": "*i32", "excluded_token_ptr": "*i32", "residual_token_ptr": "*i32",
     "counter_ptr": "*i32", "tokens_ptr": "*i64", "num_tokens_ptr": "*i32",
 }
 
@@ -74,20 +75,26 @@ def resources(kernel) -> str:
 
 
 def variants():
-    common = dict(TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=64)
+    padding = dict(ROWS_PAD=8, TILES_PAD=64)
+    for has_draft in (False, True):
+        for tma, per_program, stages in ((False, 1, 1), (True, 8, 3)):
+            for split in (False, True) if has_draft else (False,):
+                yield _verify_kernel._verify_kernel, None, dict(
+                    HAS_DRAFT=has_draft, USE_TMA=tma, TILES_PER_PROGRAM=per_program, STAGES=stages,
+                    SPLIT_DRAFT=split, TILE=4096, BLOCK_R=1,
+                )
     for method in (0, 1, 2):
         for has_draft in (False, True):
-            for fused in (False, True):
-                for tma, per_program, stages in ((False, 1, 1), (True, 8, 3)):
-                    for split in (False, True) if has_draft and not fused else (False,):
-                        yield _verify_kernel._verify_kernel, dict(
-                            METHOD=method, HAS_DRAFT=has_draft, FUSED=fused, USE_TMA=tma,
-                            TILES_PER_PROGRAM=per_program, STAGES=stages, SPLIT_DRAFT=split, **common,
-                        )
-            yield _decision._decide_kernel, dict(METHOD=method, HAS_DRAFT=has_draft, **common)
-        for fused in (False, True):
-            yield _residual_kernel._residual_kernel, dict(METHOD=method, FUSED=fused, SLOTS=7 if method == 1 else 1, **common)
-        yield _residual_kernel._decide_residual_kernel, dict(METHOD=method, **common)
+            yield _decision._decide_kernel, None, dict(METHOD=method, HAS_DRAFT=has_draft, TILE=4096, BLOCK_R=1, **padding)
+        yield _residual_kernel._residual_kernel, None, dict(SLOTS=7 if method == 1 else 1, TILE=4096, BLOCK_R=1, ROWS_PAD=8)
+        yield _residual_kernel._decide_residual_kernel, None, dict(METHOD=method, TILE=4096, BLOCK_R=1, **padding)
+        # The small-grid kernel as launched (the register cap that keeps two programs an SM);
+        # with draft logits the barrier kernel and the two launches around it.
+        for has_draft, stage in ((False, 0), (True, 0), (True, 1), (True, 2)):
+            options = {"num_warps": 8, "maxnreg": 128, "launch_cooperative_grid": has_draft and stage == 0}
+            yield _small_grid._small_grid_kernel, options, dict(
+                METHOD=method, HAS_DRAFT=has_draft, STAGE=stage, TILE=4096, BLOCK_R=1, **padding,
+            )
 
 
 def launched_pass_a():
@@ -98,16 +105,15 @@ def launched_pass_a():
     """
     from spectune.kernels import _launcher
 
-    common = dict(METHOD=0, FUSED=False, TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=32)
     for has_draft in (False, True):
-        draft = dict(HAS_DRAFT=has_draft, SPLIT_DRAFT=has_draft, **common)
+        draft = dict(HAS_DRAFT=has_draft, SPLIT_DRAFT=has_draft, TILE=4096, BLOCK_R=1)
         yield "*fp32", {"num_warps": 4}, dict(USE_TMA=True, TILES_PER_PROGRAM=16, STAGES=_launcher._STAGES, **draft)
         for logits, cap in (("*fp32", _launcher._FP32_REGISTERS), ("*bf16", _launcher._SIXTEEN_BIT_REGISTERS)):
             yield logits, {"num_warps": 4, "maxnreg": cap}, dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft)
 
 
-def traced_fused_kernel(directory: str):
-    """The fused pass A + decision from ``benchmarks/trace_decision.py``'s instrumented copy."""
+def traced_small_grid_kernel(directory: str):
+    """The small-grid kernel from ``benchmarks/trace_decision.py``'s instrumented copy."""
     import importlib
     import pathlib
 
@@ -118,20 +124,20 @@ def traced_fused_kernel(directory: str):
 
     source = pathlib.Path(spectune.kernels.__file__).parent
     package = trace_decision.instrumented_package(source, pathlib.Path(directory) / "traced")
-    traced = importlib.import_module(f"{package.__name__}._verify_kernel")
-    common = dict(METHOD=0, FUSED=True, USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, SPLIT_DRAFT=False,
-                  TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=32)
+    traced = importlib.import_module(f"{package.__name__}._small_grid")
+    common = dict(METHOD=0, STAGE=0, TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=32)
     for has_draft in (False, True):
-        yield traced._verify_kernel, dict(HAS_DRAFT=has_draft, **common)
+        yield traced._small_grid_kernel, dict(HAS_DRAFT=has_draft, **common)
 
 
 def main() -> int:
     show_resources = "--resources" in sys.argv
-    jobs = [(fn, None, None, constexprs, "ok") for fn, constexprs in variants()]
+    jobs = [(fn, options, None, constexprs, "ok") for fn, options, constexprs in variants()]
     jobs += [(_verify_kernel._verify_kernel, options, logits, constexprs, "launched")
              for logits, options, constexprs in launched_pass_a()]
     with tempfile.TemporaryDirectory() as trace_directory:
-        jobs += [(fn, None, None, constexprs, "traced") for fn, constexprs in traced_fused_kernel(trace_directory)]
+        jobs += [(fn, {"num_warps": 8, "maxnreg": 128}, None, constexprs, "traced")
+                 for fn, constexprs in traced_small_grid_kernel(trace_directory)]
         for fn, options, logits, constexprs, tag in jobs:
             try:
                 kernel = compile_variant(fn, options, logits, **constexprs)

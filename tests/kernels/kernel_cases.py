@@ -11,7 +11,9 @@ from spectune.kernels._contract import validate_inputs
 from spectune.kernels._launcher import launch
 from spectune.kernels.reference import rejection_sample_from_inputs
 
-BACKENDS = ("triton", "reference")
+# "small_grid": the Triton kernels as one launch of the small-grid kernel, which the launcher picks
+# for small grids on a GPU (and never by itself under the interpreter).
+BACKENDS = ("triton", "small_grid", "reference")
 Result = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -29,6 +31,8 @@ def run(backend: str, *, tile_size: int | None = None, fused: bool | None = None
     )
     if backend == "triton":
         return launch(inputs, tile_size=tile_size, fused=fused)
+    if backend == "small_grid":
+        return launch(inputs, tile_size=tile_size, fused=True)
     from spectune.kernels._launcher import tile_size_for
 
     return rejection_sample_from_inputs(inputs, tile_size=tile_size or tile_size_for(inputs.vocab_size))

@@ -118,3 +118,45 @@ def test_bulk_copies_only_where_a_descriptor_can_address_the_logits():
     assert not _bulk_copyable(torch.zeros(2, 3, 300, dtype=torch.bfloat16))  # 600-byte rows
     assert _bulk_copyable(torch.zeros(2, 3, 304, dtype=torch.bfloat16))
     assert not _bulk_copyable(torch.zeros(2, 3, 304)[..., 1:301])  # base 4 bytes past an aligned one
+
+
+@pytest.mark.parametrize("with_draft_logits", [False, True])
+def test_small_grid_hands_its_counters_back_at_zero(with_draft_logits, device):
+    # The small-grid kernel takes its tickets (and barrier arrivals) from a persistent per-device
+    # ring with no memset: every call must leave them at zero, whatever its shape, or the next call
+    # that reuses the slice would elect its decider early.
+    from spectune.kernels import _launcher
+    from spectune.kernels._contract import validate_inputs
+
+    batch = _mixed_batch(device, num_requests=5, vocab=300)
+    draft_logits = batch["draft_logits"] if with_draft_logits else None
+    first = None
+    for num_requests, block_requests in ((5, 1), (3, 2), (5, 1)):
+        inputs = validate_inputs(
+            batch["target_logits"][:num_requests], batch["draft_tokens"][:num_requests], draft_logits if draft_logits is None
+            else draft_logits[:num_requests], batch["temperature"][:num_requests], batch["seed"][:num_requests], "block", None,
+        )
+        result = _launcher.launch(inputs, tile_size=64, fused=True, block_requests=block_requests)
+        first = first or result
+    assert torch.equal(result[0], first[0]) and torch.equal(result[1], first[1])
+    key = torch.device(device) if device == "cpu" else torch.device("cuda", torch.cuda.current_device())
+    ring = _launcher._counter_rings[key].view(-1, 4)
+    assert int(ring[:, :2].abs().sum()) == 0, "a ticket or arrival count was left non-zero"
+
+
+def test_small_grid_barrier_and_two_launches_give_the_same_tokens(device):
+    # With draft logits the small-grid kernel waits at a grid barrier (compiled) or is launched
+    # twice around it (the interpreter): the same statistics, residuals and tokens either way.
+    if device == "cpu":
+        pytest.skip("the interpreter runs one program at a time: no grid barrier can open")
+    from spectune.kernels._contract import validate_inputs
+    from spectune.kernels._launcher import launch
+
+    batch = _mixed_batch(device, num_requests=4, vocab=300)
+    for method in ("standard", "block", "synthetic"):
+        rates = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device) if method == "synthetic" else None
+        inputs = validate_inputs(batch["target_logits"], batch["draft_tokens"], batch["draft_logits"],
+                                 batch["temperature"], batch["seed"], method, rates)
+        with_barrier = launch(inputs, tile_size=64, fused=True, barrier=True)
+        around = launch(inputs, tile_size=64, fused=True, barrier=False)
+        assert torch.equal(with_barrier[0], around[0]) and torch.equal(with_barrier[1], around[1]), method

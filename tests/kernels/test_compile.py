@@ -1,5 +1,5 @@
-"""Every kernel variant compiles for sm_90 without spills or a stack frame, and pass A as launched
-for large grids spills at most a few bytes (no GPU needed)."""
+"""Every kernel variant compiles for sm_90 without spills or a stack frame (the small-grid kernel and
+pass A as launched, under their register caps, at most a few hundred bytes; no GPU needed)."""
 
 import os
 import re
@@ -20,8 +20,15 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     assert result.returncode == 0, result.stdout + result.stderr
     # A replicated layout shows as a stack frame and spills (once 12 KB per thread in a decision).
     variants = [line for line in result.stdout.splitlines() if line.startswith("ok ")]
-    assert len(variants) == 45, result.stdout
-    assert all(line.endswith("spill_stores=0 stack=0") for line in variants), result.stdout
+    assert len(variants) == 30, result.stdout
+    capped = [line for line in variants if "'maxnreg'" in line]  # the small-grid kernel under its cap
+    assert len(capped) == 12, result.stdout
+    assert all(line.endswith("spill_stores=0 stack=0") for line in variants if line not in capped), result.stdout
+    # Under the register cap that keeps two programs an SM, the barrier kernel holds its tiles
+    # across the barrier: a few hundred spilled bytes (360-372 when written), never the kilobytes of a layout blowup.
+    for line in capped:
+        assert int(re.search(r"spill_stores=(\d+)", line).group(1)) <= 512, line
+        assert int(re.search(r"stack=(\d+)", line).group(1)) <= 512, line
     # Pass A as launched for large grids, register caps included: at most a few spilled bytes (4 and
     # 12 at 2fac9a6, measured fast), never the kilobytes a layout change or new live values bring.
     launched = [line for line in result.stdout.splitlines() if line.startswith("launched ")]

@@ -1,0 +1,313 @@
+"""The whole call in one launch, for grids of at most two programs an SM (R = 1 and other small batches).
+
+Grid ``(cdiv(R, BLOCK_R), K+1, num_tiles)``: one program per vocabulary tile of one target row and,
+with draft logits, of its draft row. The tile stays in registers for the whole call, so no logit is
+read twice. A program stores its tile's statistics and, for sampled requests, the token the tile
+would emit if it were chosen: the in-tile draw of the two-level sampler with the row's own uniform,
+and in the draft token's tile the same draw without the draft token (a rejected one-hot draft's
+residual). With draft logits the programs of a request block then meet at a barrier (a cooperative
+launch keeps them all resident); after it each derives acceptance from the statistics and, for the
+rows a rejection needs, its own tile's residual max(s p - q, 0): the tile's residual mass and its
+draw. The last program of the block to take a ticket decides: acceptance, for every row at once a
+tile by mass, and the token that tile drew. The scheme, uniforms and exact prefix sums are those of
+the two-launch path (``_verify_kernel``, ``_decision``, ``_residual_kernel``).
+
+Counters (ticket, barrier arrivals, barrier generation; four int32 a request block) come from a
+buffer the launcher keeps: each call hands its ticket and arrival counts back at zero, so no memset
+precedes the launch. STAGE 1 and 2 split the kernel at the barrier into two launches (statistics;
+then the residuals and the decision, the tile read again): the interpreter runs programs one after
+another, where a barrier would never open.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _store_row_info
+from ._sampling import inverse_cdf, residual_weights, row_uniforms, sanitize, temperature_scale, write_tokens
+from ._verify_kernel import _draft_tile_statistics, _tile_mass_checked, _tile_max
+
+PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
+
+
+@triton.jit
+def _small_grid_kernel(
+    target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
+    tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
+    plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr, counter_ptr, tokens_ptr, num_tokens_ptr,
+    num_requests, num_drafts, vocab, num_tiles,
+    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, STAGE: tl.constexpr,
+):
+    block = tl.program_id(0)
+    row = tl.program_id(1)
+    tile = tl.program_id(2)
+    parties = tl.num_programs(1) * tl.num_programs(2)
+    counters = counter_ptr + block * 4  # ticket, barrier arrivals, barrier generation
+    requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    live = requests < num_requests
+    temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
+    sampled = live & (temperature > 0)
+    scale = temperature_scale(temperature)
+    seed = tl.load(seed_ptr + requests, mask=live, other=0)
+    row_ids = tl.full((BLOCK_R,), 0, tl.int32) + row
+    draft = tl.load(draft_tokens_ptr + requests * num_drafts + row, mask=live & (row < num_drafts), other=-1)
+    vocab_ids = tile * TILE + tl.arange(0, TILE)
+    mask = live[:, None] & (vocab_ids < vocab)[None, :]
+    offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
+    logits = tl.load(target_ptr + offsets, mask=mask, other=float("-inf")).to(tl.float32)
+    d_logits = logits
+    if HAS_DRAFT:  # greedy requests and the bonus row read no draft logits
+        d_mask = mask & (sampled & (row < num_drafts))[:, None]
+        d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
+        d_logits = tl.load(draft_logits_ptr + d_offsets, mask=d_mask, other=float("-inf")).to(tl.float32)
+    if STAGE != 2:
+        _tile_draws(
+            logits, d_logits, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+            at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
+            requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
+            num_drafts, vocab, num_tiles, HAS_DRAFT, TILE,
+        )
+    if HAS_DRAFT:
+        if STAGE == 0:
+            tl.debug_barrier()
+            _barrier(counters + 1, counters + 2, parties)
+        if STAGE != 1:
+            (
+                drafts, num_valid, tile_max, reference, mass, tile_weight, _, _, argmax, tile_u, _,
+                excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
+            ) = _acceptance(
+                requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
+                tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+                at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
+                METHOD, True, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
+            )
+            # Every program of the block stores the same plan and row normalisers, then reads its own.
+            tl.store(plan_ptr + requests * 2, plan_lo, mask=live)
+            tl.store(plan_ptr + requests * 2 + 1, plan_hi, mask=live)
+            _store_row_info(row_info_ptr, requests, tl.arange(0, ROWS_PAD), deferred, num_drafts, reference, mass,
+                            prefix, d_reference, d_mass)
+            tl.debug_barrier()
+            _tile_residual(
+                logits, d_logits, plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr,
+                requests, live, scale, seed, row_ids, row, tile, mask, num_drafts, num_tiles, TILE,
+            )
+            tl.debug_barrier()
+            if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
+                _decide_small(
+                    requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
+                    argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
+                    tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
+                    tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
+                    METHOD, True, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+                )
+                tl.atomic_xchg(counters, 0, sem="relaxed")
+    else:
+        tl.debug_barrier()
+        if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
+            (
+                drafts, num_valid, tile_max, reference, _, tile_weight, _, _, argmax, tile_u, _,
+                excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, _, _,
+            ) = _acceptance(
+                requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
+                tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+                at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
+                METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
+            )
+            _decide_small(
+                requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
+                argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
+                tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
+                tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
+                METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+            )
+            tl.atomic_xchg(counters, 0, sem="relaxed")
+
+
+@triton.jit
+def _barrier(arrivals_ptr, generation_ptr, parties):
+    """Return once ``parties`` programs have called this; leaves the arrival count at zero.
+
+    The generation is read before arriving, and only the last arrival moves it on, after zeroing
+    the count for the next call: a sense-reversing barrier that needs no reset between calls. Every
+    program must be resident (the launcher makes the launch cooperative).
+    """
+    generation = tl.atomic_add(generation_ptr, 0, sem="acquire")
+    if tl.atomic_add(arrivals_ptr, 1, sem="acq_rel") == parties - 1:
+        tl.atomic_xchg(arrivals_ptr, 0, sem="relaxed")
+        tl.atomic_add(generation_ptr, 1, sem="release")
+    else:
+        current = generation
+        while current == generation:
+            current = tl.atomic_add(generation_ptr, 0, sem="acquire")
+
+
+@triton.jit
+def _tile_draws(
+    logits, d_logits, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
+    requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
+    num_drafts, vocab, num_tiles, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
+):
+    """This tile's statistics, as pass A stores them, and the token it draws for each request.
+
+    tile_token: greedy requests the first index of the tile's max; sampled ones the in-tile draw
+    with row ``row``'s uniform. In the draft token's tile also the draft's logit, the mass without
+    it and the draw without it (excluded_*).
+    """
+    per_row = requests * (num_drafts + 1) + row
+    stat = per_row * num_tiles + tile
+    in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
+    logits, tile_max = _tile_max(logits)
+    tl.store(tile_max_ptr + stat, tile_max, mask=live)
+    greedy = live & ~sampled
+    if tl.max(greedy.to(tl.int32)) > 0:  # as first_max_in_tile finds it on a re-read
+        first = tl.min(tl.where(mask & (sanitize(logits) == tile_max[:, None]), vocab_ids[None, :], vocab), axis=1)
+        tl.store(tile_token_ptr + stat, first, mask=greedy)
+    if tl.max(sampled.to(tl.int32)) > 0:
+        logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
+        tl.store(tile_sum_ptr + stat, mass, mask=sampled)
+        _, _, inner_u = row_uniforms(seed, row_ids, PURPOSE_VERIFY)
+        positions = tl.arange(0, TILE)
+        inner = inverse_cdf(weights, inner_u, positions)
+        tl.store(tile_token_ptr + stat, tl.where(inner >= 0, tile * TILE + inner, 0), mask=sampled)
+        drawn_here = sampled & in_tile
+        if tl.max(drawn_here.to(tl.int32)) > 0:  # the draft token's own tile
+            hit = vocab_ids[None, :] == draft[:, None]
+            without = tl.where(hit, 0.0, weights)
+            inner = inverse_cdf(without, inner_u, positions)
+            tl.store(at_draft_ptr + per_row, tl.max(tl.where(hit, logits, float("-inf")), axis=1), mask=drawn_here)
+            tl.store(excluded_sum_ptr + per_row, tl.sum(without, axis=1), mask=drawn_here)
+            tl.store(excluded_token_ptr + per_row, tl.where(inner >= 0, tile * TILE + inner, 0), mask=drawn_here)
+        if HAS_DRAFT:
+            if row < num_drafts:
+                _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests,
+                                       row, tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles)
+
+
+@triton.jit
+def _tile_residual(
+    logits, d_logits, plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr,
+    requests, live, scale, seed, row_ids, row, tile, mask, num_drafts, num_tiles, TILE: tl.constexpr,
+):
+    """This tile's residual max(s p - q, 0) at row ``row`` where a request's plan holds the row: its
+    mass and its draw. The plan and the row's normalisers are read back from memory (``plan``,
+    ``row_info``): taken straight from the [B, ROWS] statistics, their layout spread to the tile and
+    the compiler replicated it (17 KB of stack a thread)."""
+    lo = tl.load(plan_ptr + requests * 2, mask=live, other=-1)
+    hi = tl.load(plan_ptr + requests * 2 + 1, mask=live, other=-1)
+    needs = live & (lo >= 0) & (lo <= row) & (row <= hi)
+    if tl.max(needs.to(tl.int32)) > 0:
+        info = row_info_ptr + (requests * num_drafts + row) * 5
+        active = mask & needs[:, None]  # other requests' logits stay out of the exponentials
+        logits = tl.where(active, logits, float("-inf"))
+        d_logits = tl.where(active, d_logits, float("-inf"))
+        weights = residual_weights(
+            logits, d_logits, active, tl.load(info, mask=needs, other=0.0),
+            tl.load(info + 1, mask=needs, other=0.0), tl.load(info + 2, mask=needs, other=0.0),
+            tl.load(info + 3, mask=needs, other=0.0), tl.load(info + 4, mask=needs, other=0.0), scale,
+        )
+        out = (requests * num_drafts + row) * num_tiles + tile
+        tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=needs)
+        _, inner_u, _ = row_uniforms(seed, row_ids, PURPOSE_RESIDUAL)
+        inner = inverse_cdf(weights, inner_u, tl.arange(0, TILE))
+        tl.store(residual_token_ptr + out, tl.where(inner >= 0, tile * TILE + inner, 0), mask=needs)
+
+
+@triton.jit
+def _choose_tiles(weights, uniform, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
+    """For every row at once, a tile by inverse CDF: weights [B, ROWS, TILES], uniform [B, ROWS] -> int32 [B, ROWS]."""
+    flat = inverse_cdf(
+        tl.reshape(weights, (BLOCK_R * ROWS_PAD, TILES_PAD)), tl.reshape(uniform, (BLOCK_R * ROWS_PAD,)),
+        tl.arange(0, TILES_PAD),
+    )
+    return tl.reshape(flat, (BLOCK_R, ROWS_PAD))
+
+
+@triton.jit
+def _decide_small(
+    requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
+    argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
+    tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
+    tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
+    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+):
+    """The emitted token at tau from the tiles' own draws, and the tokens written out.
+
+    Each row's target draw is worked out for every row at once (a tile by mass, then that tile's
+    draw), so no value waits for tau: for one-hot drafts a valid row's draft token is taken out
+    (its tile's mass and draw without it), unless nothing is left, as ``_emit_from_target`` does.
+    Deferred requests (draft logits) take tau and the token from the residual masses and draws.
+    """
+    rows = tl.arange(0, ROWS_PAD)
+    tiles = tl.arange(0, TILES_PAD)
+    num_rows = num_drafts + 1
+    row_index = requests[:, None] * num_rows + rows[None, :]
+    index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
+    drawn3 = (sampled[:, None] & (rows[None, :] < num_rows))[:, :, None] & (tiles[None, None, :] < num_tiles)
+    tile_tokens = tl.load(tile_token_ptr + index3, mask=drawn3, other=0, cache_modifier=".cg")
+    weights = tile_weight
+    excluded_tokens = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int32)
+    own = tl.full((BLOCK_R, ROWS_PAD), -1, tl.int32)
+    if not HAS_DRAFT:  # a rejected one-hot draft: the target without the draft token
+        exclude = sampled[:, None] & (rows[None, :] < num_valid[:, None])
+        own = tl.where(exclude, drafts // TILE, -1).to(tl.int32)
+        own3 = tiles[None, None, :] == own[:, :, None]
+        own_max = tl.max(tl.where(own3, tile_max, float("-inf")), axis=2)
+        own_weight = tl.where(own_max == float("-inf"), 0.0, excluded_sums * tl.exp2((own_max - reference) * scale[:, None]))
+        without = tl.where(own3, own_weight[:, :, None], weights)
+        use_residual = exclude & (tl.sum(without, axis=2) > 0)
+        weights = tl.where(use_residual[:, :, None], without, weights)
+        own = tl.where(use_residual, own, -1)
+        excluded_tokens = tl.load(excluded_token_ptr + row_index, mask=use_residual, other=0, cache_modifier=".cg")
+    chosen = _choose_tiles(weights, tile_u, BLOCK_R, ROWS_PAD, TILES_PAD)
+    row_tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2)
+    row_tokens = tl.where(chosen == own, excluded_tokens, row_tokens)
+    row_tokens = tl.where(chosen >= 0, row_tokens, 0).to(tl.int64)
+    if HAS_DRAFT:
+        if tl.max(deferred.to(tl.int32)) > 0:
+            residual_tau, residual_tokens = _residual_choice(
+                requests, deferred, seed, plan_lo, plan_hi, prefix, row_tokens, residual_mass_ptr, residual_token_ptr,
+                num_drafts, num_tiles, METHOD, BLOCK_R, ROWS_PAD, TILES_PAD,
+            )
+            tau = tl.where(deferred, residual_tau, tau)
+            row_tokens = tl.where(deferred[:, None], residual_tokens, row_tokens)
+    at_tau = rows[None, :] == tau[:, None]
+    emitted = tl.sum(tl.where(at_tau, tl.where(sampled[:, None], row_tokens, argmax), 0), axis=1)
+    write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live, num_drafts, ROWS_PAD)
+
+
+@triton.jit
+def _residual_choice(
+    requests, deferred, seed, plan_lo, plan_hi, prefix, target_tokens, residual_mass_ptr, residual_token_ptr,
+    num_drafts, num_tiles, METHOD: tl.constexpr, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
+):
+    """tau of a deferred request (block: the largest planned row whose uniform is below h) and, per
+    row, the residual token there (a tile by residual mass, then its draw); a residual without mass
+    falls back to the plain target's token (``target_tokens`` [B, ROWS])."""
+    rows = tl.arange(0, ROWS_PAD)
+    tiles = tl.arange(0, TILES_PAD)
+    planned = deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= plan_hi[:, None])
+    index3 = ((requests[:, None] * num_drafts + rows[None, :]) * num_tiles)[:, :, None] + tiles[None, None, :]
+    mask3 = planned[:, :, None] & (tiles[None, None, :] < num_tiles)
+    tile_mass = tl.load(residual_mass_ptr + index3, mask=mask3, other=0.0, cache_modifier=".cg")
+    tile_tokens = tl.load(residual_token_ptr + index3, mask=mask3, other=0, cache_modifier=".cg")
+    seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
+    rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
+    tau = plan_lo
+    if METHOD == METHOD_BLOCK:
+        accept_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
+        mass = tl.sum(tile_mass, axis=2)
+        denominator = mass + 1.0 - prefix
+        threshold = tl.where(denominator > 0, mass / tl.where(denominator > 0, denominator, 1.0), 1.0)
+        passes = planned & (rows[None, :] > plan_lo[:, None]) & (accept_u < threshold)
+        tau = tl.max(tl.where(passes, rows[None, :], plan_lo[:, None]), axis=1)
+    choice_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_RESIDUAL)
+    chosen = _choose_tiles(tile_mass, choice_u, BLOCK_R, ROWS_PAD, TILES_PAD)
+    tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2).to(tl.int64)
+    return tau, tl.where(chosen >= 0, tokens, target_tokens)
