@@ -36,9 +36,10 @@ LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # it). Part of the sampling scheme, so it depends on nothing but this constant: never on R.
 DEFAULT_TILE = 4096
 
-# Philox counter word 2. PURPOSE_VERIFY words: (acceptance uniform, tile choice, in-tile uniform,
-# unused) for the target sample at that row. PURPOSE_RESIDUAL words: (tile choice, in-tile
-# uniform, unused, unused) for the draft-logit residual max(p - q, 0) at that row.
+# Philox counter word 2. PURPOSE_VERIFY words: (acceptance uniform, tile choice, race key lo, race
+# key hi) for the target sample at that row. PURPOSE_RESIDUAL words: (tile choice, unused, race key
+# lo, race key hi) for the draft-logit residual max(p - q, 0) at that row. The race key seeds the
+# hashed per-token noise of the in-tile exponential race.
 PURPOSE_VERIFY = 0
 PURPOSE_RESIDUAL = 1
 

@@ -19,7 +19,7 @@ from ._sampling import (
     LOG_RATIO_CLAMP,
     first_max_in_tile,
     inverse_cdf,
-    row_uniforms,
+    row_draws,
     sample_in_tile,
     temperature_scale,
     write_tokens,
@@ -92,7 +92,8 @@ def _acceptance(
     int64 [B, ROWS]); otherwise pass A stored where the draft's own tile first reaches its max
     (draft_first_max) and ``argmax`` is zeros (the caller re-reads the argmax tile of row tau).
     Returns, over rows [B, ROWS] and tiles [B, ROWS, TILES]: drafts, num_valid [B], tile_max,
-    reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, inner_u, excluded_sums, then
+    reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi (the target
+    draw's tile uniform and race key), excluded_sums, then
     tau [B], deferred [B] (sampled requests whose draft-logit residual pass B must compute), plan_lo
     and plan_hi [B] (the rows it needs, -1 = none), prefix (block prefix ratios, else 1) and the
     draft rows' reference and mass (zeros without draft logits).
@@ -146,7 +147,7 @@ def _acceptance(
 
     seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
     rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
-    accept_u, tile_u, inner_u = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
+    accept_u, tile_u, key_lo, key_hi = row_draws(seeds2, rows2, PURPOSE_VERIFY)
     if METHOD == METHOD_SYNTHETIC:
         rates = tl.load(rates_ptr + rows, mask=rows < num_drafts, other=0.0)
         accepted = valid & (accept_u < rates[None, :])
@@ -189,7 +190,7 @@ def _acceptance(
         plan_lo = tl.where(deferred, tau, -1)
         plan_hi = plan_lo
     return (
-        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, inner_u,
+        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi,
         excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
     )
 
@@ -213,7 +214,7 @@ def _decide(
     scale = temperature_scale(temperature)
     seed = tl.load(seed_ptr + requests, mask=live, other=0)
     (
-        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, _, tile_u, inner_u,
+        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, _, tile_u, key_lo, key_hi,
         excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
     ) = _acceptance(
         requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
@@ -243,7 +244,7 @@ def _decide(
     if tl.max(drawn.to(tl.int32)) > 0:
         sampled_token = _emit_from_target(
             target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-            tile_u, inner_u, excluded_sums, scale, drawn,
+            tile_u, key_lo, key_hi, excluded_sums, scale, drawn,
             vocab, target_stride_r, target_stride_k, HAS_DRAFT, TILE, TILES_PAD,
         )
         emitted = tl.where(drawn, sampled_token, emitted)
@@ -270,7 +271,7 @@ def _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, referenc
 @triton.jit
 def _emit_from_target(
     target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-    tile_u, inner_u, excluded_sums, scale, active,
+    tile_u, key_lo, key_hi, excluded_sums, scale, active,
     vocab, target_stride_r, target_stride_k, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
     TILES_PAD: tl.constexpr,
 ):
@@ -284,7 +285,8 @@ def _emit_from_target(
     maxima = tl.max(tl.where(at_tau3, tile_max, float("-inf")), axis=1)
     ref_tau = tl.sum(tl.where(at_tau, reference, 0.0), axis=1)
     tile_u_tau = tl.sum(tl.where(at_tau, tile_u, 0.0), axis=1)
-    inner_u_tau = tl.sum(tl.where(at_tau, inner_u, 0.0), axis=1)
+    key_lo_tau = tl.sum(tl.where(at_tau, key_lo, 0), axis=1).to(tl.uint32)
+    key_hi_tau = tl.sum(tl.where(at_tau, key_hi, 0), axis=1).to(tl.uint32)
     excluded = tl.full(tau.shape, -1, tl.int64)
     if not HAS_DRAFT:
         draft_tau = tl.sum(tl.where(at_tau, drafts, 0), axis=1)
@@ -302,6 +304,7 @@ def _emit_from_target(
     chosen_max = tl.max(tl.where(tiles[None, :] == chosen[:, None], maxima, float("-inf")), axis=1)
     row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
     token = sample_in_tile(
-        target_ptr, row_offset, chosen, chosen_max, scale, excluded, inner_u_tau, active & (chosen >= 0), vocab, TILE
+        target_ptr, row_offset, chosen, chosen_max, scale, excluded, key_lo_tau, key_hi_tau, active & (chosen >= 0),
+        vocab, TILE,
     )
     return tl.where(chosen >= 0, token, 0)

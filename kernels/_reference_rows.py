@@ -1,5 +1,8 @@
 """The twin's building blocks: per-row softmax statistics, reusable buffers and the two-level sampler.
 
+The sampler is the kernels' (``_sampling.py``): a tile by inverse CDF over the tile masses, then a
+token in it by an exponential race whose noise is the kernels' keyed hash, bit for bit.
+
 Everything here is vectorised over requests and positions. Large temporaries live in per-thread
 buffers reused across calls: allocating several MB afresh each call lets glibc give the memory
 back to the OS and fault it in again, which measured 2-3x slower on the simulator's shapes.
@@ -14,9 +17,11 @@ import torch
 
 from ._philox import philox4x32, uint32_to_uniform
 
-__all__ = ["RowStats", "row_uniforms", "sanitized", "scratch", "two_level_sample"]
+__all__ = ["RowStats", "race_noise", "row_draws", "sanitized", "scratch", "two_level_sample"]
 
 HUGE_LOGIT = 1.0e30  # what +inf logits become (as in the kernels)
+_MASK32 = 0xFFFFFFFF
+_SERIES_BELOW = 0.015625  # the kernels' switch from -ln(1 - v)'s series to the logarithm
 MAX_INV_TEMPERATURE = 1.0e6  # 1 / T is capped here, as in the kernels
 
 _buffers = threading.local()
@@ -47,13 +52,36 @@ def sanitized(logits: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tens
     return values, row_max
 
 
-def row_uniforms(seed: torch.Tensor, num_rows: int, num_purposes: int) -> list[list[torch.Tensor]]:
-    """uniforms[purpose][word]: float32 [R, num_rows] from Philox counter (0, row, purpose, 0)."""
+def row_draws(seed: torch.Tensor, num_rows: int, num_purposes: int) -> list[list[torch.Tensor]]:
+    """draws[purpose]: [uniform0, uniform1, key_lo, key_hi], each [R, num_rows], from Philox counter
+    (0, row, purpose, 0): float32 uniforms (words 0, 1) and the race's key (words 2, 3, uint32 in int64)."""
     rows = torch.arange(num_rows, dtype=torch.int64, device=seed.device)[None, None, :]
     purposes = torch.arange(num_purposes, dtype=torch.int64, device=seed.device)[None, :, None]
     zero = torch.zeros((), dtype=torch.int64, device=seed.device)
     words = philox4x32(seed[:, None, None], zero, rows, purposes, zero)
-    return [[uint32_to_uniform(w[:, p]) for w in words] for p in range(num_purposes)]
+    return [[uint32_to_uniform(words[0][:, p]), uint32_to_uniform(words[1][:, p]), words[2][:, p], words[3][:, p]]
+            for p in range(num_purposes)]
+
+
+def _fmix32(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _MASK32  # int64 products wrap modulo 2**64: the low 32 bits are exact
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _MASK32
+    return x ^ (x >> 16)
+
+
+def race_noise(token_ids: torch.Tensor, key_lo: torch.Tensor, key_hi: torch.Tensor) -> torch.Tensor:
+    """float32 [R, N]: log2 E, E ~ Exp(1) per token, as the kernels' ``race_noise`` computes it.
+
+    token_ids: int64 [R, N]; key_lo, key_hi: int64 [R] holding uint32.
+    """
+    x = (token_ids * 0x9E3779B9 + key_lo[:, None]) & _MASK32
+    x = _fmix32(_fmix32(x) ^ key_hi[:, None])
+    v = ((x.to(torch.float32) + 0.5) * 2.3283064365386963e-10).clamp_(max=0.99999994)
+    series = v * (1.0 + v * (0.5 + v * 0.33333334))
+    exponential = torch.where(v < _SERIES_BELOW, series, -torch.log2(1.0 - v) * math.log(2.0))
+    return torch.log2(exponential)
 
 
 class RowStats:
@@ -106,19 +134,20 @@ class RowStats:
 
 
 def two_level_sample(
-    weights: torch.Tensor, tile_uniform: torch.Tensor, inner_uniform: torch.Tensor, tile_size: int
+    weights: torch.Tensor, tile_uniform: torch.Tensor, key_lo: torch.Tensor, key_hi: torch.Tensor, tile_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index v with probability weights[r, v] / sum: a tile by its mass, then a token inside it.
+    """Index v with probability weights[r, v] / sum: a tile by its mass, then a token inside it by
+    the kernels' exponential race.
 
-    weights: float64 [R, V] >= 0 (not modified). tile_uniform, inner_uniform: float32 [R] in [0, 1).
-    Returns tokens int64 [R] and has_mass bool [R] (False where all weights are 0; token then 0).
+    weights: float64 [R, V] >= 0 (not modified). tile_uniform: float32 [R] in [0, 1); key_lo,
+    key_hi: int64 [R] (uint32), the race's key. Returns tokens int64 [R] and has_mass bool [R]
+    (False where all weights are 0; token then 0).
     """
     num_requests, vocab = weights.shape
     num_tiles = -(-vocab // tile_size)
     if num_tiles == 1:
-        chosen_tile = torch.zeros(num_requests, dtype=torch.int64, device=weights.device)
-        inner = _inverse_cdf(weights, inner_uniform)
-        tile_size = vocab
+        chosen_tile = torch.where(weights.sum(dim=-1) > 0, 0, -1)
+        chosen = weights
     else:
         padded = scratch("padded_weights", (num_requests, num_tiles * tile_size), weights.device, torch.float64)
         padded[:, :vocab] = weights
@@ -127,9 +156,12 @@ def two_level_sample(
         chosen_tile = _inverse_cdf(tiles.sum(dim=-1).view(num_requests, num_tiles), tile_uniform)
         flat = torch.arange(num_requests, device=weights.device) * num_tiles + chosen_tile.clamp(min=0)
         chosen = scratch("chosen_tile", (num_requests, tile_size), weights.device, torch.float64)
-        inner = _inverse_cdf(torch.index_select(tiles, 0, flat, out=chosen), inner_uniform)
-    has_mass = (chosen_tile >= 0) & (inner >= 0)
-    return torch.where(has_mass, chosen_tile * tile_size + inner, 0), has_mass
+        torch.index_select(tiles, 0, flat, out=chosen)
+    positions = torch.arange(chosen.shape[1], device=weights.device)[None, :]
+    token_ids = chosen_tile.clamp(min=0)[:, None] * tile_size + positions
+    keys = torch.where(chosen > 0, torch.log2(chosen), -math.inf) - race_noise(token_ids, key_lo, key_hi).double()
+    has_mass = chosen_tile >= 0
+    return torch.where(has_mass, token_ids.gather(1, keys.argmax(dim=1, keepdim=True))[:, 0], 0), has_mass
 
 
 def _inverse_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:

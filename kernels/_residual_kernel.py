@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers
-from ._sampling import inverse_cdf, residual_weights, row_uniforms, temperature_scale, write_tokens
+from ._sampling import inverse_cdf, log2_weights, race_winner, residual_weights, row_draws, temperature_scale, write_tokens
 
 PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
 
@@ -126,7 +126,7 @@ def _decide_residual(
     rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
     tau = lo
     if METHOD == METHOD_BLOCK:
-        accept_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
+        accept_u, _, _, _ = row_draws(seeds2, rows2, PURPOSE_VERIFY)
         prefix = tl.load(row_info_ptr + (requests[:, None] * num_drafts + rows[None, :]) * 5 + 4, mask=planned, other=1.0)
         mass = tl.sum(tile_mass, axis=2)
         denominator = mass + 1.0 - prefix
@@ -134,7 +134,7 @@ def _decide_residual(
         passes = planned & (rows[None, :] > lo[:, None]) & (accept_u < threshold)
         tau = tl.max(tl.where(passes, rows[None, :], lo[:, None]), axis=1)
     at_tau = rows[None, :] == tau[:, None]
-    choice_u, inner_u, _ = row_uniforms(seeds2, rows2, PURPOSE_RESIDUAL)
+    choice_u, _, key_lo, key_hi = row_draws(seeds2, rows2, PURPOSE_RESIDUAL)
     weights = tl.sum(tl.where(at_tau[:, :, None], tile_mass, 0.0), axis=1)
     chosen = inverse_cdf(weights, tl.sum(tl.where(at_tau, choice_u, 0.0), axis=1), tiles)
     # Round-trip tau and the tile through memory, as ``_decide`` does (without it block
@@ -154,8 +154,11 @@ def _decide_residual(
         target_ptr, draft_logits_ptr, row_info_ptr, requests, has_tile, tau, tl.maximum(chosen, 0), scale,
         num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE,
     )
-    inner = inverse_cdf(tile_weights, tl.sum(tl.where(at_tau, inner_u, 0.0), axis=1), tl.arange(0, TILE))
-    token = tl.where(inner >= 0, chosen * TILE + inner, -1).to(tl.int64)
+    inner = race_winner(
+        log2_weights(tile_weights), tl.maximum(chosen, 0)[:, None] * TILE + tl.arange(0, TILE)[None, :],
+        tl.sum(tl.where(at_tau, key_lo, 0), axis=1).to(tl.uint32), tl.sum(tl.where(at_tau, key_hi, 0), axis=1).to(tl.uint32),
+    )
+    token = (chosen * TILE + inner).to(tl.int64)
     drafts = tl.load(
         draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :],
         mask=deferred[:, None] & (rows[None, :] < num_drafts), other=-1,
@@ -169,10 +172,10 @@ def _decide_residual(
         tile_max, reference, _, tile_weight = _row_normalisers(
             tile_max_ptr, tile_sum_ptr, t_index3, t_mask3, t_mask3, scale
         )
-        _, tile_u, inner_u = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
+        _, tile_u, plain_lo, plain_hi = row_draws(seeds2, rows2, PURPOSE_VERIFY)
         plain = _emit_from_target(
             target_ptr, requests, tau, at_tau, tau, drafts, tile_max, reference, tile_weight,
-            tile_u, inner_u, reference, scale, no_mass,
+            tile_u, plain_lo, plain_hi, reference, scale, no_mass,
             vocab, target_stride_r, target_stride_k, True, TILE, TILES_PAD,
         )
         token = tl.where(no_mass, plain, token)

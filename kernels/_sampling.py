@@ -1,5 +1,12 @@
 """Triton device helpers shared by the verification kernels: random streams and the two-level sampler.
 
+The sampler draws a vocabulary tile by inverse CDF over the tiles' masses (one uniform), then a
+token inside the tile by an exponential race: the token whose log2 weight minus log2 E is largest,
+E ~ Exp(1) from a keyed hash of the token id (the same E wherever the tile is read, so the draw
+depends on the weights and the key only: batch invariance across launch shapes). The race needs no
+prefix sums, so a program holding the tile in registers draws in it at the cost of a few
+operations an element and one reduction.
+
 All are ``@triton.jit`` functions, inlined into their callers. Tensors are blocks of ``BLOCK_R``
 requests (one request per program on a GPU; many under the CPU interpreter, where the cost is per
 interpreted operation).
@@ -18,6 +25,9 @@ MAX_INV_TEMPERATURE: tl.constexpr = tl.constexpr(1.0e6)
 # Fixed point of the sampler's prefix sums: weights scaled to [0, 1] are counted in units of 2**-40
 # (a tile of 4096 such weights sums below 2**52, far inside int64).
 FIXED_ONE: tl.constexpr = tl.constexpr(1099511627776.0)
+LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+# Below this v, -ln(1 - v) comes from its series (1 - v would round away the small v).
+SERIES_BELOW: tl.constexpr = tl.constexpr(0.015625)
 # |log2 a| clamp for block verification's prefix ratios (saturates long before; avoids inf - inf).
 LOG_RATIO_CLAMP: tl.constexpr = tl.constexpr(1.0e4)
 
@@ -31,14 +41,66 @@ def uniform_from_word(word):
 
 
 @triton.jit
-def row_uniforms(seed, row, PURPOSE: tl.constexpr):
-    """Three float32 uniforms from Philox counter (0, row, PURPOSE, 0) under key ``seed``.
+def row_draws(seed, row, PURPOSE: tl.constexpr):
+    """Philox counter (0, row, PURPOSE, 0) under key ``seed``: two float32 uniforms (words 0, 1)
+    and the in-tile race's hash key (words 2, 3, uint32).
 
     seed: int64 block; row: int32 block of the same shape (position within the request).
     """
     zero = (row * 0).to(tl.uint32)
     w0, w1, w2, w3 = tl.philox(seed, zero, row.to(tl.uint32), zero + PURPOSE, zero)
-    return uniform_from_word(w0), uniform_from_word(w1), uniform_from_word(w2)
+    return uniform_from_word(w0), uniform_from_word(w1), w2, w3
+
+
+@triton.jit
+def _wrap32(x):
+    """uint64 -> its low 32 bits as uint32 (arithmetic modulo 2**32, written so that the
+    interpreter's overflow checks, which do not allow uint32 to wrap, see no overflow)."""
+    return (x & 0xFFFFFFFF).to(tl.uint32)
+
+
+@triton.jit
+def _fmix32(x):
+    """MurmurHash3's 32-bit finaliser (uint32 -> uint32, a bijection with full avalanche)."""
+    x ^= x >> 16
+    x = _wrap32(x.to(tl.uint64) * 0x85EBCA6B)
+    x ^= x >> 13
+    x = _wrap32(x.to(tl.uint64) * 0xC2B2AE35)
+    x ^= x >> 16
+    return x
+
+
+@triton.jit
+def race_noise(vocab_ids, key_lo, key_hi):
+    """log2 E [B, N], E ~ Exp(1) independently per token: vocab_ids int32 [B, N], keys uint32 [B].
+
+    E = -ln(1 - v), v = (h + 0.5) 2**-32 for a 32-bit hash h of (token, key): full relative precision
+    near E = 0, where the likely winners are (a series there, as 1 - v would round v away).
+    """
+    x = _wrap32(vocab_ids.to(tl.uint64) * 0x9E3779B9 + key_lo.to(tl.uint64)[:, None])
+    x = _fmix32(_fmix32(x) ^ key_hi[:, None])
+    v = tl.minimum((x.to(tl.float32) + 0.5) * 2.3283064365386963e-10, 0.99999994)
+    series = v * (1.0 + v * (0.5 + v * 0.33333334))
+    exponential = tl.where(v < SERIES_BELOW, series, -tl.log2(1.0 - v) * LN2)
+    return tl.log2(exponential)
+
+
+@triton.jit
+def log2_weights(weights):
+    """log2 of weights >= 0, -inf where a weight is 0 (the race's input for linear weights)."""
+    return tl.where(weights > 0, tl.log2(tl.where(weights > 0, weights, 1.0)), float("-inf"))
+
+
+@triton.jit
+def race_winner(log_weights, vocab_ids, key_lo, key_hi):
+    """Index along axis 1 drawn with probability 2**log_weights / sum (an exponential race).
+
+    log_weights: float32 [B, N], -inf for tokens that must not be drawn (any per-request offset:
+    only differences matter); vocab_ids: int32 [B, N], the tokens' ids (they key the noise).
+    Returns int32 [B]; where every weight is -inf, index 0 (callers draw only from tiles with mass).
+    """
+    keys = tl.where(log_weights == float("-inf"), float("-inf"), log_weights - race_noise(vocab_ids, key_lo, key_hi))
+    return tl.argmax(keys, axis=1, tie_break_left=True)
 
 
 @triton.jit
@@ -95,25 +157,23 @@ def inverse_cdf(weights, uniform, positions):
 
 @triton.jit
 def sample_in_tile(
-    logits_ptr, row_offset, tile, tile_max, scale, excluded, uniform, active, vocab, TILE: tl.constexpr
+    logits_ptr, row_offset, tile, tile_max, scale, excluded, key_lo, key_hi, active, vocab, TILE: tl.constexpr
 ):
     """Re-read one vocabulary tile per request and draw a token from softmax(l * scale) inside it.
 
     row_offset: int64 [B] element offset of the request's logit row; tile: int32 [B] (-1 = none);
     tile_max: float32 [B], the tile's max logit (any reference works: weights are tile-local);
     scale: float32 [B] = log2(e) / T; excluded: int64 [B] token given zero weight (-1 = none);
-    uniform: float32 [B]; active: bool [B]. Returns int64 [B] token ids (0 where none).
+    key_lo, key_hi: uint32 [B], the race's key; active: bool [B]. Returns int64 [B] token ids.
     """
-    positions = tl.arange(0, TILE)
-    vocab_ids = tile[:, None] * TILE + positions[None, :]
+    vocab_ids = tile[:, None] * TILE + tl.arange(0, TILE)[None, :]
     mask = active[:, None] & (tile[:, None] >= 0) & (vocab_ids < vocab)
     logits = tl.load(logits_ptr + row_offset[:, None] + vocab_ids, mask=mask, other=float("-inf"))
     logits = sanitize(logits.to(tl.float32))
     reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
-    weights = tl.exp2((logits - reference[:, None]) * scale[:, None])
-    weights = tl.where(mask & (vocab_ids != excluded[:, None]), weights, 0.0)
-    inner = inverse_cdf(weights, uniform, positions)
-    token = tl.where(inner >= 0, tile * TILE + inner, 0)
+    log_weights = tl.where(mask & (vocab_ids != excluded[:, None]), (logits - reference[:, None]) * scale[:, None],
+                           float("-inf"))
+    token = tl.where(tile >= 0, tile * TILE + race_winner(log_weights, vocab_ids, key_lo, key_hi), 0)
     return token.to(tl.int64)
 
 

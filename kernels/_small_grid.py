@@ -25,7 +25,16 @@ import triton
 import triton.language as tl
 
 from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _store_row_info
-from ._sampling import inverse_cdf, residual_weights, row_uniforms, sanitize, temperature_scale, write_tokens
+from ._sampling import (
+    inverse_cdf,
+    log2_weights,
+    race_winner,
+    residual_weights,
+    row_draws,
+    sanitize,
+    temperature_scale,
+    write_tokens,
+)
 from ._verify_kernel import _draft_tile_statistics, _tile_mass_checked, _tile_max
 
 PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
@@ -77,7 +86,7 @@ def _small_grid_kernel(
             _barrier(counters + 1, counters + 2, parties)
         if STAGE != 1:
             (
-                drafts, num_valid, tile_max, reference, mass, tile_weight, _, _, argmax, tile_u, _,
+                drafts, num_valid, tile_max, reference, mass, tile_weight, _, _, argmax, tile_u, _, _,
                 excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
             ) = _acceptance(
                 requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
@@ -109,7 +118,7 @@ def _small_grid_kernel(
         tl.debug_barrier()
         if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
             (
-                drafts, num_valid, tile_max, reference, _, tile_weight, _, _, argmax, tile_u, _,
+                drafts, num_valid, tile_max, reference, _, tile_weight, _, _, argmax, tile_u, _, _,
                 excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, _, _,
             ) = _acceptance(
                 requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
@@ -170,18 +179,20 @@ def _tile_draws(
     if tl.max(sampled.to(tl.int32)) > 0:
         logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
         tl.store(tile_sum_ptr + stat, mass, mask=sampled)
-        _, _, inner_u = row_uniforms(seed, row_ids, PURPOSE_VERIFY)
-        positions = tl.arange(0, TILE)
-        inner = inverse_cdf(weights, inner_u, positions)
-        tl.store(tile_token_ptr + stat, tl.where(inner >= 0, tile * TILE + inner, 0), mask=sampled)
+        _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_VERIFY)
+        reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
+        log_weights = (logits - reference[:, None]) * scale[:, None]  # as sample_in_tile weighs a re-read
+        inner = race_winner(log_weights, tl.broadcast_to(vocab_ids[None, :], log_weights.shape), key_lo, key_hi)
+        tl.store(tile_token_ptr + stat, tile * TILE + inner, mask=sampled)
         drawn_here = sampled & in_tile
         if tl.max(drawn_here.to(tl.int32)) > 0:  # the draft token's own tile
             hit = vocab_ids[None, :] == draft[:, None]
-            without = tl.where(hit, 0.0, weights)
-            inner = inverse_cdf(without, inner_u, positions)
             tl.store(at_draft_ptr + per_row, tl.max(tl.where(hit, logits, float("-inf")), axis=1), mask=drawn_here)
-            tl.store(excluded_sum_ptr + per_row, tl.sum(without, axis=1), mask=drawn_here)
-            tl.store(excluded_token_ptr + per_row, tl.where(inner >= 0, tile * TILE + inner, 0), mask=drawn_here)
+            if not HAS_DRAFT:  # a rejected one-hot draft's residual: the tile without it
+                without = tl.where(hit, float("-inf"), log_weights)
+                inner = race_winner(without, tl.broadcast_to(vocab_ids[None, :], log_weights.shape), key_lo, key_hi)
+                tl.store(excluded_sum_ptr + per_row, tl.sum(tl.where(hit, 0.0, weights), axis=1), mask=drawn_here)
+                tl.store(excluded_token_ptr + per_row, tile * TILE + inner, mask=drawn_here)
         if HAS_DRAFT:
             if row < num_drafts:
                 _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests,
@@ -212,9 +223,10 @@ def _tile_residual(
         )
         out = (requests * num_drafts + row) * num_tiles + tile
         tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=needs)
-        _, inner_u, _ = row_uniforms(seed, row_ids, PURPOSE_RESIDUAL)
-        inner = inverse_cdf(weights, inner_u, tl.arange(0, TILE))
-        tl.store(residual_token_ptr + out, tl.where(inner >= 0, tile * TILE + inner, 0), mask=needs)
+        _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_RESIDUAL)
+        vocab_ids = tl.broadcast_to((tile * TILE + tl.arange(0, TILE))[None, :], weights.shape)
+        inner = race_winner(log2_weights(weights), vocab_ids, key_lo, key_hi)
+        tl.store(residual_token_ptr + out, tile * TILE + inner, mask=needs)
 
 
 @triton.jit
@@ -301,13 +313,13 @@ def _residual_choice(
     rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
     tau = plan_lo
     if METHOD == METHOD_BLOCK:
-        accept_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_VERIFY)
+        accept_u, _, _, _ = row_draws(seeds2, rows2, PURPOSE_VERIFY)
         mass = tl.sum(tile_mass, axis=2)
         denominator = mass + 1.0 - prefix
         threshold = tl.where(denominator > 0, mass / tl.where(denominator > 0, denominator, 1.0), 1.0)
         passes = planned & (rows[None, :] > plan_lo[:, None]) & (accept_u < threshold)
         tau = tl.max(tl.where(passes, rows[None, :], plan_lo[:, None]), axis=1)
-    choice_u, _, _ = row_uniforms(seeds2, rows2, PURPOSE_RESIDUAL)
+    choice_u, _, _, _ = row_draws(seeds2, rows2, PURPOSE_RESIDUAL)
     chosen = _choose_tiles(tile_mass, choice_u, BLOCK_R, ROWS_PAD, TILES_PAD)
     tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2).to(tl.int64)
     return tau, tl.where(chosen >= 0, tokens, target_tokens)

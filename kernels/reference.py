@@ -3,13 +3,14 @@
 Same contract, semantics and random streams as ``spectune.kernels.rejection_sample`` (see
 ``_contract.py``), vectorised over requests and positions (no Python loop over rows). Greedy and
 synthetic acceptance therefore match the kernels exactly; sampled tokens use the same two-level
-inverse-CDF scheme with the same uniforms, so they match too, except where float rounding puts a
-uniform on the other side of a boundary. Ratios, prefix ratios, thresholds and cumulative sums are
+scheme (a tile by inverse CDF, a token in it by the same exponential race) with the same uniforms
+and noise, so they match too, except where float rounding puts a uniform on the other side of a
+boundary or two race keys within rounding of each other. Ratios, prefix ratios, thresholds and cumulative sums are
 float64; per-row log-softmax is float32.
 
 Sampling scheme (the kernels' too): the vocabulary is cut into tiles of ``tile_size`` tokens; a
-tile is chosen by inverse CDF over the tile masses with one uniform, then a token inside it with
-another. Zero-weight tokens and tiles are never chosen.
+tile is chosen by inverse CDF over the tile masses with one uniform, then a token inside it by an
+exponential race keyed by the row's Philox words. Zero-weight tokens and tiles are never chosen.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ._contract import DEFAULT_TILE, PURPOSE_RESIDUAL, PURPOSE_VERIFY, VerifyInputs, validate_inputs
-from ._reference_rows import RowStats, row_uniforms, sanitized, scratch, two_level_sample
+from ._reference_rows import RowStats, row_draws, sanitized, scratch, two_level_sample
 
 __all__ = ["rejection_sample", "rejection_sample_from_inputs"]
 
@@ -71,7 +72,7 @@ def rejection_sample_from_inputs(inputs: VerifyInputs, *, tile_size: int) -> tup
     safe_drafts = drafts.clamp(0, vocab - 1)
     num_valid = valid.to(torch.int64).cumprod(dim=1).sum(dim=1)
     greedy = inputs.temperature == 0
-    uniforms = row_uniforms(inputs.seed, num_rows, 2 if inputs.draft_logits is not None else 1)
+    uniforms = row_draws(inputs.seed, num_rows, 2 if inputs.draft_logits is not None else 1)
     accept_uniform = uniforms[PURPOSE_VERIFY][0]
 
     target, target_max = sanitized(inputs.target_logits, "target")
@@ -179,7 +180,7 @@ def _emit(
     num_requests = tau.shape[0]
     index = torch.arange(num_requests, device=tau.device)
     verify = uniforms[PURPOSE_VERIFY]
-    tile_uniform, inner_uniform = verify[1][index, tau], verify[2][index, tau]
+    tile_uniform, key_lo, key_hi = verify[1][index, tau], verify[2][index, tau], verify[3][index, tau]
     residual_case = tau < num_valid
     probs = target_stats.row_probs(tau, "target_row")
     draft_rows = tau.clamp(max=max(safe_drafts.shape[1] - 1, 0))
@@ -195,13 +196,16 @@ def _emit(
         weights[~residual_case] = probs[~residual_case].double()
         residual = uniforms[PURPOSE_RESIDUAL]
         tile_uniform = torch.where(residual_case, residual[0][index, tau], tile_uniform)
-        inner_uniform = torch.where(residual_case, residual[1][index, tau], inner_uniform)
-    token, has_mass = two_level_sample(weights, tile_uniform, inner_uniform, tile_size)
+        key_lo = torch.where(residual_case, residual[2][index, tau], key_lo)
+        key_hi = torch.where(residual_case, residual[3][index, tau], key_hi)
+    token, has_mass = two_level_sample(weights, tile_uniform, key_lo, key_hi, tile_size)
     if bool(has_mass.all()):
         return token
-    # A residual without mass falls back to the plain target, with the plain target's uniforms.
+    # A residual without mass falls back to the plain target, with the plain target's draws.
     weights.copy_(probs)
-    fallback, fallback_mass = two_level_sample(weights, verify[1][index, tau], verify[2][index, tau], tile_size)
+    fallback, fallback_mass = two_level_sample(
+        weights, verify[1][index, tau], verify[2][index, tau], verify[3][index, tau], tile_size
+    )
     return torch.where(has_mass, token, torch.where(fallback_mass, fallback, 0))
 
 
