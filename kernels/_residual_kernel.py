@@ -17,7 +17,16 @@ import triton
 import triton.language as tl
 
 from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers
-from ._sampling import inverse_cdf, log2_weights, race_winner, residual_weights, row_draws, temperature_scale, write_tokens
+from ._sampling import (
+    inverse_cdf,
+    log2_weights,
+    race_keys,
+    race_winner,
+    residual_weights,
+    row_draws,
+    temperature_scale,
+    write_tokens,
+)
 
 PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
 
@@ -154,10 +163,10 @@ def _decide_residual(
         target_ptr, draft_logits_ptr, row_info_ptr, requests, has_tile, tau, tl.maximum(chosen, 0), scale,
         num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE,
     )
-    inner = race_winner(
+    inner = race_winner(race_keys(
         log2_weights(tile_weights), tl.maximum(chosen, 0)[:, None] * TILE + tl.arange(0, TILE)[None, :],
         tl.sum(tl.where(at_tau, key_lo, 0), axis=1).to(tl.uint32), tl.sum(tl.where(at_tau, key_hi, 0), axis=1).to(tl.uint32),
-    )
+    ))
     token = (chosen * TILE + inner).to(tl.int64)
     drafts = tl.load(
         draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :],

@@ -14,6 +14,8 @@ interpreted operation).
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -52,6 +54,21 @@ def row_draws(seed, row, PURPOSE: tl.constexpr):
     return uniform_from_word(w0), uniform_from_word(w1), w2, w3
 
 
+if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter runs no inline assembly
+
+    @triton.jit
+    def _fast_log2(x):
+        return tl.log2(x)
+
+else:
+
+    @triton.jit
+    def _fast_log2(x):
+        """log2 by the special-function unit (lg2.approx, ~2**-22 absolute error): ``tl.log2`` is
+        libdevice's exact log2f, about twenty instructions an element."""
+        return tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
 @triton.jit
 def _wrap32(x):
     """uint64 -> its low 32 bits as uint32 (arithmetic modulo 2**32, written so that the
@@ -81,8 +98,8 @@ def race_noise(vocab_ids, key_lo, key_hi):
     x = _fmix32(_fmix32(x) ^ key_hi[:, None])
     v = tl.minimum((x.to(tl.float32) + 0.5) * 2.3283064365386963e-10, 0.99999994)
     series = v * (1.0 + v * (0.5 + v * 0.33333334))
-    exponential = tl.where(v < SERIES_BELOW, series, -tl.log2(1.0 - v) * LN2)
-    return tl.log2(exponential)
+    exponential = tl.where(v < SERIES_BELOW, series, -_fast_log2(1.0 - v) * LN2)
+    return _fast_log2(exponential)
 
 
 @triton.jit
@@ -92,14 +109,20 @@ def log2_weights(weights):
 
 
 @triton.jit
-def race_winner(log_weights, vocab_ids, key_lo, key_hi):
-    """Index along axis 1 drawn with probability 2**log_weights / sum (an exponential race).
+def race_keys(log_weights, vocab_ids, key_lo, key_hi):
+    """The exponential race's keys log2 w - log2 E [B, N]; the largest key's token is drawn with
+    probability w / sum w.
 
     log_weights: float32 [B, N], -inf for tokens that must not be drawn (any per-request offset:
     only differences matter); vocab_ids: int32 [B, N], the tokens' ids (they key the noise).
-    Returns int32 [B]; where every weight is -inf, index 0 (callers draw only from tiles with mass).
+    Tokens of weight 0 keep the key -inf; callers draw only in tiles with mass.
     """
-    keys = tl.where(log_weights == float("-inf"), float("-inf"), log_weights - race_noise(vocab_ids, key_lo, key_hi))
+    return tl.where(log_weights == float("-inf"), float("-inf"), log_weights - race_noise(vocab_ids, key_lo, key_hi))
+
+
+@triton.jit
+def race_winner(keys):
+    """int32 [B]: index along axis 1 of the largest race key (the first on a tie)."""
     return tl.argmax(keys, axis=1, tie_break_left=True)
 
 
@@ -173,7 +196,7 @@ def sample_in_tile(
     reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
     log_weights = tl.where(mask & (vocab_ids != excluded[:, None]), (logits - reference[:, None]) * scale[:, None],
                            float("-inf"))
-    token = tl.where(tile >= 0, tile * TILE + race_winner(log_weights, vocab_ids, key_lo, key_hi), 0)
+    token = tl.where(tile >= 0, tile * TILE + race_winner(race_keys(log_weights, vocab_ids, key_lo, key_hi)), 0)
     return token.to(tl.int64)
 
 

@@ -28,6 +28,7 @@ from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _store_row_inf
 from ._sampling import (
     inverse_cdf,
     log2_weights,
+    race_keys,
     race_winner,
     residual_weights,
     row_draws,
@@ -182,15 +183,14 @@ def _tile_draws(
         _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_VERIFY)
         reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
         log_weights = (logits - reference[:, None]) * scale[:, None]  # as sample_in_tile weighs a re-read
-        inner = race_winner(log_weights, tl.broadcast_to(vocab_ids[None, :], log_weights.shape), key_lo, key_hi)
-        tl.store(tile_token_ptr + stat, tile * TILE + inner, mask=sampled)
+        keys = race_keys(log_weights, tl.broadcast_to(vocab_ids[None, :], log_weights.shape), key_lo, key_hi)
+        tl.store(tile_token_ptr + stat, tile * TILE + race_winner(keys), mask=sampled)
         drawn_here = sampled & in_tile
         if tl.max(drawn_here.to(tl.int32)) > 0:  # the draft token's own tile
             hit = vocab_ids[None, :] == draft[:, None]
             tl.store(at_draft_ptr + per_row, tl.max(tl.where(hit, logits, float("-inf")), axis=1), mask=drawn_here)
             if not HAS_DRAFT:  # a rejected one-hot draft's residual: the tile without it
-                without = tl.where(hit, float("-inf"), log_weights)
-                inner = race_winner(without, tl.broadcast_to(vocab_ids[None, :], log_weights.shape), key_lo, key_hi)
+                inner = race_winner(tl.where(hit, float("-inf"), keys))
                 tl.store(excluded_sum_ptr + per_row, tl.sum(tl.where(hit, 0.0, weights), axis=1), mask=drawn_here)
                 tl.store(excluded_token_ptr + per_row, tile * TILE + inner, mask=drawn_here)
         if HAS_DRAFT:
@@ -225,7 +225,7 @@ def _tile_residual(
         tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=needs)
         _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_RESIDUAL)
         vocab_ids = tl.broadcast_to((tile * TILE + tl.arange(0, TILE))[None, :], weights.shape)
-        inner = race_winner(log2_weights(weights), vocab_ids, key_lo, key_hi)
+        inner = race_winner(race_keys(log2_weights(weights), vocab_ids, key_lo, key_hi))
         tl.store(residual_token_ptr + out, tile * TILE + inner, mask=needs)
 
 

@@ -11,7 +11,7 @@ from kernel_cases import assert_distribution
 
 from spectune.kernels._reference_rows import race_noise
 from spectune.kernels._sampling import race_noise as kernel_race_noise
-from spectune.kernels._sampling import race_winner
+from spectune.kernels._sampling import race_keys, race_winner
 
 
 def _keys(num_rows, seed=0):
@@ -61,7 +61,7 @@ def _winner_kernel(log_weight_ptr, key_lo_ptr, key_hi_ptr, out_ptr, N: tl.conste
     key_lo = tl.load(key_lo_ptr + rows).to(tl.uint32)
     key_hi = tl.load(key_hi_ptr + rows).to(tl.uint32)
     ids = tl.broadcast_to(positions[None, :], (ROWS, N))
-    tl.store(out_ptr + rows, race_winner(log_weights, ids, key_lo, key_hi))
+    tl.store(out_ptr + rows, race_winner(race_keys(log_weights, ids, key_lo, key_hi)))
 
 
 def test_kernel_noise_matches_the_twin(device):
