@@ -243,8 +243,8 @@ def _decide(
     drawn = sampled & ~deferred
     if tl.max(drawn.to(tl.int32)) > 0:
         sampled_token = _emit_from_target(
-            target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-            tile_u, key_lo, key_hi, excluded_sums, scale, drawn,
+            target_ptr, requests, seed, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
+            tile_u, excluded_sums, scale, drawn,
             vocab, target_stride_r, target_stride_k, HAS_DRAFT, TILE, TILES_PAD,
         )
         emitted = tl.where(drawn, sampled_token, emitted)
@@ -270,14 +270,16 @@ def _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, referenc
 
 @triton.jit
 def _emit_from_target(
-    target_ptr, requests, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-    tile_u, key_lo, key_hi, excluded_sums, scale, active,
+    target_ptr, requests, seed, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
+    tile_u, excluded_sums, scale, active,
     vocab, target_stride_r, target_stride_k, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
     TILES_PAD: tl.constexpr,
 ):
     """Token at row tau from the plain target, or (one-hot drafts, tau < n) the target without x_tau.
 
-    A residual without mass falls back to the plain target; a row without mass gives token 0.
+    A residual without mass falls back to the plain target; a row without mass gives token 0. The
+    race key is drawn afresh for row tau (seed int64 [B]): selected from the [B, ROWS] draws, its
+    layout spread to the tile and the compiler gave the tile 254 registers a thread.
     """
     tiles = tl.arange(0, TILES_PAD)
     at_tau3 = at_tau[:, :, None]
@@ -285,8 +287,7 @@ def _emit_from_target(
     maxima = tl.max(tl.where(at_tau3, tile_max, float("-inf")), axis=1)
     ref_tau = tl.sum(tl.where(at_tau, reference, 0.0), axis=1)
     tile_u_tau = tl.sum(tl.where(at_tau, tile_u, 0.0), axis=1)
-    key_lo_tau = tl.sum(tl.where(at_tau, key_lo, 0), axis=1).to(tl.uint32)
-    key_hi_tau = tl.sum(tl.where(at_tau, key_hi, 0), axis=1).to(tl.uint32)
+    _, _, key_lo_tau, key_hi_tau = row_draws(seed, tau, PURPOSE_VERIFY)
     excluded = tl.full(tau.shape, -1, tl.int64)
     if not HAS_DRAFT:
         draft_tau = tl.sum(tl.where(at_tau, drafts, 0), axis=1)

@@ -18,10 +18,11 @@ import triton.language as tl
 
 from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers
 from ._sampling import (
+    RACE_CHUNK,
+    better_key,
     inverse_cdf,
     log2_weights,
     race_keys,
-    race_winner,
     residual_weights,
     row_draws,
     temperature_scale,
@@ -56,8 +57,8 @@ def _residual_kernel(
         active = deferred & (row >= lo) & (row <= hi)
         rows = tl.full((BLOCK_R,), 0, tl.int32) + row
         weights = _residual_weights(
-            target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tile + rows * 0, scale,
-            num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE,
+            target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tile + rows * 0, 0, scale,
+            num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE, TILE,
         )
         out = (requests * num_drafts + row) * num_tiles + tile
         tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
@@ -65,10 +66,11 @@ def _residual_kernel(
 
 @triton.jit
 def _residual_weights(
-    target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tiles, scale, num_drafts, vocab,
-    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE: tl.constexpr,
+    target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tiles, start, scale, num_drafts, vocab,
+    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE: tl.constexpr, WIDTH: tl.constexpr,
 ):
-    """Residual weights max(s p - q, 0) [B, TILE] of tile ``tiles`` of row ``rows`` (int32 [B] each).
+    """Residual weights max(s p - q, 0) [B, WIDTH] of tokens start.. of tile ``tiles`` of row ``rows``
+    (int32 [B] each).
 
     p and q are normalised by pass A's global statistics (``row_info``). Pass B sums them per tile;
     the decision recomputes the chosen tile with this same function to draw the token inside it.
@@ -79,7 +81,7 @@ def _residual_weights(
     draft_ref = tl.load(info + 2, mask=active, other=0.0)
     draft_log_mass = tl.load(info + 3, mask=active, other=0.0)
     prefix = tl.load(info + 4, mask=active, other=0.0)
-    vocab_ids = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]
+    vocab_ids = tiles[:, None] * TILE + start + tl.arange(0, WIDTH)[None, :]
     mask = active[:, None] & (vocab_ids < vocab)
     rows64 = rows.to(tl.int64)[:, None]
     t_offsets = requests[:, None] * target_stride_r + rows64 * target_stride_k + vocab_ids
@@ -143,7 +145,7 @@ def _decide_residual(
         passes = planned & (rows[None, :] > lo[:, None]) & (accept_u < threshold)
         tau = tl.max(tl.where(passes, rows[None, :], lo[:, None]), axis=1)
     at_tau = rows[None, :] == tau[:, None]
-    choice_u, _, key_lo, key_hi = row_draws(seeds2, rows2, PURPOSE_RESIDUAL)
+    choice_u, _, _, _ = row_draws(seeds2, rows2, PURPOSE_RESIDUAL)
     weights = tl.sum(tl.where(at_tau[:, :, None], tile_mass, 0.0), axis=1)
     chosen = inverse_cdf(weights, tl.sum(tl.where(at_tau, choice_u, 0.0), axis=1), tiles)
     # Round-trip tau and the tile through memory, as ``_decide`` does (without it block
@@ -159,15 +161,18 @@ def _decide_residual(
     temperature = tl.load(temperature_ptr + requests, mask=deferred, other=1.0)
     scale = temperature_scale(temperature)
     has_tile = deferred & (chosen >= 0)
-    tile_weights = _residual_weights(
-        target_ptr, draft_logits_ptr, row_info_ptr, requests, has_tile, tau, tl.maximum(chosen, 0), scale,
-        num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE,
-    )
-    inner = race_winner(race_keys(
-        log2_weights(tile_weights), tl.maximum(chosen, 0)[:, None] * TILE + tl.arange(0, TILE)[None, :],
-        tl.sum(tl.where(at_tau, key_lo, 0), axis=1).to(tl.uint32), tl.sum(tl.where(at_tau, key_hi, 0), axis=1).to(tl.uint32),
-    ))
-    token = (chosen * TILE + inner).to(tl.int64)
+    key_lo, key_hi = row_draws(seed, tau, PURPOSE_RESIDUAL)[2:]  # afresh for row tau, as _emit_from_target does
+    CHUNK: tl.constexpr = RACE_CHUNK if RACE_CHUNK < TILE else TILE
+    best_key = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    best = tl.zeros((BLOCK_R,), tl.int32)
+    for start in tl.range(0, TILE, CHUNK):  # the race in chunks, as sample_in_tile runs it
+        chunk_weights = _residual_weights(
+            target_ptr, draft_logits_ptr, row_info_ptr, requests, has_tile, tau, tl.maximum(chosen, 0), start, scale,
+            num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE, CHUNK,
+        )
+        vocab_ids = tl.maximum(chosen, 0)[:, None] * TILE + start + tl.arange(0, CHUNK)[None, :]
+        best_key, best = better_key(race_keys(log2_weights(chunk_weights), vocab_ids, key_lo, key_hi), start, best_key, best)
+    token = (chosen * TILE + best).to(tl.int64)
     drafts = tl.load(
         draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :],
         mask=deferred[:, None] & (rows[None, :] < num_drafts), other=-1,
@@ -181,10 +186,10 @@ def _decide_residual(
         tile_max, reference, _, tile_weight = _row_normalisers(
             tile_max_ptr, tile_sum_ptr, t_index3, t_mask3, t_mask3, scale
         )
-        _, tile_u, plain_lo, plain_hi = row_draws(seeds2, rows2, PURPOSE_VERIFY)
+        _, tile_u, _, _ = row_draws(seeds2, rows2, PURPOSE_VERIFY)
         plain = _emit_from_target(
-            target_ptr, requests, tau, at_tau, tau, drafts, tile_max, reference, tile_weight,
-            tile_u, plain_lo, plain_hi, reference, scale, no_mass,
+            target_ptr, requests, seed, tau, at_tau, tau, drafts, tile_max, reference, tile_weight,
+            tile_u, reference, scale, no_mass,
             vocab, target_stride_r, target_stride_k, True, TILE, TILES_PAD,
         )
         token = tl.where(no_mass, plain, token)

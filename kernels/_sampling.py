@@ -30,6 +30,8 @@ FIXED_ONE: tl.constexpr = tl.constexpr(1099511627776.0)
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 # Below this v, -ln(1 - v) comes from its series (1 - v would round away the small v).
 SERIES_BELOW: tl.constexpr = tl.constexpr(0.015625)
+# Tokens a re-read tile's race takes at a time (see sample_in_tile).
+RACE_CHUNK: tl.constexpr = tl.constexpr(1024)
 # |log2 a| clamp for block verification's prefix ratios (saturates long before; avoids inf - inf).
 LOG_RATIO_CLAMP: tl.constexpr = tl.constexpr(1.0e4)
 
@@ -188,16 +190,32 @@ def sample_in_tile(
     tile_max: float32 [B], the tile's max logit (any reference works: weights are tile-local);
     scale: float32 [B] = log2(e) / T; excluded: int64 [B] token given zero weight (-1 = none);
     key_lo, key_hi: uint32 [B], the race's key; active: bool [B]. Returns int64 [B] token ids.
+    The race runs over the tile in chunks (the winner of a whole tile in registers, bit for bit):
+    all at once, its noise held 254 registers a thread.
     """
-    vocab_ids = tile[:, None] * TILE + tl.arange(0, TILE)[None, :]
-    mask = active[:, None] & (tile[:, None] >= 0) & (vocab_ids < vocab)
-    logits = tl.load(logits_ptr + row_offset[:, None] + vocab_ids, mask=mask, other=float("-inf"))
-    logits = sanitize(logits.to(tl.float32))
+    CHUNK: tl.constexpr = RACE_CHUNK if RACE_CHUNK < TILE else TILE
     reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
-    log_weights = tl.where(mask & (vocab_ids != excluded[:, None]), (logits - reference[:, None]) * scale[:, None],
-                           float("-inf"))
-    token = tl.where(tile >= 0, tile * TILE + race_winner(race_keys(log_weights, vocab_ids, key_lo, key_hi)), 0)
-    return token.to(tl.int64)
+    best_key = tl.full(tile.shape, float("-inf"), tl.float32)
+    best = tl.zeros(tile.shape, tl.int32)
+    for start in tl.range(0, TILE, CHUNK):
+        positions = start + tl.arange(0, CHUNK)
+        vocab_ids = tile[:, None] * TILE + positions[None, :]
+        mask = active[:, None] & (tile[:, None] >= 0) & (vocab_ids < vocab)
+        logits = tl.load(logits_ptr + row_offset[:, None] + vocab_ids, mask=mask, other=float("-inf"))
+        logits = sanitize(logits.to(tl.float32))
+        log_weights = tl.where(mask & (vocab_ids != excluded[:, None]), (logits - reference[:, None]) * scale[:, None],
+                               float("-inf"))
+        best_key, best = better_key(race_keys(log_weights, vocab_ids, key_lo, key_hi), start, best_key, best)
+    return tl.where(tile >= 0, tile * TILE + best, 0).to(tl.int64)
+
+
+@triton.jit
+def better_key(keys, start, best_key, best):
+    """Fold a chunk's race keys [B, N] (positions start..start+N) into the running (best key, index)
+    [B]; an earlier chunk keeps a tie, as one argmax over the whole tile would."""
+    chunk_key, chunk_index = tl.max(keys, axis=1, return_indices=True, return_indices_tie_break_left=True)
+    better = chunk_key > best_key
+    return tl.where(better, chunk_key, best_key), tl.where(better, start + chunk_index, best)
 
 
 @triton.jit
