@@ -18,7 +18,7 @@ call), joined five ways:
 
 Also a chain of 16 empty one-program kernels, plain and with PDL (µs per launch).
 
-    python benchmarks/launch_probe.py [--drafts 3 7]
+    python benchmarks/launch_probe.py [--drafts 3 7]   # from the repository root
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import argparse
 import torch
 import triton
 import triton.language as tl
-import triton.testing
+
+from kernels import graph_time_us  # benchmarks/kernels.py: the same graph timing
 
 TILE = 4096
 VOCAB = 128256
@@ -36,20 +37,26 @@ SETS = 16
 
 
 @triton.jit
-def _stats(logits_ptr, stats_ptr, counter_ptr, out_ptr, vocab, num_tiles,
-           TILE: tl.constexpr, FUSED: tl.constexpr, WAIT: tl.constexpr, SIGNAL: tl.constexpr,
-           RESET: tl.constexpr, PADDED: tl.constexpr):
+def _tile(logits_ptr, stats_ptr, vocab, num_tiles, TILE: tl.constexpr):
+    """This program's tile: its max and mass stored; returns the tile and its statistics' index."""
     row = tl.program_id(0)
     tile = tl.program_id(1)
-    if WAIT:  # before anything the previous call (or the model) may still write
-        tl.extra.cuda.gdc_wait()
     ids = tile * TILE + tl.arange(0, TILE)
     values = tl.load(logits_ptr + row * vocab + ids, mask=ids < vocab, other=float("-inf"))
     tile_max = tl.max(values)
-    mass = tl.sum(tl.exp2((values - tile_max) * 1.8))
     index = row * num_tiles + tile
     tl.store(stats_ptr + 2 * index, tile_max)
-    tl.store(stats_ptr + 2 * index + 1, mass)
+    tl.store(stats_ptr + 2 * index + 1, tl.sum(tl.exp2((values - tile_max) * 1.8)))
+    return values, index
+
+
+@triton.jit
+def _stats(logits_ptr, stats_ptr, counter_ptr, out_ptr, vocab, num_tiles,
+           TILE: tl.constexpr, FUSED: tl.constexpr, WAIT: tl.constexpr, SIGNAL: tl.constexpr,
+           RESET: tl.constexpr, PADDED: tl.constexpr):
+    if WAIT:  # before anything the previous call (or the model) may still write
+        tl.extra.cuda.gdc_wait()
+    _tile(logits_ptr, stats_ptr, vocab, num_tiles, TILE)
     if SIGNAL:
         tl.extra.cuda.gdc_launch_dependents()
     if FUSED:
@@ -81,15 +88,8 @@ def _decide(stats_ptr, out_ptr, n, WAIT: tl.constexpr, PADDED: tl.constexpr):
 def _cooperative(logits_ptr, stats_ptr, counter_ptr, out_ptr, vocab, num_tiles,
                  TILE: tl.constexpr, PADDED: tl.constexpr):
     row = tl.program_id(0)
-    tile = tl.program_id(1)
     programs = tl.num_programs(0) * tl.num_programs(1)
-    ids = tile * TILE + tl.arange(0, TILE)
-    values = tl.load(logits_ptr + row * vocab + ids, mask=ids < vocab, other=float("-inf"))
-    tile_max = tl.max(values)
-    mass = tl.sum(tl.exp2((values - tile_max) * 1.8))
-    index = row * num_tiles + tile
-    tl.store(stats_ptr + 2 * index, tile_max)
-    tl.store(stats_ptr + 2 * index + 1, mass)
+    values, index = _tile(logits_ptr, stats_ptr, vocab, num_tiles, TILE)
     tl.debug_barrier()
     arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel") + 1
     while arrived < programs:
@@ -113,22 +113,6 @@ def _empty(out_ptr, WAIT: tl.constexpr):
     if WAIT:
         tl.extra.cuda.gdc_wait()
     tl.store(out_ptr, 1.0)
-
-
-def graph_us(calls, per_call: int = 1) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    torch.cuda.synchronize()
-    ms = triton.testing.do_bench(graph.replay, warmup=5, rep=40, return_mode="median")
-    return ms * 1000.0 / (len(calls) * per_call)
 
 
 def probe(num_drafts: int) -> dict[str, float]:
@@ -172,7 +156,7 @@ def probe(num_drafts: int) -> dict[str, float]:
     reference = None
     for name, variant in variants.items():
         try:
-            results[name] = round(graph_us([lambda i=i: variant(i) for i in range(SETS)]), 2)
+            results[name] = round(graph_time_us([lambda i=i: variant(i) for i in range(SETS)]), 2)
             variant(0)
             torch.cuda.synchronize()
             if name.startswith(("two", "fused")):
@@ -190,7 +174,7 @@ def empty_chain() -> dict[str, float]:
     out = torch.empty(1, device="cuda")
     results = {}
     for name, pdl in (("empty", False), ("empty+pdl", True)):
-        results[name] = round(graph_us([lambda: _empty[(1,)](out, WAIT=pdl, launch_pdl=pdl, num_warps=4)] * 64), 2)
+        results[name] = round(graph_time_us([lambda: _empty[(1,)](out, WAIT=pdl, launch_pdl=pdl, num_warps=4)] * 64), 2)
     return results
 
 

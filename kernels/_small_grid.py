@@ -105,34 +105,25 @@ def _small_grid_kernel(
                 logits, d_logits, plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr,
                 requests, live, scale, seed, row_ids, row, tile, mask, num_drafts, num_tiles, TILE,
             )
-            tl.debug_barrier()
-            if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
-                _decide_small(
-                    requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
-                    argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
-                    tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
-                    tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
-                    METHOD, True, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
-                )
-                tl.atomic_xchg(counters, 0, sem="relaxed")
-    else:
+    if STAGE != 1:  # the last program of the request block to take a ticket decides
         tl.debug_barrier()
         if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
-            (
-                drafts, num_valid, tile_max, reference, _, tile_weight, _, _, argmax, tile_u, _, _,
-                excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, _, _,
-            ) = _acceptance(
-                requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-                tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-                at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
-                METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
-            )
+            if not HAS_DRAFT:  # (with draft logits every program derived acceptance after the barrier)
+                (
+                    drafts, num_valid, tile_max, reference, _, tile_weight, _, _, argmax, tile_u, _, _,
+                    excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, _, _,
+                ) = _acceptance(
+                    requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
+                    tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+                    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
+                    METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
+                )
             _decide_small(
                 requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
                 argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
                 tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
                 tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
-                METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
+                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
             )
             tl.atomic_xchg(counters, 0, sem="relaxed")
 
