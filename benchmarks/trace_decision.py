@@ -65,7 +65,7 @@ INSERTIONS = [
     ("_small_grid.py", "        tl.debug_barrier()\n        if tl.atomic_add(counters, 1, sem=\"acq_rel\") == parties - 1:\n",
      "", "            trace_ticket = _trace_clock()\n            trace_acceptance = trace_ticket\n"),
     ("_small_grid.py", "            _decide_small(\n", "            trace_acceptance = _trace_clock()\n", ""),
-    ("_small_grid.py", "            tl.atomic_xchg(counters, 0, sem=\"relaxed\")\n\n\n@triton.jit\ndef _load_draws(",
+    ("_small_grid.py", "            tl.atomic_xchg(counters, 0, sem=\"relaxed\")\n\n\n@triton.jit\ndef _barrier(",
      "            " + WRITE, ""),
     # Room for the stamps after the residual masses (that view starts 8-byte aligned).
     ("_launcher.py", "    float_sizes += [drafts * 5, drafts * num_tiles]\n", "", "    float_sizes[-1] += 2 + 2 * BASE\n"),
