@@ -80,18 +80,17 @@ def _prob_at(at_ptr, row_index, mask, reference, mass, scale):
 @triton.jit
 def _acceptance(
     requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, tile_tokens, draft_tile_max_ptr, draft_tile_sum_ptr,
+    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
     at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
 ):
     """Per-row normalisers from pass A's tile statistics, acceptance, tau, and the pass-B plan.
 
-    Greedy acceptance needs each row's argmax: with TILE_TOKENS (the small-grid kernel) every tile
-    stored its first argmax for greedy requests and the caller passes them loaded (``tile_tokens``,
-    int32 [B, ROWS, TILES]; the argmax comes back as ``argmax``, int64 [B, ROWS]); otherwise pass A
-    stored where the draft's own tile first reaches its max (draft_first_max, ``tile_tokens``
-    unused) and ``argmax`` is zeros (the caller re-reads the argmax tile of row tau).
+    Greedy acceptance needs each row's argmax: with TILE_TOKENS (the small-grid kernel) pass A
+    stored every tile's first argmax in tile_token and the argmax is read from there (``argmax``,
+    int64 [B, ROWS]); otherwise pass A stored where the draft's own tile first reaches its max
+    (draft_first_max) and ``argmax`` is zeros (the caller re-reads the argmax tile of row tau).
     Returns, over rows [B, ROWS] and tiles [B, ROWS, TILES]: drafts, num_valid [B], tile_max,
     reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi (the target
     draw's tile uniform and race key), excluded_sums, then
@@ -119,6 +118,8 @@ def _acceptance(
     first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
     argmax = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int64)
     if TILE_TOKENS:
+        greedy3 = mask3 & ~sampled[:, None, None]
+        tile_tokens = tl.load(tile_token_ptr + index3, mask=greedy3, other=0, cache_modifier=".cg")
         at_first = tiles[None, None, :] == first_tile[:, :, None]
         argmax = tl.sum(tl.where(at_first, tile_tokens, 0), axis=2).to(tl.int64)
         greedy_accepted = valid & (drafts == argmax)
@@ -217,7 +218,7 @@ def _decide(
         excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
     ) = _acceptance(
         requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, 0, draft_tile_max_ptr, draft_tile_sum_ptr,
+        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
         at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
         METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
     )

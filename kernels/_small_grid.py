@@ -86,15 +86,12 @@ def _small_grid_kernel(
             tl.debug_barrier()
             _barrier(counters + 1, counters + 2, parties)
         if STAGE != 1:
-            tile_tokens, excluded_tokens = _load_draws(
-                requests, live, tile_token_ptr, excluded_token_ptr, num_drafts, num_tiles, ROWS_PAD, TILES_PAD,
-            )
             (
                 drafts, num_valid, tile_max, reference, mass, tile_weight, _, _, argmax, tile_u, _, _,
                 excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
             ) = _acceptance(
                 requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-                tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_tokens, draft_tile_max_ptr, draft_tile_sum_ptr,
+                tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
                 at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
                 METHOD, True, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
             )
@@ -112,42 +109,23 @@ def _small_grid_kernel(
         tl.debug_barrier()
         if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
             if not HAS_DRAFT:  # (with draft logits every program derived acceptance after the barrier)
-                tile_tokens, excluded_tokens = _load_draws(
-                    requests, live, tile_token_ptr, excluded_token_ptr, num_drafts, num_tiles, ROWS_PAD, TILES_PAD,
-                )
                 (
                     drafts, num_valid, tile_max, reference, _, tile_weight, _, _, argmax, tile_u, _, _,
                     excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, _, _,
                 ) = _acceptance(
                     requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-                    tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_tokens, draft_tile_max_ptr, draft_tile_sum_ptr,
+                    tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
                     at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
                     METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
                 )
             _decide_small(
                 requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
                 argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
-                tile_tokens, excluded_tokens, residual_mass_ptr, residual_token_ptr,
+                tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
                 tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
                 METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
             )
             tl.atomic_xchg(counters, 0, sem="relaxed")
-
-
-@triton.jit
-def _load_draws(requests, live, tile_token_ptr, excluded_token_ptr, num_drafts, num_tiles,
-                ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
-    """Every tile's stored token (int32 [B, ROWS, TILES]) and each row's draw without its draft
-    (int32 [B, ROWS]), loaded before acceptance so that their latency hides behind it (rows and
-    tiles nothing wrote hold whatever the buffer held; only written ones are ever selected)."""
-    rows = tl.arange(0, ROWS_PAD)
-    row_index = requests[:, None] * (num_drafts + 1) + rows[None, :]
-    row_live = live[:, None] & (rows[None, :] <= num_drafts)
-    tiles = tl.arange(0, TILES_PAD)
-    mask3 = row_live[:, :, None] & (tiles[None, None, :] < num_tiles)
-    tile_tokens = tl.load(tile_token_ptr + row_index[:, :, None] * num_tiles + tiles[None, None, :], mask=mask3,
-                          other=0, cache_modifier=".cg")
-    return tile_tokens, tl.load(excluded_token_ptr + row_index, mask=row_live, other=0, cache_modifier=".cg")
 
 
 @triton.jit
@@ -256,7 +234,7 @@ def _choose_tiles(weights, uniform, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexp
 def _decide_small(
     requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
     argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
-    tile_tokens, excluded_tokens, residual_mass_ptr, residual_token_ptr,
+    tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
     tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
@@ -264,14 +242,19 @@ def _decide_small(
     """The emitted token at tau from the tiles' own draws, and the tokens written out.
 
     Each row's target draw is worked out for every row at once (a tile by mass, then that tile's
-    draw, ``tile_tokens``), so no value waits for tau: for one-hot drafts a valid row's draft token
-    is taken out (its tile's mass and draw without it, ``excluded_tokens``), unless nothing is
-    left, as ``_emit_from_target`` does. Deferred requests (draft logits) take tau and the token
-    from the residual masses and draws.
+    draw), so no value waits for tau: for one-hot drafts a valid row's draft token is taken out
+    (its tile's mass and draw without it), unless nothing is left, as ``_emit_from_target`` does.
+    Deferred requests (draft logits) take tau and the token from the residual masses and draws.
     """
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
+    num_rows = num_drafts + 1
+    row_index = requests[:, None] * num_rows + rows[None, :]
+    index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
+    drawn3 = (sampled[:, None] & (rows[None, :] < num_rows))[:, :, None] & (tiles[None, None, :] < num_tiles)
+    tile_tokens = tl.load(tile_token_ptr + index3, mask=drawn3, other=0, cache_modifier=".cg")
     weights = tile_weight
+    excluded_tokens = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int32)
     own = tl.full((BLOCK_R, ROWS_PAD), -1, tl.int32)
     if not HAS_DRAFT:  # a rejected one-hot draft: the target without the draft token
         exclude = sampled[:, None] & (rows[None, :] < num_valid[:, None])
@@ -283,6 +266,7 @@ def _decide_small(
         use_residual = exclude & (tl.sum(without, axis=2) > 0)
         weights = tl.where(use_residual[:, :, None], without, weights)
         own = tl.where(use_residual, own, -1)
+        excluded_tokens = tl.load(excluded_token_ptr + row_index, mask=use_residual, other=0, cache_modifier=".cg")
     chosen = _choose_tiles(weights, tile_u, BLOCK_R, ROWS_PAD, TILES_PAD)
     row_tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2)
     row_tokens = tl.where(chosen == own, excluded_tokens, row_tokens)
