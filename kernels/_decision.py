@@ -278,8 +278,9 @@ def _emit_from_target(
     """Token at row tau from the plain target, or (one-hot drafts, tau < n) the target without x_tau.
 
     A residual without mass falls back to the plain target; a row without mass gives token 0. The
-    race key is drawn for row tau from the seed (int64 [B]), like tau itself fresh from memory
-    rather than selected out of the [B, ROWS] statistics, whose layout must not reach the tile.
+    race key is drawn for row tau from the seed (int64 [B]) rather than selected out of the
+    [B, ROWS] draws, as tau itself comes back from memory: values in the statistics' layout are
+    what the tau round trip keeps away from the tile.
     """
     tiles = tl.arange(0, TILES_PAD)
     at_tau3 = at_tau[:, :, None]

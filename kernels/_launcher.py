@@ -235,8 +235,6 @@ def _check_device(inputs: VerifyInputs) -> bool:
     return interpreting
 
 
-
-
 def launch(
     inputs: VerifyInputs,
     *,
@@ -284,8 +282,11 @@ def launch(
             block_requests = min(_next_power_of_two(num_requests), max(1, _INTERPRETER_BLOCK_ELEMENTS // tile))
     num_blocks = -(-num_requests // block_requests)
     sm_count = 1 if interpreting else _sm_count(device)
-    if fused is None:  # one launch where the grid is too small to need occupancy
-        fused = not interpreting and num_blocks * num_rows * num_tiles <= _FUSE_PROGRAMS_PER_SM * sm_count
+    # One launch where the grid is too small to need occupancy: there every program can be resident,
+    # so with draft logits the small-grid kernel can wait at a grid barrier.
+    small = not interpreting and num_blocks * num_rows * num_tiles <= _FUSE_PROGRAMS_PER_SM * sm_count
+    if fused is None:
+        fused = small
     draft = inputs.draft_logits
     has_draft = draft is not None
     work = _allocate(num_requests, num_drafts, num_tiles, device)
@@ -307,8 +308,8 @@ def launch(
     if fused:
         _launch_small_grid(
             small_module, inputs, work, tokens, num_tokens, draft_tokens, temperature, seed, rates,
-            num_blocks, num_rows, num_tiles, shared, padding, method, interpreting, barrier,
-            num_warps or (8 if tile >= 4096 else 4), sm_count,
+            num_blocks, num_rows, num_tiles, shared, padding, method, interpreting,
+            small if barrier is None else barrier, num_warps or (8 if tile >= 4096 else 4),
         )
         return tokens, num_tokens
     loop_tiles = _tiles_per_program(num_blocks * num_rows, num_tiles, sm_count, interpreting)
@@ -395,14 +396,12 @@ def _launch_small_grid(
     module: ModuleType, inputs: VerifyInputs, work: _Workspace, tokens: torch.Tensor, num_tokens: torch.Tensor,
     draft_tokens: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor, rates: torch.Tensor,
     num_blocks: int, num_rows: int, num_tiles: int, shared: dict, padding: dict, method: int,
-    interpreting: bool, barrier: bool | None, num_warps: int, sm_count: int,
+    interpreting: bool, barrier: bool, num_warps: int,
 ) -> None:
     """The whole call as one launch of ``_small_grid_kernel`` (with draft logits, two around the
     barrier where it cannot be used: under the interpreter, or a grid forced past two programs an SM)."""
     target, draft = inputs.target_logits, inputs.draft_logits
     has_draft = draft is not None
-    if barrier is None:
-        barrier = not interpreting and num_blocks * num_rows * num_tiles <= _FUSE_PROGRAMS_PER_SM * sm_count
     if barrier and interpreting:
         raise ValueError("barrier: the interpreter runs programs one at a time, so no grid barrier can open; got True")
     device = target.device
@@ -420,8 +419,7 @@ def _launch_small_grid(
             draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
             at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, excluded_token_ptr=work.excluded_token,
             draft_at_draft_ptr=work.draft_at_draft, plan_ptr=work.plan, row_info_ptr=work.row_info,
-            residual_mass_ptr=work.residual_mass,
-            residual_token_ptr=work.residual_token, counter_ptr=counters, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
+            residual_mass_ptr=work.residual_mass, residual_token_ptr=work.residual_token, counter_ptr=counters, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
             METHOD=method, HAS_DRAFT=has_draft, STAGE=stage, num_warps=num_warps, num_stages=1,
             **shared, **padding, **options,
         )

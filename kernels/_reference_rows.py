@@ -1,7 +1,8 @@
 """The twin's building blocks: per-row softmax statistics, reusable buffers and the two-level sampler.
 
 The sampler is the kernels' (``_sampling.py``): a tile by inverse CDF over the tile masses, then a
-token in it by an exponential race whose noise is the kernels' keyed hash, bit for bit.
+token in it by an exponential race whose noise is the kernels' keyed hash (the same bits; the
+logarithms on a GPU are the special-function unit's, within an ulp or two of these).
 
 Everything here is vectorised over requests and positions. Large temporaries live in per-thread
 buffers reused across calls: allocating several MB afresh each call lets glibc give the memory

@@ -3,14 +3,14 @@
 Grid ``(cdiv(R, BLOCK_R), K+1, num_tiles)``: one program per vocabulary tile of one target row and,
 with draft logits, of its draft row. The tile stays in registers for the whole call, so no logit is
 read twice. A program stores its tile's statistics and, for sampled requests, the token the tile
-would emit if it were chosen: the in-tile draw of the two-level sampler with the row's own uniform,
-and in the draft token's tile the same draw without the draft token (a rejected one-hot draft's
+would emit if it were chosen: the winner of the in-tile race under the row's own key, and in the
+draft token's tile the winner without the draft token (a rejected one-hot draft's
 residual). With draft logits the programs of a request block then meet at a barrier (a cooperative
 launch keeps them all resident); after it each derives acceptance from the statistics and, for the
 rows a rejection needs, its own tile's residual max(s p - q, 0): the tile's residual mass and its
 draw. The last program of the block to take a ticket decides: acceptance, for every row at once a
-tile by mass, and the token that tile drew. The scheme, uniforms and exact prefix sums are those of
-the two-launch path (``_verify_kernel``, ``_decision``, ``_residual_kernel``).
+tile by mass, and the token that tile drew. The scheme, uniforms and race keys are those of the
+separate launches (``_verify_kernel``, ``_decision``, ``_residual_kernel``), so are the tokens.
 
 Counters (ticket, barrier arrivals, barrier generation; four int32 a request block) come from a
 buffer the launcher keeps: each call hands its ticket and arrival counts back at zero, so no memset
@@ -155,9 +155,9 @@ def _tile_draws(
 ):
     """This tile's statistics, as pass A stores them, and the token it draws for each request.
 
-    tile_token: greedy requests the first index of the tile's max; sampled ones the in-tile draw
-    with row ``row``'s uniform. In the draft token's tile also the draft's logit, the mass without
-    it and the draw without it (excluded_*).
+    tile_token: greedy requests the first index of the tile's max; sampled ones the race winner
+    under row ``row``'s key. In the draft token's tile also the draft's logit and, for one-hot
+    drafts, the mass and the winner without it (excluded_*).
     """
     per_row = requests * (num_drafts + 1) + row
     stat = per_row * num_tiles + tile

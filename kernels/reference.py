@@ -5,8 +5,8 @@ Same contract, semantics and random streams as ``spectune.kernels.rejection_samp
 synthetic acceptance therefore match the kernels exactly; sampled tokens use the same two-level
 scheme (a tile by inverse CDF, a token in it by the same exponential race) with the same uniforms
 and noise, so they match too, except where float rounding puts a uniform on the other side of a
-boundary or two race keys within rounding of each other. Ratios, prefix ratios, thresholds and cumulative sums are
-float64; per-row log-softmax is float32.
+boundary or two race keys within rounding of each other. Ratios, prefix ratios, thresholds and
+cumulative sums are float64; per-row log-softmax is float32.
 
 Sampling scheme (the kernels' too): the vocabulary is cut into tiles of ``tile_size`` tokens; a
 tile is chosen by inverse CDF over the tile masses with one uniform, then a token inside it by an
