@@ -119,7 +119,14 @@ def race_keys(log_weights, vocab_ids, key_lo, key_hi):
     only differences matter); vocab_ids: int32 [B, N], the tokens' ids (they key the noise).
     Tokens of weight 0 keep the key -inf; callers draw only in tiles with mass.
     """
-    return tl.where(log_weights == float("-inf"), float("-inf"), log_weights - race_noise(vocab_ids, key_lo, key_hi))
+    return race_keys_from_noise(log_weights, race_noise(vocab_ids, key_lo, key_hi))
+
+
+@triton.jit
+def race_keys_from_noise(log_weights, noise):
+    """``race_keys`` from noise [B, N] that ``race_noise`` made earlier: it needs no logits, so a
+    program holding a tile computes it while the tile's load is in flight."""
+    return tl.where(log_weights == float("-inf"), float("-inf"), log_weights - noise)
 
 
 @triton.jit
@@ -196,7 +203,14 @@ def sample_in_tile(
     R <= 64; software-pipelined chunk loads were 10-90% slower.
     """
     CHUNK: tl.constexpr = RACE_CHUNK if RACE_CHUNK < TILE else TILE
-    reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
+    row_offset = detached(row_offset)
+    tile = detached(tile)
+    scale = detached(scale)
+    excluded = detached(excluded)
+    key_lo = detached(key_lo)
+    key_hi = detached(key_hi)
+    active = detached(active.to(tl.int32)) != 0
+    reference = detached(tl.where(tile_max == float("-inf"), 0.0, tile_max))
     best_key = tl.full(tile.shape, float("-inf"), tl.float32)
     best = tl.zeros(tile.shape, tl.int32)
     for start in tl.range(0, TILE, CHUNK):
@@ -209,6 +223,18 @@ def sample_in_tile(
                                float("-inf"))
         best_key, best = better_key(race_keys(log_weights, vocab_ids, key_lo, key_hi), start, best_key, best)
     return tl.where(tile >= 0, tile * TILE + best, 0).to(tl.int64)
+
+
+@triton.jit
+def detached(x):
+    """x [B] as the same values rebuilt from a scalar where B == 1 (one request a program, as
+    compiled), so a tile's arithmetic built from it is laid out by the tile's load. A value derived
+    from the [B, ROWS, TILES] statistics otherwise pulls the race's noise into a layout of theirs,
+    replicated across warps (compiled for sm_90: the hash computed 4-8 times a token at R=256 and a
+    shared-memory conversion after it). Under the interpreter (B > 1) x itself."""
+    if x.shape[0] == 1:
+        x = tl.full(x.shape, 0, x.dtype) + tl.max(x, axis=0)
+    return x
 
 
 @triton.jit

@@ -29,6 +29,8 @@ from ._sampling import (
     inverse_cdf,
     log2_weights,
     race_keys,
+    race_keys_from_noise,
+    race_noise,
     race_winner,
     residual_weights,
     row_draws,
@@ -75,8 +77,16 @@ def _small_grid_kernel(
         d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
         d_logits = tl.load(draft_logits_ptr + d_offsets, mask=d_mask, other=float("-inf")).to(tl.float32)
     if STAGE != 2:
+        # The race's noise needs no logits: computed here, while the tile's load is in flight.
+        noise = tl.zeros((BLOCK_R, TILE), tl.float32)
+        if tl.max(sampled.to(tl.int32)) > 0:
+            _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_VERIFY)
+            noise = race_noise(tl.broadcast_to(vocab_ids[None, :], (BLOCK_R, TILE)), key_lo, key_hi)
+            # + (noise - noise), exactly 0 (the noise is finite): ptxas otherwise starts the tile's
+            # reductions first and stalls on the load before any noise is made.
+            logits = logits + (noise - noise)
         _tile_draws(
-            logits, d_logits, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+            logits, d_logits, noise, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
             at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
             requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
             num_drafts, vocab, num_tiles, HAS_DRAFT, TILE,
@@ -148,7 +158,7 @@ def _barrier(arrivals_ptr, generation_ptr, parties):
 
 @triton.jit
 def _tile_draws(
-    logits, d_logits, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    logits, d_logits, noise, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
     at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
     requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
     num_drafts, vocab, num_tiles, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
@@ -171,10 +181,9 @@ def _tile_draws(
     if tl.max(sampled.to(tl.int32)) > 0:
         logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
         tl.store(tile_sum_ptr + stat, mass, mask=sampled)
-        _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_VERIFY)
         reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
         log_weights = (logits - reference[:, None]) * scale[:, None]  # as sample_in_tile weighs a re-read
-        keys = race_keys(log_weights, tl.broadcast_to(vocab_ids[None, :], log_weights.shape), key_lo, key_hi)
+        keys = race_keys_from_noise(log_weights, noise)
         tl.store(tile_token_ptr + stat, tile * TILE + race_winner(keys), mask=sampled)
         drawn_here = sampled & in_tile
         if tl.max(drawn_here.to(tl.int32)) > 0:  # the draft token's own tile
