@@ -49,3 +49,29 @@ def test_triton_agrees_with_the_twin_across_tiles(device):
         twin = run("reference", tile_size=64, method=method, **batch)
         same_rows = (kernel[0] == twin[0]).all(dim=1)
         assert float(same_rows.float().mean()) >= 0.97
+
+
+@pytest.mark.parametrize("method", ["standard", "block"])
+def test_a_residual_without_mass_falls_back_to_the_plain_target(method, device):
+    """p = q in float everywhere but at the draft token, where p = q / e (both ~1e-13): a rejection
+    leaves max(p - q, 0) exactly zero, so every backend draws from the plain target at tau."""
+    num_requests, num_drafts, vocab, token = 128, 2, 64, 5
+    generator = torch.Generator().manual_seed(3)
+    target = torch.randn(num_requests, num_drafts + 1, vocab, generator=generator)
+    target[:, :num_drafts, token] = -30.0
+    draft = target[:, :num_drafts].clone()
+    draft[:, :, token] = -29.0
+    batch = dict(
+        target_logits=target.to(device), draft_tokens=torch.full((num_requests, num_drafts), token, device=device),
+        draft_logits=draft.to(device), temperature=torch.ones(num_requests, device=device),
+        seed=torch.arange(num_requests, device=device) * 7 + 1,
+    )
+    results = {backend: run(backend, method=method, **batch) for backend in ("triton", "small_grid", "reference")}
+    tokens, counts = results["reference"]
+    rejected = counts <= num_drafts
+    assert int(rejected.sum()) >= num_requests // 2  # P(accept a draft) = 1/e
+    emitted = tokens.gather(1, (counts.long() - 1)[:, None]).squeeze(1)
+    assert bool(((emitted >= 0) & (emitted < vocab) & (emitted != token)).all())
+    for backend in ("triton", "small_grid"):
+        same_rows = (results[backend][0] == tokens).all(dim=1)
+        assert float(same_rows.float().mean()) >= 0.97, f"{backend}: {int((~same_rows).sum())} rows differ"
