@@ -119,7 +119,14 @@ def race_keys(log_weights, vocab_ids, key_lo, key_hi):
     only differences matter); vocab_ids: int32 [B, N], the tokens' ids (they key the noise).
     Tokens of weight 0 keep the key -inf; callers draw only in tiles with mass.
     """
-    return tl.where(log_weights == float("-inf"), float("-inf"), log_weights - race_noise(vocab_ids, key_lo, key_hi))
+    return race_keys_from_noise(log_weights, race_noise(vocab_ids, key_lo, key_hi))
+
+
+@triton.jit
+def race_keys_from_noise(log_weights, noise):
+    """``race_keys`` from noise [B, N] that ``race_noise`` made earlier: it needs no logits, so a
+    program holding a tile computes it while the tile's load is in flight."""
+    return tl.where(log_weights == float("-inf"), float("-inf"), log_weights - noise)
 
 
 @triton.jit

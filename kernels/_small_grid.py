@@ -2,16 +2,14 @@
 
 Grid ``(cdiv(R, BLOCK_R), K+1, num_tiles)``: one program per vocabulary tile of one target row and,
 with draft logits, of its draft row. The tile stays in registers for the whole call, so no logit is
-read twice. A program stores its tile's statistics and, for sampled one-hot requests, the token
-the tile would emit if it were chosen: the winner of the in-tile race under the row's own key, and
-in the draft token's tile the winner without the draft token (a rejected draft's residual). With
-draft logits the programs of a request block meet at a barrier (a cooperative launch keeps them
-all resident) before any race; after it each derives acceptance from the statistics and races only
-what the request can emit: for the rows a rejection needs, its own tile's residual
-max(s p - q, 0) (the tile's residual mass and its draw), and at row n of a request that accepts
-every draft the plain target. The last program of the block to take a ticket decides: acceptance,
-for every row at once a tile by mass, and the token that tile drew (a residual without mass
-re-reads the plain target's chosen tile at tau). The scheme, uniforms and race keys are those of the
+read twice. A program stores its tile's statistics and, for sampled requests, the token the tile
+would emit if it were chosen: the winner of the in-tile race under the row's own key, and in the
+draft token's tile the winner without the draft token (a rejected one-hot draft's
+residual). With draft logits the programs of a request block then meet at a barrier (a cooperative
+launch keeps them all resident); after it each derives acceptance from the statistics and, for the
+rows a rejection needs, its own tile's residual max(s p - q, 0): the tile's residual mass and its
+draw. The last program of the block to take a ticket decides: acceptance, for every row at once a
+tile by mass, and the token that tile drew. The scheme, uniforms and race keys are those of the
 separate launches (``_verify_kernel``, ``_decision``, ``_residual_kernel``), so are the tokens.
 
 Counters (ticket, barrier arrivals, barrier generation; four int32 a request block) come from a
@@ -26,12 +24,13 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _emit_from_target, _store_row_info
+from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _store_row_info
 from ._sampling import (
-    detached,
     inverse_cdf,
     log2_weights,
     race_keys,
+    race_keys_from_noise,
+    race_noise,
     race_winner,
     residual_weights,
     row_draws,
@@ -78,8 +77,15 @@ def _small_grid_kernel(
         d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
         d_logits = tl.load(draft_logits_ptr + d_offsets, mask=d_mask, other=float("-inf")).to(tl.float32)
     if STAGE != 2:
+        noise = tl.zeros((BLOCK_R, TILE), tl.float32)
+        if HAS_DRAFT:  # the race's noise needs no logits: made while both tiles' loads are in flight
+            if tl.max(sampled.to(tl.int32)) > 0:
+                noise = _tile_noise(seed, row_ids, vocab_ids, logits)
+                # + (noise - noise), exactly 0 (the noise is finite): ptxas otherwise starts the
+                # tile's reductions first and stalls on the load before any noise is made.
+                logits = logits + (noise - noise)
         _tile_draws(
-            logits, d_logits, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+            logits, d_logits, noise, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
             at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
             requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
             num_drafts, vocab, num_tiles, HAS_DRAFT, TILE,
@@ -108,10 +114,6 @@ def _small_grid_kernel(
                 logits, d_logits, plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr,
                 requests, live, scale, seed, row_ids, row, tile, mask, num_drafts, num_tiles, TILE,
             )
-            _tile_target_draw(
-                logits, tile_max_ptr, tile_token_ptr, requests, live, sampled, scale, seed, row_ids, row, tile, mask,
-                tl.where(sampled & ~deferred, num_valid, -1), num_drafts, num_tiles, TILE,
-            )
     if STAGE != 1:  # the last program of the request block to take a ticket decides
         tl.debug_barrier()
         if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
@@ -128,8 +130,8 @@ def _small_grid_kernel(
             _decide_small(
                 requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
                 argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
-                target_ptr, tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
-                tokens_ptr, num_tokens_ptr, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
+                tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
+                tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
                 METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
             )
             tl.atomic_xchg(counters, 0, sem="relaxed")
@@ -155,16 +157,15 @@ def _barrier(arrivals_ptr, generation_ptr, parties):
 
 @triton.jit
 def _tile_draws(
-    logits, d_logits, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
+    logits, d_logits, noise, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
     at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
     requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
     num_drafts, vocab, num_tiles, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
 ):
     """This tile's statistics, as pass A stores them, and the token it draws for each request.
 
-    tile_token: greedy requests the first index of the tile's max; sampled one-hot ones the race
-    winner under row ``row``'s key (with draft logits ``_tile_target_draw`` races after acceptance,
-    where the request needs it). In the draft token's tile also the draft's logit and, for one-hot
+    tile_token: greedy requests the first index of the tile's max; sampled ones the race winner
+    under row ``row``'s key. In the draft token's tile also the draft's logit and, for one-hot
     drafts, the mass and the winner without it (excluded_*).
     """
     per_row = requests * (num_drafts + 1) + row
@@ -179,18 +180,17 @@ def _tile_draws(
     if tl.max(sampled.to(tl.int32)) > 0:
         logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
         tl.store(tile_sum_ptr + stat, mass, mask=sampled)
+        if not HAS_DRAFT:  # made before the reductions, one-hot measured 0.45 µs slower at R = 1, K = 3
+            noise = _tile_noise(seed, row_ids, vocab_ids, logits)
+        reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
+        log_weights = (logits - reference[:, None]) * scale[:, None]  # as sample_in_tile weighs a re-read
+        keys = race_keys_from_noise(log_weights, noise)
+        tl.store(tile_token_ptr + stat, tile * TILE + race_winner(keys), mask=sampled)
         drawn_here = sampled & in_tile
-        if HAS_DRAFT:  # the plain target's draw waits for acceptance (after the barrier)
-            if tl.max(drawn_here.to(tl.int32)) > 0:
-                hit = vocab_ids[None, :] == draft[:, None]
-                tl.store(at_draft_ptr + per_row, tl.max(tl.where(hit, logits, float("-inf")), axis=1), mask=drawn_here)
-        else:
-            keys = _race_keys(logits, tile_max, scale, seed, row_ids, vocab_ids)
-            tl.store(tile_token_ptr + stat, tile * TILE + race_winner(keys), mask=sampled)
-            if tl.max(drawn_here.to(tl.int32)) > 0:  # the draft token's own tile
-                hit = vocab_ids[None, :] == draft[:, None]
-                tl.store(at_draft_ptr + per_row, tl.max(tl.where(hit, logits, float("-inf")), axis=1), mask=drawn_here)
-                # a rejected one-hot draft's residual: the tile without it
+        if tl.max(drawn_here.to(tl.int32)) > 0:  # the draft token's own tile
+            hit = vocab_ids[None, :] == draft[:, None]
+            tl.store(at_draft_ptr + per_row, tl.max(tl.where(hit, logits, float("-inf")), axis=1), mask=drawn_here)
+            if not HAS_DRAFT:  # a rejected one-hot draft's residual: the tile without it
                 inner = race_winner(tl.where(hit, float("-inf"), keys))
                 tl.store(excluded_sum_ptr + per_row, tl.sum(tl.where(hit, 0.0, weights), axis=1), mask=drawn_here)
                 tl.store(excluded_token_ptr + per_row, tile * TILE + inner, mask=drawn_here)
@@ -201,31 +201,10 @@ def _tile_draws(
 
 
 @triton.jit
-def _race_keys(logits, tile_max, scale, seed, row_ids, vocab_ids):
-    """The plain target's race keys [B, TILE] over this tile (sanitised logits) under row_ids' key,
-    weighed against the tile's max as ``sample_in_tile`` weighs a re-read."""
+def _tile_noise(seed, row_ids, vocab_ids, logits):
+    """The plain target's race noise over this tile (shaped as ``logits`` [B, TILE]), under row_ids' key."""
     _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_VERIFY)
-    reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
-    log_weights = (logits - reference[:, None]) * scale[:, None]
-    return race_keys(log_weights, tl.broadcast_to(vocab_ids[None, :], log_weights.shape), key_lo, key_hi)
-
-
-@triton.jit
-def _tile_target_draw(
-    logits, tile_max_ptr, tile_token_ptr, requests, live, sampled, scale, seed, row_ids, row, tile, mask,
-    target_row, num_drafts, num_tiles, TILE: tl.constexpr,
-):
-    """With draft logits, after acceptance: this tile's plain-target race winner where the request
-    emits from the plain target at this row (``target_row`` [B]: row n of a request that is not
-    deferred, -1 otherwise). A deferred request whose residual has no mass re-reads instead."""
-    drawn_here = sampled & (detached(target_row) == row)
-    if tl.max(drawn_here.to(tl.int32)) > 0:
-        stat = (requests * (num_drafts + 1) + row) * num_tiles + tile
-        tile_max = tl.load(tile_max_ptr + stat, mask=drawn_here, other=float("-inf"))
-        logits = tl.where(mask, sanitize(logits), float("-inf"))
-        vocab_ids = tile * TILE + tl.arange(0, TILE)
-        keys = _race_keys(logits, tile_max, scale, seed, row_ids, vocab_ids)
-        tl.store(tile_token_ptr + stat, tile * TILE + race_winner(keys), mask=drawn_here)
+    return race_noise(tl.broadcast_to(vocab_ids[None, :], logits.shape), key_lo, key_hi)
 
 
 @triton.jit
@@ -272,8 +251,8 @@ def _choose_tiles(weights, uniform, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexp
 def _decide_small(
     requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
     argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix,
-    target_ptr, tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
-    tokens_ptr, num_tokens_ptr, num_drafts, vocab, num_tiles, target_stride_r, target_stride_k,
+    tile_token_ptr, excluded_token_ptr, residual_mass_ptr, residual_token_ptr,
+    tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
@@ -282,8 +261,7 @@ def _decide_small(
     Each row's target draw is worked out for every row at once (a tile by mass, then that tile's
     draw), so no value waits for tau: for one-hot drafts a valid row's draft token is taken out
     (its tile's mass and draw without it), unless nothing is left, as ``_emit_from_target`` does.
-    Deferred requests (draft logits) take tau and the token from the residual masses and draws;
-    where the residual at tau has no mass, the plain target's tile at tau is re-read.
+    Deferred requests (draft logits) take tau and the token from the residual masses and draws.
     """
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
@@ -310,37 +288,28 @@ def _decide_small(
     row_tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2)
     row_tokens = tl.where(chosen == own, excluded_tokens, row_tokens)
     row_tokens = tl.where(chosen >= 0, row_tokens, 0).to(tl.int64)
-    fallback = requests < 0
     if HAS_DRAFT:
         if tl.max(deferred.to(tl.int32)) > 0:
             residual_tau, residual_tokens = _residual_choice(
-                requests, deferred, seed, plan_lo, plan_hi, prefix, residual_mass_ptr, residual_token_ptr,
+                requests, deferred, seed, plan_lo, plan_hi, prefix, row_tokens, residual_mass_ptr, residual_token_ptr,
                 num_drafts, num_tiles, METHOD, BLOCK_R, ROWS_PAD, TILES_PAD,
             )
             tau = tl.where(deferred, residual_tau, tau)
             row_tokens = tl.where(deferred[:, None], residual_tokens, row_tokens)
     at_tau = rows[None, :] == tau[:, None]
     emitted = tl.sum(tl.where(at_tau, tl.where(sampled[:, None], row_tokens, argmax), 0), axis=1)
-    if HAS_DRAFT:  # a residual without mass: the plain target at tau, its chosen tile re-read
-        fallback = deferred & (emitted < 0)
-        if tl.max(fallback.to(tl.int32)) > 0:
-            plain = _emit_from_target(
-                target_ptr, requests, seed, tau, at_tau, tau, drafts, tile_max, reference, tile_weight,
-                tile_u, reference, scale, fallback, vocab, target_stride_r, target_stride_k, True, TILE, TILES_PAD,
-            )
-            emitted = tl.where(fallback, plain, emitted)
     write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live, num_drafts, ROWS_PAD)
 
 
 @triton.jit
 def _residual_choice(
-    requests, deferred, seed, plan_lo, plan_hi, prefix, residual_mass_ptr, residual_token_ptr,
+    requests, deferred, seed, plan_lo, plan_hi, prefix, target_tokens, residual_mass_ptr, residual_token_ptr,
     num_drafts, num_tiles, METHOD: tl.constexpr, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr,
     TILES_PAD: tl.constexpr,
 ):
     """tau of a deferred request (block: the largest planned row whose uniform is below h) and, per
-    row, the residual token there (a tile by residual mass, then its draw); -1 where a residual has
-    no mass (the caller falls back to the plain target)."""
+    row, the residual token there (a tile by residual mass, then its draw); a residual without mass
+    falls back to the plain target's token (``target_tokens`` [B, ROWS])."""
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
     planned = deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= plan_hi[:, None])
@@ -361,4 +330,4 @@ def _residual_choice(
     choice_u, _, _, _ = row_draws(seeds2, rows2, PURPOSE_RESIDUAL)
     chosen = _choose_tiles(tile_mass, choice_u, BLOCK_R, ROWS_PAD, TILES_PAD)
     tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2).to(tl.int64)
-    return tau, tl.where(chosen >= 0, tokens, -1)
+    return tau, tl.where(chosen >= 0, tokens, target_tokens)
