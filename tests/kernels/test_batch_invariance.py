@@ -63,16 +63,16 @@ def test_same_seed_same_tokens_and_different_seed_different_tokens(backend, devi
 
 @pytest.mark.parametrize("method", ["standard", "block", "synthetic"])
 @pytest.mark.parametrize("with_draft_logits", [False, True])
-@pytest.mark.parametrize(("vocab", "tile_size"), [(300, 64), (5000, None)])
+@pytest.mark.parametrize(("vocab", "tile_size"), [(300, 64), (5000, None), (9000, 8192)])
 def test_small_grid_and_separate_launches_give_the_same_tokens(method, with_draft_logits, vocab, tile_size, device):
     # The launcher runs small grids as one small-grid launch (each tile drawing in registers) and
     # others as separate launches (the chosen tile re-read, its race run in chunks): the paths
-    # must agree bit for bit, or batch size would change tokens. V = 5000 at the default tile of
-    # 4096: the re-read race takes four chunks.
+    # must agree bit for bit, or batch size would change tokens. V = 5000: the default tile of
+    # 4096, a ragged last tile; V = 9000 at tiles of 8192: the re-read race takes two chunks.
     from spectune.kernels._contract import validate_inputs
     from spectune.kernels._launcher import launch
 
-    batch = _mixed_batch(device, num_requests=12 if vocab < 1000 else 4, vocab=vocab)
+    batch = _mixed_batch(device, num_requests=12 if vocab < 1000 else 8, vocab=vocab)
     rates = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device) if method == "synthetic" else None
     inputs = validate_inputs(
         batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
