@@ -71,7 +71,18 @@ def resources(kernel) -> str:
     spills = re.search(r"(\d+) bytes spill stores", report)
     stack = re.search(r"(\d+) bytes stack frame", report)
     return (f"registers={registers.group(1) if registers else '?'} spill_stores={spills.group(1) if spills else '?'} "
-            f"stack={stack.group(1) if stack else '?'}")
+            f"stack={stack.group(1) if stack else '?'} index_conversions={index_conversions(kernel)}")
+
+
+def index_conversions(kernel) -> int:
+    """Layout conversions of integer or boolean tensors of a tile's width (>= 1024) in the TTGIR.
+
+    Token ids, the race's hash and masks are made from aranges and per-request scalars, so they can
+    always be laid out like the logits they meet; a conversion means Triton computed them in some
+    other layout (v8's decision hashed every token on 4-8 warps at once, then converted).
+    """
+    pattern = re.compile(r"ttg\.convert_layout .*-> tensor<\d+x(\d+)x(?:i1|i32|i64),")
+    return sum(int(match.group(1)) >= 1024 for match in pattern.finditer(kernel.asm["ttgir"]))
 
 
 def variants():

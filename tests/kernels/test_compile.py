@@ -23,7 +23,11 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     assert len(variants) == 30, result.stdout
     capped = [line for line in variants if "'maxnreg'" in line]  # the small-grid kernel under its cap
     assert len(capped) == 12, result.stdout
-    assert all(line.endswith("spill_stores=0 stack=0") for line in variants if line not in capped), result.stdout
+    assert all(line.endswith("spill_stores=0 stack=0 index_conversions=0") for line in variants if line not in capped), result.stdout
+    # No kernel lays a tile's token ids or race hash out apart from its logits (see index_conversions).
+    for line in result.stdout.splitlines():
+        if line.startswith(("ok ", "launched ", "traced ")):
+            assert line.endswith("index_conversions=0"), line
     # Under the register cap that keeps two programs an SM, the barrier kernel holds its tiles
     # across the barrier: a few hundred spilled bytes (360-372 when written), never the kilobytes of a layout blowup.
     for line in capped:
