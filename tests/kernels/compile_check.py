@@ -4,6 +4,8 @@ Catches code that Triton's interpreter runs but its compiler rejects (break/cont
 loop, interpreter-only builtins). Prints one line per variant; exits 1 on the first failure. Also
 compiles pass A and the small-grid kernel as launched, and the small-grid kernel as
 ``benchmarks/trace_decision.py`` instruments it (so that tool's anchors keep matching the kernels).
+With ``--resources`` each line ends with ptxas's registers, spills and stack and the number of
+tile-wide index tensors Triton converted between layouts (``index_conversions``).
 """
 
 import os
