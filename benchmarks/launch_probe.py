@@ -13,7 +13,12 @@ call), joined five ways:
 - ``fused+reset``: the same with a persistent counter that the deciding program puts back to zero;
 - ``coop``: one cooperative launch with a grid barrier, after which every program re-reduces its
   own tile (still in registers) against the global statistics -- the shape a draft-logit residual
-  needs -- then a ticket;
+  needs -- then a ticket (counters zeroed by a memset);
+- ``coop+reset``: the same with the small-grid kernel's barrier (``_small_grid._barrier``) and
+  counters handed back at zero, no memset;
+- ``coop+draft+reset``: that, with each draft row's tile read beside its target tile and the
+  residual max(p - q, 0) of the two tiles: the skeleton of a draft-logit call at R = 1, with none of
+  its sampling, acceptance or decision;
 - ``alone``: pass A by itself (the floor of any design).
 
 Also a chain of 16 empty one-program kernels, plain and with PDL (µs per launch).
@@ -30,6 +35,8 @@ import triton
 import triton.language as tl
 
 from kernels import graph_time_us  # benchmarks/kernels.py: the same graph timing
+
+from spectune.kernels._small_grid import _barrier
 
 TILE = 4096
 VOCAB = 128256
@@ -85,27 +92,42 @@ def _decide(stats_ptr, out_ptr, n, WAIT: tl.constexpr, PADDED: tl.constexpr):
 
 
 @triton.jit
-def _cooperative(logits_ptr, stats_ptr, counter_ptr, out_ptr, vocab, num_tiles,
-                 TILE: tl.constexpr, PADDED: tl.constexpr):
+def _cooperative(logits_ptr, draft_ptr, stats_ptr, counter_ptr, out_ptr, vocab, num_tiles,
+                 TILE: tl.constexpr, PADDED: tl.constexpr, DRAFT: tl.constexpr, RESET: tl.constexpr):
     row = tl.program_id(0)
     programs = tl.num_programs(0) * tl.num_programs(1)
     values, index = _tile(logits_ptr, stats_ptr, vocab, num_tiles, TILE)
+    d_values = values
+    if DRAFT:  # the draft row's tile beside the target's (none for the bonus row), held across the barrier
+        ids = tl.program_id(1) * TILE + tl.arange(0, TILE)
+        d_values = tl.load(draft_ptr + row * vocab + ids, mask=(ids < vocab) & (row < tl.num_programs(0) - 1),
+                           other=float("-inf"))
+        tl.store(stats_ptr + 4 * programs + index, tl.max(d_values))
     tl.debug_barrier()
-    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel") + 1
-    while arrived < programs:
-        arrived = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    if RESET:  # the small-grid kernel's barrier: no memset, the counters handed back at zero
+        _barrier(counter_ptr, counter_ptr + 1, programs)
+    else:
+        arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel") + 1
+        while arrived < programs:
+            arrived = tl.atomic_add(counter_ptr, 0, sem="acquire")
     # Every program now sees every tile: the row's max, and its own tile against it.
     k = tl.arange(0, PADDED)
     in_row = (k >= row * num_tiles) & (k < row * num_tiles + num_tiles)
     maxima = tl.load(stats_ptr + 2 * k, mask=in_row, other=float("-inf"), cache_modifier=".cg")
     top = tl.max(maxima)
-    residual = tl.sum(tl.maximum(tl.exp2((values - top) * 1.8) - 1e-6, 0.0))
+    if DRAFT:
+        d_top = tl.max(tl.load(stats_ptr + 4 * programs + k, mask=in_row, other=float("-inf"), cache_modifier=".cg"))
+        residual = tl.sum(tl.maximum(tl.exp2((values - top) * 1.8) - tl.exp2((d_values - d_top) * 1.8), 0.0))
+    else:
+        residual = tl.sum(tl.maximum(tl.exp2((values - top) * 1.8) - 1e-6, 0.0))
     tl.store(stats_ptr + 2 * programs + index, residual)
     tl.debug_barrier()
-    ticket = tl.atomic_add(counter_ptr + 1, 1, sem="acq_rel")
+    ticket = tl.atomic_add(counter_ptr + 2, 1, sem="acq_rel")
     if ticket == programs - 1:
         r = tl.load(stats_ptr + 2 * programs + k, mask=k < programs, other=0.0, cache_modifier=".cg")
         tl.store(out_ptr, tl.sum(r))
+        if RESET:
+            tl.atomic_xchg(counter_ptr + 2, 0, sem="relaxed")
 
 
 @triton.jit
@@ -121,7 +143,9 @@ def probe(num_drafts: int) -> dict[str, float]:
     n = rows * num_tiles
     padded = triton.next_power_of_2(n)
     sets = [torch.randn(rows, VOCAB, device="cuda") for _ in range(SETS)]
-    stats = [torch.empty(4 * n, device="cuda") for _ in range(SETS)]
+    drafts = [torch.randn(rows, VOCAB, device="cuda") for _ in range(SETS)]
+    stats = [torch.empty(6 * n, device="cuda") for _ in range(SETS)]
+    ring = torch.zeros(4 * SETS, dtype=torch.int32, device="cuda")
     out = torch.empty(SETS, device="cuda")
     persistent = torch.zeros(2, dtype=torch.int32, device="cuda")
     grid = (rows, num_tiles)
@@ -139,9 +163,10 @@ def probe(num_drafts: int) -> dict[str, float]:
         counter = torch.zeros(2, dtype=torch.int32, device="cuda")
         stats_launch(i, counter, fused=True)
 
-    def cooperative(i):
-        counter = torch.zeros(2, dtype=torch.int32, device="cuda")
-        _cooperative[grid](sets[i], stats[i], counter, out[i:], VOCAB, num_tiles, launch_cooperative_grid=True, **common)
+    def cooperative(i, draft=False, reset=False):
+        counter = ring[4 * i:4 * i + 4] if reset else torch.zeros(4, dtype=torch.int32, device="cuda")
+        _cooperative[grid](sets[i], drafts[i], stats[i], counter, out[i:], VOCAB, num_tiles, DRAFT=draft, RESET=reset,
+                           launch_cooperative_grid=True, **common)
 
     variants = {
         "alone": lambda i: stats_launch(i, persistent),
@@ -151,6 +176,8 @@ def probe(num_drafts: int) -> dict[str, float]:
         "fused+memset": fused_memset,
         "fused+reset": lambda i: stats_launch(i, persistent, fused=True, reset=True),
         "coop": cooperative,
+        "coop+reset": lambda i: cooperative(i, reset=True),
+        "coop+draft+reset": lambda i: cooperative(i, draft=True, reset=True),
     }
     results = {}
     reference = None

@@ -23,6 +23,7 @@ from ._sampling import (
     sample_in_tile,
     temperature_scale,
     write_tokens,
+    zero_after,
 )
 
 METHOD_STANDARD: tl.constexpr = tl.constexpr(0)
@@ -53,26 +54,21 @@ def _decide_kernel(
 
 
 @triton.jit
-def _row_normalisers(max_ptr, sum_ptr, index3, mask3, sum_mask3, scale):
-    """Combine tile statistics [B, ROWS, TILES] into per-row max, mass and per-tile weights.
-
-    mask3 selects the tile maxima that were written, sum_mask3 the sums (sampled requests only).
-    Returns tile_max [B, ROWS, TILES], row reference max [B, ROWS] (0 for rows without a finite
-    logit), row mass [B, ROWS] = sum_v 2**((l_v - ref) * scale), tile weights [B, ROWS, TILES].
-    """
-    tile_max = tl.load(max_ptr + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
-    tile_sum = tl.load(sum_ptr + index3, mask=sum_mask3, other=0.0, cache_modifier=".cg")
+def _row_normalisers(tile_max, tile_sum, scale):
+    """Combine tile statistics [B, ROWS, TILES] (maxima, -inf where unwritten; sums, 0 where unwritten)
+    into the row reference max [B, ROWS] (0 for rows without a finite logit), the row mass
+    sum_v 2**((l_v - ref) * scale) [B, ROWS] and the per-tile weights [B, ROWS, TILES]."""
     row_max = tl.max(tile_max, axis=2)
     reference = tl.where(row_max == float("-inf"), 0.0, row_max)
     exponent = (tile_max - reference[:, :, None]) * scale[:, None, None]
     tile_weight = tl.where(tile_max == float("-inf"), 0.0, tile_sum * tl.exp2(exponent))
-    return tile_max, reference, tl.sum(tile_weight, axis=2), tile_weight
+    return reference, tl.sum(tile_weight, axis=2), tile_weight
 
 
 @triton.jit
-def _prob_at(at_ptr, row_index, mask, reference, mass, scale):
-    """softmax probability of the draft token at each row: 2**((l_x - ref) * scale) / mass."""
-    at = tl.load(at_ptr + row_index, mask=mask, other=float("-inf"), cache_modifier=".cg")
+def _prob_at(at, mask, reference, mass, scale):
+    """softmax probability of the draft token at each row from its logit ``at``: 2**((at - ref) * scale) / mass."""
+    at = tl.where(mask, at, float("-inf"))  # rows outside ``mask`` may hold any bits
     prob = tl.exp2((at - reference) * scale[:, None]) / tl.where(mass > 0, mass, 1.0)
     return tl.where(mask & (mass > 0), prob, 0.0)
 
@@ -80,23 +76,26 @@ def _prob_at(at_ptr, row_index, mask, reference, mass, scale):
 @triton.jit
 def _acceptance(
     requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
+    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, tile_token_ptr, excluded_token_ptr,
+    draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
+    num_drafts, vocab, num_tiles,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
 ):
     """Per-row normalisers from pass A's tile statistics, acceptance, tau, and the pass-B plan.
 
     Greedy acceptance needs each row's argmax: with TILE_TOKENS (the small-grid kernel) pass A
-    stored every tile's first argmax in tile_token and the argmax is read from there (``argmax``,
-    int64 [B, ROWS]); otherwise pass A stored where the draft's own tile first reaches its max
-    (draft_first_max) and ``argmax`` is zeros (the caller re-reads the argmax tile of row tau).
+    stored every tile's first argmax (greedy) or race winner (sampled) in tile_token, returned as
+    ``tile_tokens`` [B, ROWS, TILES] with the one-hot residual's winners ``excluded_tokens``
+    [B, ROWS], and the argmax is read from there (``argmax``, int64 [B, ROWS]); otherwise pass A
+    stored where the draft's own tile first reaches its max (draft_first_max) and ``argmax`` is
+    zeros (the caller re-reads the argmax tile of row tau).
     Returns, over rows [B, ROWS] and tiles [B, ROWS, TILES]: drafts, num_valid [B], tile_max,
     reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi (the target
     draw's tile uniform and race key), excluded_sums, then
     tau [B], deferred [B] (sampled requests whose draft-logit residual pass B must compute), plan_lo
-    and plan_hi [B] (the rows it needs, -1 = none), prefix (block prefix ratios, else 1) and the
-    draft rows' reference and mass (zeros without draft logits).
+    and plan_hi [B] (the rows it needs, -1 = none), prefix (block prefix ratios, else 1), the
+    draft rows' reference and mass (zeros without draft logits), tile_tokens and excluded_tokens.
     """
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
@@ -106,50 +105,77 @@ def _acceptance(
     index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
     mask3 = row_live[:, :, None] & (tiles[None, None, :] < num_tiles)
     draft_row = live[:, None] & (rows[None, :] < num_drafts)
+    sampled_draft = draft_row & sampled[:, None]
+    # Every load first, masked by what is known before any of them returns: a reduction (a
+    # bar.sync) between two loads keeps the second from being issued early, and the decision's
+    # chain was four round trips to L2 (draft tokens, statistics, the draft's logit, the winners).
+    # Rows whose draft turns out invalid read values nothing uses (``valid`` masks them below).
     drafts = tl.load(draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :], mask=draft_row, other=-1)
-    valid = draft_row & (drafts >= 0) & (drafts < vocab)
-    num_valid = tl.min(tl.where(valid, ROWS_PAD, rows[None, :]), axis=1)
+    tile_max = tl.load(tile_max_ptr + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
+    tile_sum = tl.load(tile_sum_ptr + index3, mask=mask3 & sampled[:, None, None], other=0.0, cache_modifier=".cg")
+    tile_tokens = tl.zeros((BLOCK_R, ROWS_PAD, TILES_PAD), dtype=tl.int32)
+    excluded_tokens = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int32)
+    draft_first = tl.full((BLOCK_R, ROWS_PAD), -1, tl.int32)
+    if TILE_TOKENS:
+        # With draft logits this runs before the residuals, and the decider reloads the sampled
+        # rows' draws after its ticket: only greedy rows' are needed now (fewer registers live).
+        token_mask = mask3 & ~sampled[:, None, None] if HAS_DRAFT else mask3
+        tile_tokens = tl.load(tile_token_ptr + index3, mask=token_mask, other=0, cache_modifier=".cg")
+        if not HAS_DRAFT:
+            excluded_tokens = tl.load(excluded_token_ptr + row_index, mask=sampled_draft, other=0, cache_modifier=".cg")
+    else:
+        draft_first = tl.load(draft_first_max_ptr + row_index, mask=draft_row & ~sampled[:, None], other=-1,
+                              cache_modifier=".cg")
+    at = tl.load(at_draft_ptr + row_index, mask=sampled_draft, other=float("-inf"), cache_modifier=".cg")
+    excluded_sums = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
+    if not HAS_DRAFT:  # every row's mass without its draft token, loaded now rather than after tau is known
+        excluded_sums = tl.load(excluded_sum_ptr + row_index, mask=sampled_draft, other=0.0, cache_modifier=".cg")
+    if HAS_DRAFT:
+        d_index3 = (requests[:, None, None] * num_drafts + rows[None, :, None]) * num_tiles + tiles[None, None, :]
+        d_mask3 = sampled_draft[:, :, None] & (tiles[None, None, :] < num_tiles)
+        d_tile_max = tl.load(draft_tile_max_ptr + d_index3, mask=d_mask3, other=float("-inf"), cache_modifier=".cg")
+        d_tile_sum = tl.load(draft_tile_sum_ptr + d_index3, mask=d_mask3, other=0.0, cache_modifier=".cg")
+        d_at = tl.load(draft_at_draft_ptr + requests[:, None] * num_drafts + rows[None, :], mask=sampled_draft,
+                       other=float("-inf"), cache_modifier=".cg")
+    if METHOD == METHOD_SYNTHETIC:
+        rates = tl.load(rates_ptr + rows, mask=rows < num_drafts, other=0.0)
+    # ptxas still issues a load late if its value is needed late: tie the row loads into the first
+    # reduction's input (exactly zero), so that all are issued before it stalls on the statistics.
+    late = zero_after(at)
+    if HAS_DRAFT:
+        late += zero_after(d_at)
+    else:
+        late += zero_after(excluded_sums) + zero_after(excluded_tokens)
+    tile_max = tile_max + late[:, :, None]
 
-    tile_max, reference, mass, tile_weight = _row_normalisers(
-        tile_max_ptr, tile_sum_ptr, index3, mask3, mask3 & sampled[:, None, None], scale
-    )
+    valid = draft_row & (drafts >= 0) & (drafts < vocab)
+    excluded_sums = tl.where(valid & sampled[:, None], excluded_sums, 0.0)
+    num_valid = tl.min(tl.where(valid, ROWS_PAD, rows[None, :]), axis=1)
+    reference, mass, tile_weight = _row_normalisers(tile_max, tile_sum, scale)
     # Greedy: the argmax is the first index of the row maximum, in the first tile that reaches it.
     row_max = tl.max(tile_max, axis=2)
     first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
     argmax = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int64)
     if TILE_TOKENS:
-        greedy3 = mask3 & ~sampled[:, None, None]
-        tile_tokens = tl.load(tile_token_ptr + index3, mask=greedy3, other=0, cache_modifier=".cg")
         at_first = tiles[None, None, :] == first_tile[:, :, None]
         argmax = tl.sum(tl.where(at_first, tile_tokens, 0), axis=2).to(tl.int64)
         greedy_accepted = valid & (drafts == argmax)
     else:
-        draft_first = tl.load(draft_first_max_ptr + row_index, mask=valid & ~sampled[:, None], other=-1, cache_modifier=".cg")
         greedy_accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
 
-    prob = _prob_at(at_draft_ptr, row_index, valid & sampled[:, None], reference, mass, scale)
-    # Every row's mass without its draft token, loaded now rather than after tau is known.
-    excluded_sums = tl.load(excluded_sum_ptr + row_index, mask=valid & sampled[:, None], other=0.0, cache_modifier=".cg")
+    prob = _prob_at(at, valid & sampled[:, None], reference, mass, scale)
     ratio = prob
     d_reference = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
     d_mass = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
     if HAS_DRAFT:
-        d_index3 = (requests[:, None, None] * num_drafts + rows[None, :, None]) * num_tiles + tiles[None, None, :]
-        d_mask3 = draft_row[:, :, None] & (tiles[None, None, :] < num_tiles) & sampled[:, None, None]
-        _, d_reference, d_mass, _ = _row_normalisers(
-            draft_tile_max_ptr, draft_tile_sum_ptr, d_index3, d_mask3, d_mask3, scale
-        )
-        d_prob = _prob_at(
-            draft_at_draft_ptr, requests[:, None] * num_drafts + rows[None, :], valid & sampled[:, None],
-            d_reference, d_mass, scale,
-        )
+        d_reference, d_mass, _ = _row_normalisers(d_tile_max, d_tile_sum, scale)
+        d_prob = _prob_at(d_at, valid & sampled[:, None], d_reference, d_mass, scale)
         ratio = tl.where(d_prob > 0, prob / tl.where(d_prob > 0, d_prob, 1.0), tl.where(prob > 0, float("inf"), 0.0))
 
     seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
     rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
     accept_u, tile_u, key_lo, key_hi = row_draws(seeds2, rows2, PURPOSE_VERIFY)
     if METHOD == METHOD_SYNTHETIC:
-        rates = tl.load(rates_ptr + rows, mask=rows < num_drafts, other=0.0)
         accepted = valid & (accept_u < rates[None, :])
     else:
         accepted = tl.where(sampled[:, None], valid & (accept_u < ratio), greedy_accepted)
@@ -191,7 +217,7 @@ def _acceptance(
         plan_hi = plan_lo
     return (
         drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi,
-        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
+        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass, tile_tokens, excluded_tokens,
     )
 
 
@@ -215,12 +241,12 @@ def _decide(
     seed = tl.load(seed_ptr + requests, mask=live, other=0)
     (
         drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, _, tile_u, key_lo, key_hi,
-        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass,
+        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass, _, _,
     ) = _acceptance(
         requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-        at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, num_drafts, vocab, num_tiles,
-        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
+        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_first_max_ptr, draft_first_max_ptr,
+        draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
+        num_drafts, vocab, num_tiles, METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
     )
 
     # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile re-read
@@ -262,10 +288,16 @@ def _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, referenc
     base = (requests[:, None] * num_drafts + rows[None, :]) * 5
     mask = deferred[:, None] & (rows[None, :] < num_drafts)
     tl.store(row_info_ptr + base, reference, mask=mask)
-    tl.store(row_info_ptr + base + 1, tl.log2(tl.where(mass > 0, mass, 1.0)), mask=mask)
+    tl.store(row_info_ptr + base + 1, _log2_mass(mass), mask=mask)
     tl.store(row_info_ptr + base + 2, d_reference, mask=mask)
-    tl.store(row_info_ptr + base + 3, tl.log2(tl.where(d_mass > 0, d_mass, 1.0)), mask=mask)
+    tl.store(row_info_ptr + base + 3, _log2_mass(d_mass), mask=mask)
     tl.store(row_info_ptr + base + 4, prefix, mask=mask)
+
+
+@triton.jit
+def _log2_mass(mass):
+    """log2 of a row mass (0 for a row without mass), as pass B's normalisers take it."""
+    return tl.log2(tl.where(mass > 0, mass, 1.0))
 
 
 @triton.jit

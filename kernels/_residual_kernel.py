@@ -183,9 +183,9 @@ def _decide_residual(
         row_index = requests[:, None] * num_rows + rows[None, :]
         t_index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
         t_mask3 = no_mass[:, None, None] & (rows[None, :, None] < num_rows) & (tiles[None, None, :] < num_tiles)
-        tile_max, reference, _, tile_weight = _row_normalisers(
-            tile_max_ptr, tile_sum_ptr, t_index3, t_mask3, t_mask3, scale
-        )
+        tile_max = tl.load(tile_max_ptr + t_index3, mask=t_mask3, other=float("-inf"), cache_modifier=".cg")
+        tile_sum = tl.load(tile_sum_ptr + t_index3, mask=t_mask3, other=0.0, cache_modifier=".cg")
+        reference, _, tile_weight = _row_normalisers(tile_max, tile_sum, scale)
         _, tile_u, _, _ = row_draws(seeds2, rows2, PURPOSE_VERIFY)
         plain = _emit_from_target(
             target_ptr, requests, seed, tau, at_tau, tau, drafts, tile_max, reference, tile_weight,

@@ -71,6 +71,23 @@ else:
         return tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
 
 
+if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter's numpy warns on inf - inf
+
+    @triton.jit
+    def zero_after(x):
+        return tl.zeros(x.shape, tl.float32)
+
+else:
+
+    @triton.jit
+    def zero_after(x):
+        """0.0 [shape of x] that ptxas cannot compute before x is loaded: min(x - x, 0) is 0 for
+        every float (NaN - NaN and inf - inf give NaN, and min returns its other operand). Added to
+        a value needed early, it makes ptxas issue x's load before that value's uses stall."""
+        x = x.to(tl.float32)
+        return tl.minimum(x - x, 0.0)
+
+
 @triton.jit
 def _wrap32(x):
     """uint64 -> its low 32 bits as uint32 (arithmetic modulo 2**32, written so that the
