@@ -4,8 +4,9 @@ Catches code that Triton's interpreter runs but its compiler rejects (break/cont
 loop, interpreter-only builtins). Prints one line per variant; exits 1 on the first failure. Also
 compiles pass A and the small-grid kernel as launched, and the small-grid kernel as
 ``benchmarks/trace_decision.py`` instruments it (so that tool's anchors keep matching the kernels).
-With ``--resources`` each line ends with ptxas's registers, spills and stack and the number of
-tile-wide index tensors Triton converted between layouts (``index_conversions``).
+With ``--resources`` each line ends with ptxas's registers, spills and stack, the dependent waves of
+loads after the one-hot small-grid kernel's ticket (``load_waves_after_ticket``) and the number of tile-wide
+index tensors Triton converted between layouts (``index_conversions``).
 """
 
 import os
@@ -61,19 +62,47 @@ def compile_variant(fn, options=None, logits=None, **constexprs):
     return triton.compile(source, target=TARGET, options=options or {"num_warps": 8})
 
 
-def resources(kernel) -> str:
-    """ptxas's register and spill report for the compiled PTX (no GPU needed)."""
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as handle:
-        handle.write(kernel.asm["ptx"])
-    report = subprocess.run([ptxas, "--gpu-name", "sm_90a", "-v", handle.name, "-o", os.devnull],
-                            capture_output=True, text=True).stderr
-    os.unlink(handle.name)
+def resources(kernel, one_hot_small_grid: bool = False) -> str:
+    """ptxas's register and spill report for the compiled PTX, and what the SASS says (no GPU needed);
+    ``load_waves_after_ticket`` for the one-hot small-grid kernel, else "-"."""
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as directory:
+        ptx, cubin = os.path.join(directory, "kernel.ptx"), os.path.join(directory, "kernel.cubin")
+        with open(ptx, "w") as handle:
+            handle.write(kernel.asm["ptx"])
+        report = subprocess.run([os.path.join(tools, "ptxas"), "--gpu-name", "sm_90a", "-v", ptx, "-o", cubin],
+                                capture_output=True, text=True).stderr
+        sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True, text=True).stdout
     registers = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores", report)
     stack = re.search(r"(\d+) bytes stack frame", report)
-    return (f"registers={registers.group(1) if registers else '?'} spill_stores={spills.group(1) if spills else '?'} "
-            f"stack={stack.group(1) if stack else '?'} index_conversions={index_conversions(kernel)}")
+    waves = load_waves_after_ticket(sass) if one_hot_small_grid else "-"
+    return (f"registers={registers.group(1) if registers else '?'} load_waves_after_ticket={waves} "
+            f"spill_stores={spills.group(1) if spills else '?'} stack={stack.group(1) if stack else '?'} "
+            f"index_conversions={index_conversions(kernel)}")
+
+
+def load_waves_after_ticket(sass: str) -> str:
+    """Dependent waves of global loads in the SASS of the one-hot small-grid kernel after its ticket
+    (its one ``ATOMG.E.ADD``; with draft logits the barrier's atomics are there too).
+
+    A wave ends where a cross-thread step (a shuffle, a warp reduction, a block barrier) comes after
+    a load: a load after that step cannot be in flight with the ones before it. The one-hot decider
+    needs one wave (v9's took four: draft tokens, statistics, the draft's logit, the draws).
+    """
+    instructions = [line.split(";")[0] for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+    tickets = [i for i, text in enumerate(instructions) if "ATOMG.E.ADD" in text]
+    if len(tickets) != 1:
+        return "?"
+    waves, step_since_load, loaded = 0, False, False
+    for text in instructions[tickets[0] + 1:]:
+        if re.search(r"\bLDG\.", text):
+            if not loaded or step_since_load:
+                waves += 1
+            loaded, step_since_load = True, False
+        elif loaded and re.search(r"\b(SHFL|REDUX|BAR\.SYNC)", text):
+            step_since_load = True
+    return str(waves)
 
 
 def index_conversions(kernel) -> int:
@@ -157,7 +186,8 @@ def main() -> int:
             except Exception as error:  # report which variant broke, then fail
                 print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
                 return 1
-            extra = resources(kernel) if show_resources else ""
+            one_hot = fn.__name__ == "_small_grid_kernel" and not constexprs["HAS_DRAFT"]
+            extra = resources(kernel, one_hot) if show_resources else ""
             print(f"{tag} {fn.__name__} {logits or ''} {options or ''} {constexprs} {extra}", flush=True)
     return 0
 

@@ -41,5 +41,11 @@ def test_kernels_compile_for_sm90_without_a_gpu():
         spills = int(re.search(r"spill_stores=(\d+)", line).group(1))
         stack = int(re.search(r"stack=(\d+)", line).group(1))
         assert spills <= 16 and stack <= 16, line
+    # The one-hot decider issues every load it needs at once after its ticket (v9's waited on seven
+    # dependent waves in this count: draft tokens, statistics, the draft's logit, the draws).
+    one_hot = [line for line in result.stdout.splitlines() if "_small_grid_kernel" in line and "'HAS_DRAFT': False" in line]
+    assert len(one_hot) == 4, result.stdout
+    for line in one_hot:
+        assert "load_waves_after_ticket=1 " in line, line
     # benchmarks/trace_decision.py's instrumented copy still finds its anchors and compiles.
     assert len([line for line in result.stdout.splitlines() if line.startswith("traced ")]) == 2, result.stdout
