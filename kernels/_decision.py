@@ -295,6 +295,18 @@ def _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, referenc
 
 
 @triton.jit
+def _load_row_info(row_info_ptr, requests, rows, num_drafts, mask):
+    """What ``_store_row_info`` stored for draft row ``rows`` (int32 [B]): target reference and log2
+    mass, draft reference and log2 mass, prefix ratio ([B] each; 0 outside ``mask``)."""
+    info = row_info_ptr + (requests * num_drafts + rows) * 5
+    return (
+        tl.load(info, mask=mask, other=0.0), tl.load(info + 1, mask=mask, other=0.0),
+        tl.load(info + 2, mask=mask, other=0.0), tl.load(info + 3, mask=mask, other=0.0),
+        tl.load(info + 4, mask=mask, other=0.0),
+    )
+
+
+@triton.jit
 def _log2_mass(mass):
     """log2 of a row mass (0 for a row without mass), as pass B's normalisers take it."""
     return tl.log2(tl.where(mass > 0, mass, 1.0))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _row_normalisers
+from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _load_row_info, _row_normalisers
 from ._sampling import (
     RACE_CHUNK,
     better_key,
@@ -75,12 +75,9 @@ def _residual_weights(
     p and q are normalised by pass A's global statistics (``row_info``). Pass B sums them per tile;
     the decision recomputes the chosen tile with this same function to draw the token inside it.
     """
-    info = row_info_ptr + (requests * num_drafts + rows) * 5
-    target_ref = tl.load(info, mask=active, other=0.0)
-    target_log_mass = tl.load(info + 1, mask=active, other=0.0)
-    draft_ref = tl.load(info + 2, mask=active, other=0.0)
-    draft_log_mass = tl.load(info + 3, mask=active, other=0.0)
-    prefix = tl.load(info + 4, mask=active, other=0.0)
+    target_ref, target_log_mass, draft_ref, draft_log_mass, prefix = _load_row_info(
+        row_info_ptr, requests, rows, num_drafts, active,
+    )
     vocab_ids = tiles[:, None] * TILE + start + tl.arange(0, WIDTH)[None, :]
     mask = active[:, None] & (vocab_ids < vocab)
     rows64 = rows.to(tl.int64)[:, None]

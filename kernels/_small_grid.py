@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _log2_mass, _store_row_info
+from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _load_row_info, _log2_mass, _store_row_info
 from ._sampling import (
     detached,
     inverse_cdf,
@@ -238,12 +238,9 @@ def _tile_residual(
     needs = live & (lo >= 0) & (lo <= row) & (row <= hi)
     if tl.max(needs.to(tl.int32)) > 0:
         if READ_BACK:
-            info = row_info_ptr + (requests * num_drafts + row) * 5
-            target_ref = tl.load(info, mask=needs, other=0.0)
-            target_log_mass = tl.load(info + 1, mask=needs, other=0.0)
-            draft_ref = tl.load(info + 2, mask=needs, other=0.0)
-            draft_log_mass = tl.load(info + 3, mask=needs, other=0.0)
-            row_prefix = tl.load(info + 4, mask=needs, other=0.0)
+            target_ref, target_log_mass, draft_ref, draft_log_mass, row_prefix = _load_row_info(
+                row_info_ptr, requests, row, num_drafts, needs,
+            )
         else:
             at_row = tl.arange(0, ROWS_PAD)[None, :] == row
             target_ref = detached(tl.sum(tl.where(at_row, reference, 0.0), axis=1))
