@@ -107,8 +107,8 @@ def _acceptance(
     draft_row = live[:, None] & (rows[None, :] < num_drafts)
     sampled_draft = draft_row & sampled[:, None]
     # Every load first, masked by what is known before any of them returns: a reduction (a
-    # bar.sync) between two loads keeps the second from being issued early, and the decision's
-    # chain was four round trips to L2 (draft tokens, statistics, the draft's logit, the winners).
+    # bar.sync) between two loads keeps the second from being issued early, and v9's one-hot
+    # decider waited on seven dependent waves of loads (``compile_check.py --resources``).
     # Rows whose draft turns out invalid read values nothing uses (``valid`` masks them below).
     drafts = tl.load(draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :], mask=draft_row, other=-1)
     tile_max = tl.load(tile_max_ptr + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")

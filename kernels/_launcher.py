@@ -419,7 +419,8 @@ def _launch_small_grid(
             draft_tile_max_ptr=work.draft_tile_max, draft_tile_sum_ptr=work.draft_tile_sum,
             at_draft_ptr=work.at_draft, excluded_sum_ptr=work.excluded_sum, excluded_token_ptr=work.excluded_token,
             draft_at_draft_ptr=work.draft_at_draft, plan_ptr=work.plan, row_info_ptr=work.row_info,
-            residual_mass_ptr=work.residual_mass, residual_token_ptr=work.residual_token, counter_ptr=counters, tokens_ptr=tokens, num_tokens_ptr=num_tokens,
+            residual_mass_ptr=work.residual_mass, residual_token_ptr=work.residual_token, counter_ptr=counters,
+            tokens_ptr=tokens, num_tokens_ptr=num_tokens,
             METHOD=method, HAS_DRAFT=has_draft, STAGE=stage, num_warps=num_warps, num_stages=1,
             **shared, **padding, **options,
         )
