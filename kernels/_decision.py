@@ -185,17 +185,18 @@ def _acceptance(
     plan_hi = tl.full((BLOCK_R,), -1, tl.int32)
     prefix = tl.full((BLOCK_R, ROWS_PAD), 1.0, tl.float32)
     if METHOD == METHOD_BLOCK:
-        log_ratio = tl.log2(tl.where(ratio > 0, ratio, 1.0))
-        log_ratio = tl.where(ratio > 0, tl.minimum(log_ratio, LOG_RATIO_CLAMP), -LOG_RATIO_CLAMP)
-        log_step = tl.where(rows[None, :] < num_valid[:, None], log_ratio, 0.0)
-        # Sums and running maxima over at most ROWS_PAD rows, as [B, ROWS, ROWS] masked reductions.
+        # Prefix ratios: s_k = min(s_(k-1) r_(k-1), 1), s_0 = 1, over the valid rows.
         earlier = rows[None, :, None] > rows[None, None, :]  # [1, k, j]: j < k
-        exclusive = tl.sum(tl.where(earlier, log_step[:, None, :], 0.0), axis=2)
-        not_later = rows[None, :, None] >= rows[None, None, :]
-        log_prefix = exclusive - tl.max(tl.where(not_later, exclusive[:, None, :], float("-inf")), axis=2)
-        prefix = tl.exp2(log_prefix)
         at_end = rows[None, :] == num_valid[:, None]
         if HAS_DRAFT:
+            log_ratio = tl.log2(tl.where(ratio > 0, ratio, 1.0))
+            log_ratio = tl.where(ratio > 0, tl.minimum(log_ratio, LOG_RATIO_CLAMP), -LOG_RATIO_CLAMP)
+            log_step = tl.where(rows[None, :] < num_valid[:, None], log_ratio, 0.0)
+            # Sums and running maxima over at most ROWS_PAD rows, as [B, ROWS, ROWS] masked reductions.
+            exclusive = tl.sum(tl.where(earlier, log_step[:, None, :], 0.0), axis=2)
+            not_later = rows[None, :, None] >= rows[None, None, :]
+            log_prefix = exclusive - tl.max(tl.where(not_later, exclusive[:, None, :], float("-inf")), axis=2)
+            prefix = tl.exp2(log_prefix)
             prefix_at_end = tl.sum(tl.where(at_end, prefix, 0.0), axis=1)
             u_at_end = tl.sum(tl.where(at_end, accept_u, 0.0), axis=1)
             top_passes = (num_valid >= 1) & (u_at_end < prefix_at_end)
@@ -205,11 +206,17 @@ def _acceptance(
             plan_hi = tl.where(deferred, num_valid - 1, -1)
             tau = tl.where(sampled, tl.where(top_passes, num_valid, 0), tau)
         else:
+            # One-hot drafts: q(x) = 1, so every ratio is p(x) <= 1 and s_k is the product of the
+            # earlier rows' probabilities: one masked product, no logarithms and no running maximum.
+            step = tl.where(rows[None, :] < num_valid[:, None], tl.minimum(prob, 1.0), 1.0)
+            prefix = tl.reduce(tl.where(earlier, step[:, None, :], 1.0), 2, _product)
+            # Row k passes when u_k < h_k = Z / (Z + 1 - s_k), Z = s_k (1 - p_k), the residual's mass
+            # (u_k < s_k at the top row): compared as u (Z + 1 - s_k) < Z, without a division.
             residual = prefix * (1.0 - prob)
             denominator = residual + 1.0 - prefix
-            threshold = tl.where(denominator > 0, residual / tl.where(denominator > 0, denominator, 1.0), 1.0)
-            threshold = tl.where(at_end, prefix, threshold)
-            passes = (rows[None, :] >= 1) & (rows[None, :] <= num_valid[:, None]) & (accept_u < threshold)
+            below = tl.where(denominator > 0, accept_u * denominator < residual, True)
+            below = tl.where(at_end, accept_u < prefix, below)
+            passes = (rows[None, :] >= 1) & (rows[None, :] <= num_valid[:, None]) & below
             tau = tl.where(sampled, tl.max(tl.where(passes, rows[None, :], 0), axis=1), tau)
     elif HAS_DRAFT:
         deferred = sampled & (tau < num_valid)
@@ -219,6 +226,11 @@ def _acceptance(
         drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi,
         excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass, tile_tokens, excluded_tokens,
     )
+
+
+@triton.jit
+def _product(a, b):
+    return a * b
 
 
 @triton.jit
