@@ -179,7 +179,10 @@ def _acceptance(
         accepted = valid & (accept_u < rates[None, :])
     else:
         accepted = tl.where(sampled[:, None], valid & (accept_u < ratio), greedy_accepted)
-    tau = tl.min(tl.where(accepted, ROWS_PAD, rows[None, :]), axis=1)
+    if METHOD != METHOD_BLOCK or HAS_DRAFT:  # (block verification with one-hot drafts takes tau below)
+        tau = tl.min(tl.where(accepted, ROWS_PAD, rows[None, :]), axis=1)
+    else:
+        tau = tl.zeros((BLOCK_R,), tl.int32)
     deferred = requests < 0  # no request goes to pass B unless a draft-logit residual needs it
     plan_lo = tl.full((BLOCK_R,), -1, tl.int32)
     plan_hi = tl.full((BLOCK_R,), -1, tl.int32)
@@ -208,7 +211,10 @@ def _acceptance(
         else:
             # One-hot drafts: q(x) = 1, so every ratio is p(x) <= 1 and s_k is the product of the
             # earlier rows' probabilities: one masked product, no logarithms and no running maximum.
+            # Greedy requests ride on the same product: their step is 1 for an accepted draft and 0
+            # from the first rejection on, so s_k > 0 exactly while every earlier draft was accepted.
             step = tl.where(rows[None, :] < num_valid[:, None], tl.minimum(prob, 1.0), 1.0)
+            step = tl.where(sampled[:, None], step, greedy_accepted.to(tl.float32))
             prefix = tl.reduce(tl.where(earlier, step[:, None, :], 1.0), 2, _product)
             # Row k passes when u_k < h_k = Z / (Z + 1 - s_k), Z = s_k (1 - p_k), the residual's mass
             # (u_k < s_k at the top row): compared as u (Z + 1 - s_k) < Z, without a division.
@@ -217,7 +223,8 @@ def _acceptance(
             below = tl.where(denominator > 0, accept_u * denominator < residual, True)
             below = tl.where(at_end, accept_u < prefix, below)
             passes = (rows[None, :] >= 1) & (rows[None, :] <= num_valid[:, None]) & below
-            tau = tl.where(sampled, tl.max(tl.where(passes, rows[None, :], 0), axis=1), tau)
+            passes = tl.where(sampled[:, None], passes, (prefix > 0) & (rows[None, :] <= num_drafts))
+            tau = tl.max(tl.where(passes, rows[None, :], 0), axis=1)
     elif HAS_DRAFT:
         deferred = sampled & (tau < num_valid)
         plan_lo = tl.where(deferred, tau, -1)
