@@ -42,7 +42,7 @@ MAX_SETS = 16
 # Launcher knobs (``launch``'s keyword arguments) to compare, one dict per variant; {} = defaults.
 LAUNCH_KNOBS = {"num_warps": int, "fused": lambda v: v == "on", "tiles_per_program": int, "stages": int,
                 "bulk_copies": lambda v: v == "on", "decide_warps": int,
-                "split_draft": lambda v: v == "on", "max_registers": int}
+                "split_draft": lambda v: v == "on", "max_registers": int, "residual_tiles": int}
 
 
 PROFILE = False

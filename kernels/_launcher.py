@@ -41,9 +41,12 @@ _BULK_TILES_PER_PROGRAM = 16
 # Up to this many tiles an SM a program reads one tile (the loop's prologue did not pay: R=64, K=3
 # measured 48 µs one-hot with one tile a program, 52 with two).
 _ONE_TILE_PROGRAMS_PER_SM = 128
-# Pass A's register caps with plain loads, one tile a program (see launch).
+# Pass A's register caps with plain loads (see launch).
 _SIXTEEN_BIT_REGISTERS = 72
 _FP32_REGISTERS = 80
+# 16-bit pass A with plain loads reads up to this many tiles of a row a program in grids past
+# _ONE_TILE_PROGRAMS_PER_SM (bf16 R=256, K=7, draft logits: 333 -> 320 µs; 2 or 8 measured slower).
+_SIXTEEN_BIT_TILES_PER_PROGRAM = 4
 _sm_counts: dict[int, int] = {}
 _counter_rings: dict[torch.device, torch.Tensor] = {}
 _counter_offsets: dict[torch.device, int] = {}
@@ -249,6 +252,7 @@ def launch(
     decide_warps: int | None = None,
     split_draft: bool | None = None,
     max_registers: int | None = None,
+    residual_tiles: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs.
 
@@ -261,9 +265,9 @@ def launch(
     in flight per program), ``bulk_copies`` (pass A reads through tensor-memory-access descriptors;
     default: for large fp32 grids whose logits' addresses and strides allow), ``decide_warps``
     (the first decision's), ``split_draft`` (pass A reads draft rows in programs of their own
-    instead of beside their target rows) and ``max_registers`` (pass A's registers per thread,
-    compiled only; default: a cap where a program reads one tile) are for tests and benchmarks;
-    none changes a token.
+    instead of beside their target rows), ``max_registers`` (pass A's registers per thread,
+    compiled only; default: a cap with plain loads) and ``residual_tiles`` (pass B's tiles of a row
+    per program) are for tests and benchmarks; none changes a token.
     """
     interpreting = _check_device(inputs)
     target = inputs.target_logits
@@ -325,6 +329,8 @@ def launch(
         )
     if tiles_per_program is None:
         tiles_per_program = loop_tiles if bulk_copies or interpreting else 1
+        if target.element_size() == 2 and not interpreting:
+            tiles_per_program = min(loop_tiles, _SIXTEEN_BIT_TILES_PER_PROGRAM)
     num_chunks = -(-num_tiles // tiles_per_program)
     if stages is None:
         stages = _STAGES if bulk_copies and tiles_per_program > 1 else 1
@@ -347,9 +353,13 @@ def launch(
         # fp32 at R=256, K=7 with draft logits: pass A 458 µs against 512 beside the target rows (R=64,
         # K=7: 148 against 159 µs per call); bf16 likewise once its registers are capped (below).
         split_draft = True
-    if max_registers is None and not (interpreting or bulk_copies) and num_warps == 4 and tiles_per_program == 1:
+    if max_registers is None and not (interpreting or bulk_copies) and num_warps == 4 and (
+        tiles_per_program == 1 or target.element_size() == 2
+    ):
         # A program holds one tile in flight (16 KB fp32, 8 KB 16-bit), so occupancy sets the read
-        # rate. 16-bit: 87 registers give 5 programs an SM, capped at 72 (ptxas spills 12 bytes) 7;
+        # rate. 16-bit, one tile a program: 87 registers give 5 programs an SM, capped at 72 (ptxas
+        # spills 12 bytes) 7; with 4 tiles (96-106 registers, capped: 0-12 bytes spilled) uncapped
+        # measured 406 µs against 320 at bf16 R=256, K=7 with draft logits. One tile, capped:
         # bf16 R=256, K=7: one-hot 197 -> 170 µs, draft logits 369 -> 334 (cap 80: 181 / 353; 64,
         # which spills 44 bytes: 199 / 346). fp32: 96 -> 78 registers (no spill), 5 -> 6 programs;
         # R=64, K=3: one-hot 48.0 -> 46.7, draft 82.8 -> 81.0 µs (cap 72: 47.9 / 84.4).
@@ -377,10 +387,15 @@ def launch(
     )
     if has_draft and num_drafts > 0:
         slots = num_drafts if inputs.method == "block" else 1
-        residual_module._residual_kernel[(num_blocks, slots, num_tiles)](
+        if residual_tiles is None:
+            # Block verification's grid has K slots, mostly without a planned row: two tiles a program
+            # halve the programs (bf16 R=256, K=7: 351 -> 342 µs; fp32 532 -> 527). Standard reads one
+            # row, and its call measured slower with 2 (bf16 R=64, K=7: 104 -> 108).
+            residual_tiles = min(2, num_tiles) if interpreting or slots > 1 else 1
+        residual_module._residual_kernel[(num_blocks, slots, -(-num_tiles // residual_tiles))](
             target_ptr=target, draft_logits_ptr=draft, temperature_ptr=temperature, plan_ptr=work.plan,
             row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass, SLOTS=slots,
-            ROWS_PAD=padding["ROWS_PAD"], num_warps=direct_warps, **shared,
+            ROWS_PAD=padding["ROWS_PAD"], TILES_PER_PROGRAM=residual_tiles, num_warps=direct_warps, **shared,
         )
         residual_module._decide_residual_kernel[(num_blocks,)](
             target_ptr=target, draft_logits_ptr=draft, draft_tokens_ptr=draft_tokens,

@@ -2,9 +2,10 @@
 
 Only requests with draft logits that rejected a valid draft get here (standard and synthetic: the
 one rejected row; block verification: rows lo..n-1 when the top step did not pass, lo being the
-last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), SLOTS, num_tiles)``, SLOTS = 1 (or K
-for block verification): a program re-reads one tile of every SLOTS-th planned row of its requests
-(target and draft), normalised by pass A's global statistics, and stores the tile's residual mass
+last row whose prefix ratio is 1). Grid ``(cdiv(R, BLOCK_R), SLOTS, cdiv(num_tiles,
+TILES_PER_PROGRAM))``, SLOTS = 1 (or K for block verification): a program re-reads TILES_PER_PROGRAM
+tiles of every SLOTS-th planned row of its requests (target and draft), normalised by pass A's
+global statistics, and stores each tile's residual mass
 (a pure streaming reduction: no sampling here). The decision (``_decide_residual``, a separate
 launch) takes block verification's thresholds
 h_i = Z_i / (Z_i + 1 - p_i), tau, a tile by residual mass, and re-reads that one tile (target and
@@ -38,10 +39,11 @@ def _residual_kernel(
     num_requests, num_drafts, vocab, num_tiles,
     target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
     TILE: tl.constexpr, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr, SLOTS: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr,
 ):
     block = tl.program_id(0)
     slot = tl.program_id(1)  # rows lo + slot, lo + slot + SLOTS, ... (block verification plans several)
-    tile = tl.program_id(2)
+    chunk = tl.program_id(2)  # tiles chunk * TILES_PER_PROGRAM.. of each of those rows
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     live = requests < num_requests
     lo = tl.load(plan_ptr + requests * 2, mask=live, other=-1)
@@ -53,15 +55,18 @@ def _residual_kernel(
     scale = temperature_scale(temperature)
     first_row = tl.min(tl.where(deferred, lo, ROWS_PAD)) + slot
     last_row = tl.max(tl.where(deferred, hi, -1))
+    first_tile = chunk * TILES_PER_PROGRAM
+    last_tile = tl.minimum(first_tile + TILES_PER_PROGRAM, num_tiles)
     for row in range(first_row, last_row + 1, SLOTS):
         active = deferred & (row >= lo) & (row <= hi)
         rows = tl.full((BLOCK_R,), 0, tl.int32) + row
-        weights = _residual_weights(
-            target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tile + rows * 0, 0, scale,
-            num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE, TILE,
-        )
-        out = (requests * num_drafts + row) * num_tiles + tile
-        tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
+        for tile in range(first_tile, last_tile):
+            weights = _residual_weights(
+                target_ptr, draft_logits_ptr, row_info_ptr, requests, active, rows, tile + rows * 0, 0, scale,
+                num_drafts, vocab, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k, TILE, TILE,
+            )
+            out = (requests * num_drafts + row) * num_tiles + tile
+            tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=active)
 
 
 @triton.jit

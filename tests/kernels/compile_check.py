@@ -128,7 +128,8 @@ def variants():
     for method in (0, 1, 2):
         for has_draft in (False, True):
             yield _decision._decide_kernel, None, dict(METHOD=method, HAS_DRAFT=has_draft, TILE=4096, BLOCK_R=1, **padding)
-        yield _residual_kernel._residual_kernel, None, dict(SLOTS=7 if method == 1 else 1, TILE=4096, BLOCK_R=1, ROWS_PAD=8)
+        yield _residual_kernel._residual_kernel, None, dict(SLOTS=7 if method == 1 else 1, TILE=4096, BLOCK_R=1, ROWS_PAD=8,
+                                                             TILES_PER_PROGRAM=1)
         yield _residual_kernel._decide_residual_kernel, None, dict(METHOD=method, TILE=4096, BLOCK_R=1, **padding)
         # The small-grid kernel as launched (the register cap that keeps two programs an SM);
         # with draft logits the barrier kernel and the two launches around it.

@@ -95,11 +95,13 @@ def test_small_grid_and_separate_launches_give_the_same_tokens(method, with_draf
     dict(bulk_copies=False, tiles_per_program=2, split_draft=False),
     dict(bulk_copies=False, tiles_per_program=1, split_draft=True, fused=True),
     dict(bulk_copies=False, tiles_per_program=1, fused=False, max_registers=72),  # compiled only
+    dict(bulk_copies=False, tiles_per_program=4, fused=False, max_registers=72, residual_tiles=1),
+    dict(bulk_copies=False, tiles_per_program=1, fused=False, residual_tiles=3),
 ])
-def test_pass_a_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
+def test_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
     # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk), copies
-    # in flight and draft rows in programs of their own or beside their target rows only change how
-    # pass A reads the logits; the tokens must be bit-identical.
+    # in flight, draft rows in programs of their own or beside their target rows, and pass B's tiles
+    # per program only change how the logits are read; the tokens must be bit-identical.
     from spectune.kernels._contract import validate_inputs
     from spectune.kernels._launcher import launch
 
