@@ -388,10 +388,12 @@ def launch(
     if has_draft and num_drafts > 0:
         slots = num_drafts if inputs.method == "block" else 1
         if residual_tiles is None:
-            # Block verification's grid has K slots, mostly without a planned row: two tiles a program
-            # halve the programs (bf16 R=256, K=7: 351 -> 342 µs; fp32 532 -> 527). Standard reads one
-            # row, and its call measured slower with 2 (bf16 R=64, K=7: 104 -> 108).
-            residual_tiles = min(2, num_tiles) if interpreting or slots > 1 else 1
+            # Block verification's grid has K slots, mostly without a planned row: past
+            # _ONE_TILE_PROGRAMS_PER_SM, two tiles a program halve the programs (bf16 R=256, K=7: 351 ->
+            # 342 µs; fp32 532 -> 527). Smaller grids need the programs (fp32 R=16, K=3: 37.0 -> 39.6),
+            # and standard reads one row (bf16 R=64, K=7: 104 -> 108 with 2).
+            many = num_blocks * slots * num_tiles > _ONE_TILE_PROGRAMS_PER_SM * sm_count
+            residual_tiles = min(2, num_tiles) if interpreting or (slots > 1 and many) else 1
         residual_module._residual_kernel[(num_blocks, slots, -(-num_tiles // residual_tiles))](
             target_ptr=target, draft_logits_ptr=draft, temperature_ptr=temperature, plan_ptr=work.plan,
             row_info_ptr=work.row_info, residual_mass_ptr=work.residual_mass, SLOTS=slots,
