@@ -326,6 +326,19 @@ def _load_row_info(row_info_ptr, requests, rows, num_drafts, mask):
 
 
 @triton.jit
+def _planned_tiles(requests, deferred, plan_lo, plan_hi, num_drafts, num_tiles,
+                   ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
+    """Pass B's plan for requests [B]: the planned rows [B, ROWS] (plan_lo..plan_hi of deferred
+    requests), and the index and mask [B, ROWS, TILES] of their tiles in the residual buffers."""
+    rows = tl.arange(0, ROWS_PAD)
+    tiles = tl.arange(0, TILES_PAD)
+    planned = deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= plan_hi[:, None])
+    index3 = ((requests[:, None] * num_drafts + rows[None, :]) * num_tiles)[:, :, None] + tiles[None, None, :]
+    mask3 = planned[:, :, None] & (tiles[None, None, :] < num_tiles)
+    return planned, index3, mask3
+
+
+@triton.jit
 def _log2_mass(mass):
     """log2 of a row mass (0 for a row without mass), as pass B's normalisers take it."""
     return tl.log2(tl.where(mass > 0, mass, 1.0))

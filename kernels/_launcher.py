@@ -328,9 +328,12 @@ def launch(
             and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
         )
     if tiles_per_program is None:
-        tiles_per_program = loop_tiles if bulk_copies or interpreting else 1
-        if target.element_size() == 2 and not interpreting:
+        if bulk_copies or interpreting:
+            tiles_per_program = loop_tiles
+        elif target.element_size() == 2:
             tiles_per_program = min(loop_tiles, _SIXTEEN_BIT_TILES_PER_PROGRAM)
+        else:
+            tiles_per_program = 1
     num_chunks = -(-num_tiles // tiles_per_program)
     if stages is None:
         stages = _STAGES if bulk_copies and tiles_per_program > 1 else 1
@@ -358,11 +361,11 @@ def launch(
     ):
         # A program holds one tile in flight (16 KB fp32, 8 KB 16-bit), so occupancy sets the read
         # rate. 16-bit, one tile a program: 87 registers give 5 programs an SM, capped at 72 (ptxas
-        # spills 12 bytes) 7; with 4 tiles (96-106 registers, capped: 0-12 bytes spilled) uncapped
-        # measured 406 µs against 320 at bf16 R=256, K=7 with draft logits. One tile, capped:
-        # bf16 R=256, K=7: one-hot 197 -> 170 µs, draft logits 369 -> 334 (cap 80: 181 / 353; 64,
-        # which spills 44 bytes: 199 / 346). fp32: 96 -> 78 registers (no spill), 5 -> 6 programs;
-        # R=64, K=3: one-hot 48.0 -> 46.7, draft 82.8 -> 81.0 µs (cap 72: 47.9 / 84.4).
+        # spills 12 bytes) 7; bf16 R=256, K=7: one-hot 197 -> 170 µs, draft logits 369 -> 334 (cap
+        # 80: 181 / 353; 64, which spills 44 bytes: 199 / 346). 16-bit, 4 tiles a program: 96-106
+        # registers, capped 0-12 bytes spilled; draft logits uncapped 406 µs against 320 capped.
+        # fp32: 96 -> 78 registers (no spill), 5 -> 6 programs; R=64, K=3: one-hot 48.0 -> 46.7,
+        # draft 82.8 -> 81.0 µs (cap 72: 47.9 / 84.4).
         max_registers = _SIXTEEN_BIT_REGISTERS if target.element_size() == 2 else _FP32_REGISTERS
     split_draft = split_draft and has_draft and num_drafts > 0
     pass_a_rows = num_rows + (num_drafts if split_draft else 0)

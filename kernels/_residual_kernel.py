@@ -17,7 +17,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _load_row_info, _row_normalisers
+from ._decision import (
+    METHOD_BLOCK, PURPOSE_VERIFY, _emit_from_target, _load_row_info, _planned_tiles, _row_normalisers,
+)
 from ._sampling import (
     RACE_CHUNK,
     better_key,
@@ -130,9 +132,7 @@ def _decide_residual(
     deferred = live & (lo >= 0)
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
-    planned = deferred[:, None] & (rows[None, :] >= lo[:, None]) & (rows[None, :] <= hi[:, None])
-    index3 = ((requests[:, None] * num_drafts + rows[None, :]) * num_tiles)[:, :, None] + tiles[None, None, :]
-    mask3 = planned[:, :, None] & (tiles[None, None, :] < num_tiles)
+    planned, index3, mask3 = _planned_tiles(requests, deferred, lo, hi, num_drafts, num_tiles, ROWS_PAD, TILES_PAD)
     tile_mass = tl.load(residual_mass_ptr + index3, mask=mask3, other=0.0, cache_modifier=".cg")
     seed = tl.load(seed_ptr + requests, mask=deferred, other=0)
     seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))

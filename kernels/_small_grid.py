@@ -24,7 +24,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._decision import METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _load_row_info, _log2_mass, _store_row_info
+from ._decision import (
+    METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _load_row_info, _log2_mass, _planned_tiles, _store_row_info,
+)
 from ._sampling import (
     detached,
     inverse_cdf,
@@ -331,11 +333,7 @@ def _decide_small(
 def _residual_loads(requests, deferred, plan_lo, plan_hi, residual_mass_ptr, residual_token_ptr, num_drafts, num_tiles,
                     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
     """The residual masses and draws [B, ROWS, TILES] the programs stored for the planned rows."""
-    rows = tl.arange(0, ROWS_PAD)
-    tiles = tl.arange(0, TILES_PAD)
-    planned = deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= plan_hi[:, None])
-    index3 = ((requests[:, None] * num_drafts + rows[None, :]) * num_tiles)[:, :, None] + tiles[None, None, :]
-    mask3 = planned[:, :, None] & (tiles[None, None, :] < num_tiles)
+    _, index3, mask3 = _planned_tiles(requests, deferred, plan_lo, plan_hi, num_drafts, num_tiles, ROWS_PAD, TILES_PAD)
     tile_mass = tl.load(residual_mass_ptr + index3, mask=mask3, other=0.0, cache_modifier=".cg")
     tile_tokens = tl.load(residual_token_ptr + index3, mask=mask3, other=0, cache_modifier=".cg")
     return tile_mass, tile_tokens
