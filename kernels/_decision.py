@@ -223,7 +223,7 @@ def _acceptance(
             below = tl.where(denominator > 0, accept_u * denominator < residual, True)
             below = tl.where(at_end, accept_u < prefix, below)
             passes = (rows[None, :] >= 1) & (rows[None, :] <= num_valid[:, None]) & below
-            passes = tl.where(sampled[:, None], passes, (prefix > 0) & (rows[None, :] <= num_drafts))
+            passes = tl.where(sampled[:, None], passes, prefix > 0)  # 0 past row n: its step is 0
             tau = tl.max(tl.where(passes, rows[None, :], 0), axis=1)
     elif HAS_DRAFT:
         deferred = sampled & (tau < num_valid)
