@@ -14,14 +14,19 @@ from __future__ import annotations
 import math
 import threading
 
+import numpy as np
 import torch
 
 from ._philox import philox4x32, uint32_to_uniform
 
-__all__ = ["RowStats", "race_noise", "row_draws", "sanitized", "scratch", "two_level_sample"]
+__all__ = ["BankStats", "RowBank", "RowStats", "race_noise", "row_draws", "sanitized", "scratch", "two_level_sample"]
 
 HUGE_LOGIT = 1.0e30  # what +inf logits become (as in the kernels)
-_MASK32 = 0xFFFFFFFF
+_GOLDEN = np.uint32(0x9E3779B9)
+_FMIX_A = np.uint32(0x85EBCA6B)
+_FMIX_B = np.uint32(0xC2B2AE35)
+_SHIFT13 = np.uint32(13)
+_SHIFT16 = np.uint32(16)
 _SERIES_BELOW = 0.015625  # the kernels' switch from -ln(1 - v)'s series to the logarithm
 MAX_INV_TEMPERATURE = 1.0e6  # 1 / T is capped here, as in the kernels
 
@@ -64,22 +69,32 @@ def row_draws(seed: torch.Tensor, num_rows: int, num_purposes: int) -> list[list
             for p in range(num_purposes)]
 
 
-def _fmix32(x: torch.Tensor) -> torch.Tensor:
-    x = x ^ (x >> 16)
-    x = (x * 0x85EBCA6B) & _MASK32  # int64 products wrap modulo 2**64: the low 32 bits are exact
-    x = x ^ (x >> 13)
-    x = (x * 0xC2B2AE35) & _MASK32
-    return x ^ (x >> 16)
+def _fmix32(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's finaliser on uint32 words, in place."""
+    x ^= x >> _SHIFT16
+    x *= _FMIX_A  # uint32 products wrap modulo 2**32, as the kernels' do
+    x ^= x >> _SHIFT13
+    x *= _FMIX_B
+    x ^= x >> _SHIFT16
+    return x
 
 
 def race_noise(token_ids: torch.Tensor, key_lo: torch.Tensor, key_hi: torch.Tensor) -> torch.Tensor:
     """float32 [R, N]: log2 E, E ~ Exp(1) per token, as the kernels' ``race_noise`` computes it.
 
-    token_ids: int64 [R, N]; key_lo, key_hi: int64 [R] holding uint32.
+    token_ids: int64 [R, N]; key_lo, key_hi: int64 [R] holding uint32. The hash runs in numpy uint32
+    (a quarter of int64 torch's time on the CPU); the float steps stay in torch, whose logarithm
+    the twin's tokens are pinned to.
     """
-    x = (token_ids * 0x9E3779B9 + key_lo[:, None]) & _MASK32
-    x = _fmix32(_fmix32(x) ^ key_hi[:, None])
-    v = ((x.to(torch.float32) + 0.5) * 2.3283064365386963e-10).clamp_(max=0.99999994)
+    tokens = token_ids.detach().to("cpu").numpy().astype(np.uint32)
+    lo = key_lo.detach().to("cpu").numpy().astype(np.uint32)
+    hi = key_hi.detach().to("cpu").numpy().astype(np.uint32)
+    x = tokens * _GOLDEN
+    x += lo[:, None]
+    x = _fmix32(x)
+    x ^= hi[:, None]
+    hashed = torch.from_numpy(_fmix32(x).astype(np.float32)).to(token_ids.device)
+    v = hashed.add_(0.5).mul_(2.3283064365386963e-10).clamp_(max=0.99999994)
     series = v * (1.0 + v * (0.5 + v * 0.33333334))
     exponential = torch.where(v < _SERIES_BELOW, series, -torch.log2(1.0 - v) * math.log(2.0))
     return torch.log2(exponential)
@@ -93,8 +108,9 @@ class RowStats:
     """
 
     def __init__(
-        self, logits: torch.Tensor, row_max: torch.Tensor, temperature: torch.Tensor, greedy: torch.Tensor, name: str
+        self, logits: torch.Tensor, row_max: torch.Tensor, temperature: torch.Tensor, greedy: torch.Tensor, name: str | None
     ) -> None:
+        """``name`` prefixes the reused buffers; None allocates the results afresh (to keep them)."""
         self.logits = logits
         self.greedy = greedy
         self.log_probs: torch.Tensor | None = None
@@ -102,12 +118,12 @@ class RowStats:
             return
         inverse = (1.0 / temperature).clamp(max=MAX_INV_TEMPERATURE)
         inv_temp = torch.where(greedy, 1.0, inverse)[:, None, None]
-        scaled = scratch(f"{name}_scaled", logits.shape, logits.device)
+        scaled = scratch(f"{name}_scaled", logits.shape, logits.device) if name else torch.empty_like(logits)
         if bool((row_max[..., None].abs() * inv_temp > 1e30).any()):  # l / T would overflow: shift first
             torch.sub(logits, torch.where(row_max == -math.inf, 0.0, row_max)[..., None], out=scaled).mul_(inv_temp)
         else:
             torch.mul(logits, inv_temp, out=scaled)
-        log_probs = scratch(f"{name}_log_probs", logits.shape, logits.device)
+        log_probs = scratch(f"{name}_log_probs", logits.shape, logits.device) if name else torch.empty_like(logits)
         self.log_probs = torch.log_softmax(scaled, dim=-1, out=log_probs)
 
     def log_prob_at(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -125,6 +141,14 @@ class RowStats:
         torch.index_select(self.log_probs.view(-1, vocab), 0, flat_rows, out=out)
         return torch.nan_to_num_(out.exp_(), nan=0.0)
 
+    def residual_masses(self, draft: RowStats, scale: torch.Tensor) -> torch.Tensor:
+        """float64 [R, K]: sum_v max(scale * P_k(v) - Q_k(v), 0) for every draft row k (float32 terms)."""
+        assert self.log_probs is not None and draft.log_probs is not None
+        shape = draft.log_probs.shape
+        residual = scratch("target_scaled", shape, scale.device)  # free once the log-softmax is done
+        torch.exp(self.log_probs[:, : shape[1]], out=residual)
+        return _residual_sums(residual, torch.exp(draft.log_probs, out=scratch("draft_scaled", shape, scale.device)), scale)
+
     def argmax_rows(self) -> torch.Tensor:
         """int64 [R, N]: first index of the row maximum, for greedy requests (0 elsewhere)."""
         result = torch.zeros(self.logits.shape[:2], dtype=torch.int64, device=self.logits.device)
@@ -132,6 +156,94 @@ class RowStats:
             chosen = self.greedy.nonzero()[:, 0]
             result[chosen] = self.logits[chosen].argmax(dim=-1)
         return result
+
+
+def _residual_sums(target_probs: torch.Tensor, draft_probs: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """float64 [...]: sum_v max(scale * P(v) - Q(v), 0), NaN sums as 0. ``target_probs`` is overwritten."""
+    target_probs.mul_(scale.float()[..., None]).sub_(draft_probs)
+    return torch.nan_to_num(target_probs.clamp_(min=0.0).sum(dim=-1).double(), nan=0.0)
+
+
+class RowBank:
+    """What the twin needs of a fixed bank of logit rows, computed once per row instead of every step.
+
+    The simulator's logits are rows of a calibrated bank, drawn again and again. Per row this keeps
+    the twin's own log-softmax at the row's temperature, its exponential, its argmax and, with an
+    aligned draft bank (draft row i pairs with target row i), the residual mass at scale 1 -- the
+    same operations on the same float32 values as ``RowStats`` per step, so the same bits wherever
+    the CPU's vector loops split a row the same way (every V a multiple of 32; the simulator's
+    vocabularies are). ``stats(rows)`` then serves a step by gathers.
+
+    target_logits: float32 [N, V]; draft_logits: float32 [N, V] or None; temperature: float32 [N],
+    the temperature every request drawing that row has (0 = greedy).
+    """
+
+    def __init__(self, target_logits: torch.Tensor, draft_logits: torch.Tensor | None, temperature: torch.Tensor) -> None:
+        self.greedy = temperature == 0
+        self.target = _BankSide(target_logits, temperature, self.greedy)
+        self.draft = _BankSide(draft_logits, temperature, self.greedy) if draft_logits is not None else None
+        self.unit_residual: torch.Tensor | None = None
+        if self.draft is not None and self.target.exp_log_probs is not None and self.draft.exp_log_probs is not None:
+            ones = torch.ones(target_logits.shape[0], device=target_logits.device)
+            self.unit_residual = _residual_sums(self.target.exp_log_probs.clone(), self.draft.exp_log_probs, ones)
+
+    def stats(self, rows: torch.Tensor, greedy: torch.Tensor) -> tuple[BankStats, BankStats | None]:
+        """Target and draft statistics of a step whose request r reads bank row rows[r, k] at position k
+        (rows int64 [R, K+1]; the draft side uses its first K columns)."""
+        target = BankStats(self, self.target, rows, greedy)
+        draft = BankStats(self, self.draft, rows[:, :-1], greedy) if self.draft is not None else None
+        return target, draft
+
+
+class _BankSide:
+    """One bank's per-row statistics (see ``RowBank``)."""
+
+    def __init__(self, logits: torch.Tensor, temperature: torch.Tensor, greedy: torch.Tensor) -> None:
+        self.vocab = logits.shape[-1]
+        values, row_max = sanitized(logits, "bank")
+        stats = RowStats(values[:, None], row_max[:, None], temperature, greedy, None)
+        self.argmax = values.argmax(dim=-1)
+        self.log_probs = stats.log_probs[:, 0] if stats.log_probs is not None else None
+        self.exp_log_probs = torch.exp(self.log_probs) if self.log_probs is not None else None
+
+
+class BankStats:
+    """``RowStats``'s interface for one step's rows of a ``RowBank``: gathers, not a log-softmax."""
+
+    def __init__(self, bank: RowBank, side: _BankSide | None, rows: torch.Tensor, greedy: torch.Tensor) -> None:
+        assert side is not None
+        self.bank, self.side, self.rows, self.greedy = bank, side, rows, greedy
+        self.log_probs = side.log_probs  # None when every bank row is greedy
+
+    def log_prob_at(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.side.log_probs is None:
+            return torch.zeros(tokens.shape, dtype=torch.float64, device=tokens.device)
+        flat = self.rows[:, : tokens.shape[1]] * self.side.vocab + tokens
+        return self.side.log_probs.view(-1).take(flat).double()
+
+    def row_probs(self, rows: torch.Tensor, name: str) -> torch.Tensor:
+        assert self.side.exp_log_probs is not None
+        bank_rows = self.rows.gather(1, rows[:, None])[:, 0]
+        out = scratch(name, (rows.shape[0], self.side.vocab), rows.device)
+        torch.index_select(self.side.exp_log_probs, 0, bank_rows, out=out)
+        return torch.nan_to_num_(out, nan=0.0)
+
+    def residual_masses(self, draft: BankStats, scale: torch.Tensor) -> torch.Tensor:
+        """As ``RowStats.residual_masses``; rows at scale 1 (the first always) read the bank's sums."""
+        unit = self.bank.unit_residual
+        assert unit is not None and self.side.exp_log_probs is not None and draft.side.exp_log_probs is not None
+        rows = self.rows[:, : scale.shape[1]]
+        masses = unit[rows]
+        partial = (scale != 1.0).nonzero()
+        if len(partial):
+            bank_rows = rows[partial[:, 0], partial[:, 1]]
+            target = torch.index_select(self.side.exp_log_probs, 0, bank_rows)
+            draft_probs = torch.index_select(draft.side.exp_log_probs, 0, bank_rows)
+            masses[partial[:, 0], partial[:, 1]] = _residual_sums(target, draft_probs, scale[partial[:, 0], partial[:, 1]])
+        return masses
+
+    def argmax_rows(self) -> torch.Tensor:
+        return self.side.argmax[self.rows]
 
 
 def two_level_sample(

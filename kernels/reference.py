@@ -15,12 +15,16 @@ exponential race keyed by the row's Philox words. Zero-weight tokens and tiles a
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ._contract import DEFAULT_TILE, PURPOSE_RESIDUAL, PURPOSE_VERIFY, VerifyInputs, validate_inputs
-from ._reference_rows import RowStats, row_draws, sanitized, scratch, two_level_sample
+from ._reference_rows import BankStats, RowBank, RowStats, row_draws, sanitized, scratch, two_level_sample
 
-__all__ = ["rejection_sample", "rejection_sample_from_inputs"]
+__all__ = ["RowBank", "rejection_sample", "rejection_sample_banked", "rejection_sample_from_inputs"]
+
+Stats = RowStats | BankStats
 
 _LOG_RATIO_CLAMP = 1.0e4  # |log a| beyond this saturates the prefix ratio anyway; avoids inf - inf
 
@@ -60,27 +64,73 @@ def rejection_sample(
 def rejection_sample_from_inputs(inputs: VerifyInputs, *, tile_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The twin on validated inputs; ``tile_size`` must equal the kernels' for token-level agreement."""
     num_requests, num_rows, vocab = inputs.target_logits.shape
-    num_drafts = num_rows - 1
-    device = inputs.target_logits.device
     if num_requests == 0:
-        return (
-            torch.empty((0, num_rows), dtype=torch.int64, device=device),
-            torch.empty((0,), dtype=torch.int32, device=device),
-        )
-    drafts = inputs.draft_tokens
-    valid = (drafts >= 0) & (drafts < vocab)
-    safe_drafts = drafts.clamp(0, vocab - 1)
-    num_valid = valid.to(torch.int64).cumprod(dim=1).sum(dim=1)
+        return _empty(num_rows, inputs.target_logits.device)
     greedy = inputs.temperature == 0
-    uniforms = row_draws(inputs.seed, num_rows, 2 if inputs.draft_logits is not None else 1)
-    accept_uniform = uniforms[PURPOSE_VERIFY][0]
-
     target, target_max = sanitized(inputs.target_logits, "target")
     target_stats = RowStats(target, target_max, inputs.temperature, greedy, "target")
     draft_stats = None
     if inputs.draft_logits is not None:
         draft, draft_max = sanitized(inputs.draft_logits, "draft")
         draft_stats = RowStats(draft, draft_max, inputs.temperature, greedy, "draft")
+    return _verify(inputs, vocab, target_stats, draft_stats, tile_size)
+
+
+def rejection_sample_banked(
+    bank: RowBank,
+    rows: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    *,
+    temperature: torch.Tensor,
+    seed: torch.Tensor,
+    method: str,
+    synthetic_conditional_rates: torch.Tensor | None = None,
+    tile_size: int = DEFAULT_TILE,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rejection_sample`` where request r's logit row k is row ``rows[r, k]`` of ``bank`` (int64
+    [R, K+1]): the same tokens as passing those rows (and the bank's draft rows ``rows[:, :K]``) as
+    logits, without a log-softmax per step. ``temperature[r]`` must be the temperature the bank
+    computed those rows at. Arguments are not validated (the simulator builds them)."""
+    num_requests, num_rows = rows.shape
+    if num_requests == 0:
+        return _empty(num_rows, rows.device)
+    greedy = temperature == 0
+    target_stats, draft_stats = bank.stats(rows, greedy)
+    inputs = _StepInputs(draft_tokens, temperature, seed, method, synthetic_conditional_rates, draft_stats is not None)
+    return _verify(inputs, bank.target.vocab, target_stats, draft_stats, tile_size)
+
+
+class _StepInputs(NamedTuple):
+    """The fields of ``VerifyInputs`` that ``_verify`` reads besides the logits."""
+
+    draft_tokens: torch.Tensor
+    temperature: torch.Tensor
+    seed: torch.Tensor
+    method: str
+    synthetic_conditional_rates: torch.Tensor | None
+    has_draft_logits: bool
+
+
+def _empty(num_rows: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    return (
+        torch.empty((0, num_rows), dtype=torch.int64, device=device),
+        torch.empty((0,), dtype=torch.int32, device=device),
+    )
+
+
+def _verify(
+    inputs: VerifyInputs | _StepInputs, vocab: int, target_stats: Stats, draft_stats: Stats | None, tile_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    drafts = inputs.draft_tokens
+    num_requests, num_drafts = drafts.shape
+    num_rows = num_drafts + 1
+    device = drafts.device
+    valid = (drafts >= 0) & (drafts < vocab)
+    safe_drafts = drafts.clamp(0, vocab - 1)
+    num_valid = valid.to(torch.int64).cumprod(dim=1).sum(dim=1)
+    greedy = inputs.temperature == 0
+    uniforms = row_draws(inputs.seed, num_rows, 2 if draft_stats is not None else 1)
+    accept_uniform = uniforms[PURPOSE_VERIFY][0]
 
     # log p(x) - log q(x) of each draft under its row (q = 1 for one-hot drafts).
     log_ratio = target_stats.log_prob_at(safe_drafts)
@@ -117,8 +167,8 @@ def _block_decision(
     log_ratio: torch.Tensor,
     num_valid: torch.Tensor,
     accept_uniform: torch.Tensor,
-    target_stats: RowStats,
-    draft_stats: RowStats | None,
+    target_stats: Stats,
+    draft_stats: Stats | None,
     safe_drafts: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Block verification (Sun et al. 2024): tau = max{i in 1..n : eta_i < h_i}, else 0.
@@ -139,7 +189,7 @@ def _block_decision(
     if draft_stats is None:
         residual_mass = prefix[:, :num_drafts] * (1.0 - target_stats.log_prob_at(safe_drafts).exp())
     else:
-        residual_mass = _draft_residual_masses(target_stats, draft_stats, prefix[:, :num_drafts])
+        residual_mass = target_stats.residual_masses(draft_stats, prefix[:, :num_drafts])
     residual_mass = torch.cat([residual_mass, torch.zeros_like(residual_mass[:, :1])], dim=1)
     denominator = residual_mass + 1.0 - prefix
     threshold = torch.where(denominator > 0, residual_mass / denominator.clamp_min(1e-300), 1.0)
@@ -150,20 +200,10 @@ def _block_decision(
     return tau, prefix.gather(1, tau[:, None])[:, 0]
 
 
-def _draft_residual_masses(target_stats: RowStats, draft_stats: RowStats, scale: torch.Tensor) -> torch.Tensor:
-    """float64 [R, K]: sum_v max(scale * P_k(v) - Q_k(v), 0) for every draft row k (float32 terms)."""
-    assert target_stats.log_probs is not None and draft_stats.log_probs is not None
-    shape = draft_stats.log_probs.shape
-    residual = scratch("target_scaled", shape, scale.device)  # free once the log-softmax is done
-    torch.exp(target_stats.log_probs[:, : shape[1]], out=residual).mul_(scale.float()[..., None])
-    residual.sub_(torch.exp(draft_stats.log_probs, out=scratch("draft_scaled", shape, scale.device)))
-    return torch.nan_to_num(residual.clamp_(min=0.0).sum(dim=-1).double(), nan=0.0)
-
-
 def _emit(
     uniforms: list[list[torch.Tensor]],
-    target_stats: RowStats,
-    draft_stats: RowStats | None,
+    target_stats: Stats,
+    draft_stats: Stats | None,
     tau: torch.Tensor,
     num_valid: torch.Tensor,
     safe_drafts: torch.Tensor,

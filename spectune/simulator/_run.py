@@ -13,6 +13,7 @@ from spectune.cost import CostModel, build_cost_model
 from spectune.simulator._backend import resolve_device, select_rejection_sample
 from spectune.simulator._loop import LoopInputs, LoopTrace, run_serving_loop
 from spectune.simulator._metrics import SimulationResult, summarize
+from spectune.kernels.reference import RowBank, rejection_sample_banked
 from spectune.workload import LogitSynthesizer, RequestTable, SpeculationInputs, generate_requests
 
 __all__ = ["simulate"]
@@ -145,6 +146,9 @@ class _Verifier:
         rng = np.random.default_rng(document.seed)
         self.request_seeds = rng.integers(0, 2**62, size=len(requests), dtype=np.int64)
         self.generator = torch.Generator(device=self.device).manual_seed(document.seed)
+        self.bank: RowBank | None = None
+        if self.backend == "reference":  # the twin keeps each bank row's statistics: no log-softmax a step
+            self.bank = RowBank(*self.synthesizer.banks())
         self._buffer: tuple[tuple[int, int], SpeculationInputs] | None = None  # last step's tensors, reused
         self.synthesis_s = 0.0  # wall time generating logits
         self.kernel_s = 0.0  # wall time in rejection sampling (synchronised on CUDA)
@@ -152,28 +156,37 @@ class _Verifier:
     def __call__(self, request_ids: np.ndarray, steps_done: np.ndarray, num_speculative_tokens: int) -> np.ndarray:
         started = time.perf_counter()
         ids = torch.from_numpy(request_ids).to(self.device)
-        key = (len(request_ids), num_speculative_tokens)
-        step = self.synthesizer.generate(
-            self.temperature_index.index_select(0, ids),
-            self.generator,
-            num_speculative_tokens=num_speculative_tokens,
-            out=self._buffer[1] if self._buffer is not None and self._buffer[0] == key else None,
-        )
-        self._buffer = (key, step)
+        temperature_index = self.temperature_index.index_select(0, ids)
         seeds = _kernel_seeds(self.request_seeds[request_ids], steps_done).to(self.device)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        generated = time.perf_counter()
         synthetic = self.synthetic_rates[:num_speculative_tokens] if self.synthetic_rates is not None else None
-        _, num_tokens = self.rejection_sample(
-            step.target_logits,
-            step.draft_tokens,
-            draft_logits=step.draft_logits,
-            temperature=step.temperature,
-            seed=seeds,
-            method=self.method,
-            synthetic_conditional_rates=synthetic,
-        )
+        if self.bank is not None:
+            rows = self.synthesizer.generate_rows(temperature_index, self.generator, num_speculative_tokens=num_speculative_tokens)
+            generated = time.perf_counter()
+            _, num_tokens = rejection_sample_banked(
+                self.bank, rows.rows, rows.draft_tokens, temperature=rows.temperature, seed=seeds, method=self.method,
+                synthetic_conditional_rates=synthetic,
+            )
+        else:
+            key = (len(request_ids), num_speculative_tokens)
+            step = self.synthesizer.generate(
+                temperature_index,
+                self.generator,
+                num_speculative_tokens=num_speculative_tokens,
+                out=self._buffer[1] if self._buffer is not None and self._buffer[0] == key else None,
+            )
+            self._buffer = (key, step)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            generated = time.perf_counter()
+            _, num_tokens = self.rejection_sample(
+                step.target_logits,
+                step.draft_tokens,
+                draft_logits=step.draft_logits,
+                temperature=step.temperature,
+                seed=seeds,
+                method=self.method,
+                synthetic_conditional_rates=synthetic,
+            )
         emitted = num_tokens.to("cpu", torch.int64).numpy()  # synchronises
         self.synthesis_s += generated - started
         self.kernel_s += time.perf_counter() - generated

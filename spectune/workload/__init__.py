@@ -14,9 +14,10 @@ they were measured with, and the other mode's acceptance is read off the same pa
 from spectune.workload._calibration import KnobCalibration, calibrate_knob, clear_calibration_cache
 from spectune.workload._pair_family import DraftSampleMethod
 from spectune.workload._requests import RequestTable, draw_lengths, generate_requests
-from spectune.workload._synthesizer import LogitSynthesizer, SpeculationInputs
+from spectune.workload._synthesizer import BankStep, LogitSynthesizer, SpeculationInputs
 
 __all__ = [
+    "BankStep",
     "DraftSampleMethod",
     "KnobCalibration",
     "LogitSynthesizer",

@@ -27,7 +27,7 @@ import torch
 from spectune.workload._calibration import KnobCalibration, cached_family_base, calibrate_knob
 from spectune.workload._pair_family import DraftSampleMethod, draft_samples, pair_rows
 
-__all__ = ["LogitSynthesizer", "SpeculationInputs"]
+__all__ = ["BankStep", "LogitSynthesizer", "SpeculationInputs"]
 
 _DRAFT_MODES = ("greedy", "probabilistic")
 
@@ -45,6 +45,20 @@ class SpeculationInputs:
     target_logits: torch.Tensor
     draft_tokens: torch.Tensor
     draft_logits: torch.Tensor | None
+    temperature: torch.Tensor
+
+
+@dataclass(frozen=True)
+class BankStep:
+    """One step as rows of the synthesizer's banks (see ``LogitSynthesizer.generate_rows``).
+
+    rows           int64   [R, K+1]  bank row of each request's target row k (draft row k: the same index)
+    draft_tokens   int64   [R, K]    proposed tokens
+    temperature    float32 [R]
+    """
+
+    rows: torch.Tensor
+    draft_tokens: torch.Tensor
     temperature: torch.Tensor
 
 
@@ -135,11 +149,13 @@ class LogitSynthesizer:
         targets, drafts, tokens = [], [], []
         num_t, k = len(self.temperature_values), self.num_speculative_tokens
         slot_of = torch.empty((num_t, k), dtype=torch.int64)
+        slot_temperatures: list[float] = []
         for (t_index, position), calibration in self.calibrations.items():
             temperature = self.temperature_values[t_index]
             key = (calibration.knob, temperature)
             if key not in slot_of_key:
                 slot_of_key[key] = len(targets)
+                slot_temperatures.append(temperature)
                 rows = pair_rows(base, calibration.knob)
                 greedy_rule = temperature == 0.0
                 # Logits are T times the tempered log-probs, so the kernel's division by T recovers them.
@@ -154,6 +170,13 @@ class LogitSynthesizer:
         self._target_bank = torch.cat(targets).contiguous()
         self._draft_bank = torch.cat(drafts).contiguous() if probabilistic else None
         self._token_bank = torch.cat(tokens).contiguous()
+        row_temperature = torch.tensor(slot_temperatures, dtype=torch.float32).repeat_interleave(self.bank_rows)
+        self._row_temperature = row_temperature.to(self.device)
+
+    def banks(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(target rows float32 [N, V], draft rows float32 [N, V] or None, each row's temperature
+        float32 [N]): what ``generate_rows``'s indices point into. Draft row i pairs with target row i."""
+        return self._target_bank, self._draft_bank, self._row_temperature
 
     def generate(
         self,
@@ -173,31 +196,41 @@ class LogitSynthesizer:
         """
         k = self._check_generate_arguments(temperature_index, generator, num_speculative_tokens)
         self._check_out(out, temperature_index.shape[0], k)
+        step = self.generate_rows(temperature_index, generator, num_speculative_tokens=k)
+        num_requests = temperature_index.shape[0]
+        target_logits = _gather_rows(self._target_bank, step.rows.view(-1), out.target_logits if out else None)
+        draft_logits = None
+        if self._draft_bank is not None:
+            draft_rows = step.rows[:, :k].reshape(-1)
+            draft_logits = _gather_rows(self._draft_bank, draft_rows, out.draft_logits if out else None)
+            draft_logits = draft_logits.view(num_requests, k, self.vocab_size)
+        return SpeculationInputs(
+            target_logits=target_logits.view(num_requests, k + 1, self.vocab_size),
+            draft_tokens=step.draft_tokens,
+            draft_logits=draft_logits,
+            temperature=step.temperature,
+        )
+
+    def generate_rows(
+        self, temperature_index: torch.Tensor, generator: torch.Generator, *, num_speculative_tokens: int | None = None
+    ) -> BankStep:
+        """One step as bank rows instead of logits: the draws of ``generate`` (same generator use, so
+        the same step), for a backend that keeps per-row statistics of ``banks()``."""
+        k = self._check_generate_arguments(temperature_index, generator, num_speculative_tokens)
         num_requests, rows = temperature_index.shape[0], self.bank_rows
         slots = self._slot_of[temperature_index, :k]
         # The bonus row is a target row of the last position's bank (its acceptance plays no role).
         slots = torch.cat([slots, slots[:, k - 1 :]], dim=1)
         picks = torch.randint(rows, (num_requests, k + 1), generator=generator, device=self.device)
-        bank_rows = (slots * rows + picks).view(-1)
-        target_logits = _gather_rows(self._target_bank, bank_rows, out.target_logits if out else None)
-        target_logits = target_logits.view(num_requests, k + 1, self.vocab_size)
-        draft_rows = bank_rows.view(num_requests, k + 1)[:, :k].reshape(-1)
+        bank_rows = slots * rows + picks
+        draft_rows = bank_rows[:, :k].reshape(-1)
         samples = self._token_bank.shape[1]
         if samples == 1:
             draft_tokens = self._token_bank[draft_rows, 0]
         else:
             columns = torch.randint(samples, (draft_rows.shape[0],), generator=generator, device=self.device)
             draft_tokens = self._token_bank[draft_rows, columns]
-        draft_logits = None
-        if self._draft_bank is not None:
-            draft_logits = _gather_rows(self._draft_bank, draft_rows, out.draft_logits if out else None)
-            draft_logits = draft_logits.view(num_requests, k, self.vocab_size)
-        return SpeculationInputs(
-            target_logits=target_logits,
-            draft_tokens=draft_tokens.view(num_requests, k),
-            draft_logits=draft_logits,
-            temperature=self.temperatures[temperature_index],
-        )
+        return BankStep(bank_rows, draft_tokens.view(num_requests, k), self.temperatures[temperature_index])
 
     def _check_out(self, out: SpeculationInputs | None, num_requests: int, k: int) -> None:
         if out is None:
