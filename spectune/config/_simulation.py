@@ -101,6 +101,13 @@ class SimulationOptions(SpectuneModel):
         default=512, ge=16, le=65536,
         description="Calibrated logit rows per (position, temperature); greedy rates are reproduced to 1/bank_rows.",
     )
+    lockstep_memory_gib: float | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="Memory (GiB) that simulations run side by side (lockstep: one rejection-sampling call a step "
+        "over all their rows) may hold together: logit banks and step buffers. Default: half the device's free "
+        "memory when the study starts (on the CPU, a quarter of the available RAM). A smaller budget runs the "
+        "same points in smaller groups, with the same numbers.",
+    )
 
     @field_validator("device")
     @classmethod

@@ -6,10 +6,10 @@ clock by ``spectune.cost``'s step times.
 """
 
 from spectune.simulator._metrics import SimulationResult
-from spectune.simulator._run import simulate
+from spectune.simulator._run import lockstep_groups, simulate, simulate_many
 
 # Bump whenever a change alters simulated numbers: a study refuses to resume across versions, so that
 # trials simulated by different code are never compared.
 __version__ = "2026.11.29.1"
 
-__all__ = ["SimulationResult", "__version__", "simulate"]
+__all__ = ["SimulationResult", "__version__", "lockstep_groups", "simulate", "simulate_many"]

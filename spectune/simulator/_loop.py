@@ -15,13 +15,13 @@ numpy arrays so that a step costs O(batch) vector operations, not Python work pe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-__all__ = ["LoopInputs", "LoopTrace", "StepVerifier", "run_serving_loop"]
+__all__ = ["LoopInputs", "LoopTrace", "StepVerifier", "VerifyRequest", "run_serving_loop", "serving_loop"]
 
 
 class StepVerifier(Protocol):
@@ -72,6 +72,7 @@ class LoopTrace:
 
 
 StepTimeFn = Callable[[int, int, float], tuple[float, float, float, float]]
+VerifyRequest = tuple[np.ndarray, np.ndarray, int]  # (request ids, their steps done, K): what a StepVerifier takes
 PrefillTimeFn = Callable[[int, int, bool], float]  # (prompt tokens, prompts, shares a decode pass)
 
 
@@ -92,6 +93,32 @@ def run_serving_loop(
     ``prefill_time(prompt tokens, prompts, shares_pass)`` -> seconds this step's prefill chunks add.
     ``on_step(finished requests, total requests)`` is called after every step (progress bars).
     """
+    loop = serving_loop(
+        inputs, k_for_batch=k_for_batch, verifies=verify is not None, step_time=step_time,
+        prefill_time=prefill_time, max_steps=max_steps, on_step=on_step,
+    )
+    try:
+        request = next(loop)
+        while True:
+            assert verify is not None
+            request = loop.send(verify(*request))
+    except StopIteration as done:
+        return done.value
+
+
+def serving_loop(
+    inputs: LoopInputs,
+    *,
+    k_for_batch: Callable[[int], int],
+    verifies: bool,
+    step_time: StepTimeFn,
+    prefill_time: PrefillTimeFn,
+    max_steps: int,
+    on_step: Callable[[int, int], None] | None = None,
+) -> Generator[VerifyRequest, np.ndarray, LoopTrace]:
+    """``run_serving_loop`` as a generator: it yields each step's ``VerifyRequest`` and takes back the
+    emitted tokens per request, so that an engine can verify many simulations' steps in one call
+    (lockstep). Returns the trace. ``verifies`` False: plain decoding, nothing is yielded."""
     n = len(inputs.output_tokens)
     trace = LoopTrace(
         arrival_s=inputs.arrival_s.astype(np.float64).copy(),
@@ -130,9 +157,9 @@ def run_serving_loop(
 
         # 2. Draft and verify for the requests already decoding.
         batch = len(running)
-        k = k_for_batch(batch) if (batch and verify is not None) else 0
+        k = k_for_batch(batch) if (batch and verifies) else 0
         if batch and k > 0:
-            emitted = verify(running, steps_done[running], k)
+            emitted = yield running, steps_done[running], k
             _count_acceptance(trace, emitted, k)
             steps_done[running] += 1
         else:

@@ -79,6 +79,7 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     moving the folder does not change the study; editing a profile does.
     """
     data = document.model_dump(mode="json", exclude={"trials", "storage"})
+    data["simulation"].pop("lockstep_memory_gib", None)  # how points share a call, not what they compute
     for candidate in data["candidates"]:
         candidate["acceptance"].pop("profile", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))

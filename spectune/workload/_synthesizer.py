@@ -196,7 +196,7 @@ class LogitSynthesizer:
         """
         k = self._check_generate_arguments(temperature_index, generator, num_speculative_tokens)
         self._check_out(out, temperature_index.shape[0], k)
-        step = self.generate_rows(temperature_index, generator, num_speculative_tokens=k)
+        step = self.generate_rows(temperature_index, generator, num_speculative_tokens=k, validate=False)
         num_requests = temperature_index.shape[0]
         target_logits = _gather_rows(self._target_bank, step.rows.view(-1), out.target_logits if out else None)
         draft_logits = None
@@ -212,11 +212,19 @@ class LogitSynthesizer:
         )
 
     def generate_rows(
-        self, temperature_index: torch.Tensor, generator: torch.Generator, *, num_speculative_tokens: int | None = None
+        self,
+        temperature_index: torch.Tensor,
+        generator: torch.Generator,
+        *,
+        num_speculative_tokens: int | None = None,
+        validate: bool = True,
     ) -> BankStep:
         """One step as bank rows instead of logits: the draws of ``generate`` (same generator use, so
-        the same step), for a backend that keeps per-row statistics of ``banks()``."""
-        k = self._check_generate_arguments(temperature_index, generator, num_speculative_tokens)
+        the same step), for a backend that reads ``banks()`` itself. ``validate=False`` skips the
+        argument checks (their range check reads the indices back from a GPU: a host sync)."""
+        k = num_speculative_tokens or self.num_speculative_tokens
+        if validate:
+            k = self._check_generate_arguments(temperature_index, generator, num_speculative_tokens)
         num_requests, rows = temperature_index.shape[0], self.bank_rows
         slots = self._slot_of[temperature_index, :k]
         # The bonus row is a target row of the last position's bank (its acceptance plays no role).

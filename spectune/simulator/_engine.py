@@ -1,0 +1,282 @@
+"""Lockstep: several simulations side by side, one rejection-sampling call a step over all their rows.
+
+Each simulation keeps its own serving loop (a generator, ``serving_loop``), clock, requests, logit
+bank and random streams; the engine only gathers the steps that need verifying, verifies them in one
+call and hands each loop back its own rows' results. The kernels' and the twin's tokens for a request
+depend only on that request's inputs and seed, so a simulation's numbers are the same alone or beside
+others, bit for bit (``tests/simulator/test_lockstep.py``).
+
+Rows: a call takes [R, K+1, V] logits. The engine's K is the largest of its simulations'; a step at a
+smaller k fills drafts k..K-1 with placeholders (-1: never accepted, and the token emitted at row k
+comes from the plain target there, where the engine puts the bonus row), which is what verifying k
+drafts does. On CUDA every simulation owns a fixed slice of R (its concurrency, rounded up to a
+multiple of 16), the rows past its current batch hold stale but valid inputs whose results are
+dropped, and the buffers persist: R and K never change within a run, so the kernels compile once per
+engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
+on the grid), a step allocates nothing large, and reading the emitted counts is its one host sync.
+On the CPU the twin reads each simulation's bank rows directly (``rejection_sample_banked``): no
+logits are gathered at all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from spectune.kernels.reference import RowBank, rejection_sample_banked
+from spectune.simulator._loop import LoopTrace, VerifyRequest
+from spectune.workload import LogitSynthesizer
+
+__all__ = ["EngineMember", "run_lockstep", "slot_rows"]
+
+# On CUDA a member's slice of R is its concurrency rounded up to this (Triton specialises integer
+# arguments on divisibility by 16; the launch policy changes with the grid only at such steps).
+_ROW_QUANTUM = 16
+
+
+def slot_rows(concurrency: int, device: torch.device) -> int:
+    """Rows a member holds in the engine's call: its concurrency, on CUDA rounded up past 16."""
+    if device.type != "cuda" or concurrency <= _ROW_QUANTUM:
+        return concurrency
+    return -(-concurrency // _ROW_QUANTUM) * _ROW_QUANTUM
+
+
+@dataclass(eq=False)  # members are told apart by identity
+class EngineMember:
+    """One simulation in an engine: its loop and what its steps are drawn from.
+
+    loop: the simulation's ``serving_loop`` (not started). synthesizer, temperature_index (int64 [N] on
+    the device), request_seeds (int64 [N]) and generator are the simulation's own; ``concurrency`` bounds
+    its decode batch.
+    """
+
+    loop: Generator[VerifyRequest, np.ndarray, LoopTrace]
+    synthesizer: LogitSynthesizer | None
+    temperature_index: torch.Tensor
+    request_seeds: np.ndarray
+    generator: torch.Generator
+    concurrency: int
+    trace: LoopTrace | None = None
+    kernel_s: float = 0.0
+    synthesis_s: float = 0.0
+    rows_verified: int = field(default=0)
+
+
+def run_lockstep(
+    members: Sequence[EngineMember],
+    *,
+    device: torch.device,
+    method: str,
+    synthetic_rates: torch.Tensor | None,
+    backend: str,
+    rejection_sample: object,
+) -> None:
+    """Run every member's loop to its end, verifying each step's rows of all members in one call.
+
+    ``backend`` 'reference' (the twin over the members' banks) or 'triton' (``rejection_sample`` of the
+    kernels over persistent buffers). Fills each member's ``trace`` and wall-time shares.
+    """
+    verifying = [m for m in members if m.synthesizer is not None]
+    num_drafts = max((m.synthesizer.num_speculative_tokens for m in verifying if m.synthesizer), default=0)
+    if backend == "reference":
+        verifier: _Verifier = _TwinVerifier(verifying, device, num_drafts, method, synthetic_rates)
+    else:
+        verifier = _KernelVerifier(verifying, device, num_drafts, method, synthetic_rates, rejection_sample)
+    pending: dict[int, VerifyRequest] = {}
+    for index, member in enumerate(members):
+        _advance(member, index, pending, None)
+    while pending:
+        emitted = verifier.verify({members[i]: request for i, request in pending.items()})
+        for index in list(pending):
+            member = members[index]
+            del pending[index]
+            _advance(member, index, pending, emitted[id(member)])
+
+
+def _advance(member: EngineMember, index: int, pending: dict[int, VerifyRequest], emitted: np.ndarray | None) -> None:
+    try:
+        pending[index] = next(member.loop) if emitted is None else member.loop.send(emitted)
+    except StopIteration as done:
+        member.trace = done.value
+
+
+class _Verifier:
+    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+        raise NotImplementedError
+
+
+def _kernel_seeds(request_seeds: np.ndarray, steps_done: np.ndarray) -> np.ndarray:
+    """int64 [B]: a distinct kernel seed per (request, step), mixed so nearby steps share no stream."""
+    with np.errstate(over="ignore"):
+        mixed = request_seeds.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + steps_done.astype(np.uint64) * np.uint64(
+            0xBF58476D1CE4E5B9
+        )
+        mixed ^= mixed >> np.uint64(31)
+    return (mixed >> np.uint64(1)).astype(np.int64)
+
+
+def _padded_rows(rows: torch.Tensor, num_drafts: int) -> torch.Tensor:
+    """Bank rows [R, k+1] -> [R, K+1]: the bonus row moves to column k and repeats after it (rows past
+    a request's placeholders are read but play no part)."""
+    k = rows.shape[1] - 1
+    if k == num_drafts:
+        return rows
+    return torch.cat([rows, rows[:, k:].expand(-1, num_drafts - k)], dim=1)
+
+
+def _padded_drafts(tokens: torch.Tensor, num_drafts: int) -> torch.Tensor:
+    k = tokens.shape[1]
+    if k == num_drafts:
+        return tokens
+    return torch.cat([tokens, tokens.new_full((tokens.shape[0], num_drafts - k), -1)], dim=1)
+
+
+class _TwinVerifier(_Verifier):
+    """The twin over one bank made of the members' banks (row offsets per member)."""
+
+    def __init__(
+        self, members: Sequence[EngineMember], device: torch.device, num_drafts: int, method: str,
+        synthetic_rates: torch.Tensor | None,
+    ) -> None:
+        self.device, self.num_drafts, self.method, self.synthetic_rates = device, num_drafts, method, synthetic_rates
+        self.offsets: dict[int, int] = {}
+        targets, drafts, temperatures = [], [], []
+        offset = 0
+        for member in members:
+            assert member.synthesizer is not None
+            target, draft, temperature = member.synthesizer.banks()
+            self.offsets[id(member)] = offset
+            offset += target.shape[0]
+            targets.append(target)
+            drafts.append(draft)
+            temperatures.append(temperature)
+        self.bank: RowBank | None = None
+        if members:
+            has_draft = drafts[0] is not None
+            self.bank = RowBank(
+                torch.cat(targets) if len(targets) > 1 else targets[0],
+                (torch.cat(drafts) if len(drafts) > 1 else drafts[0]) if has_draft else None,  # type: ignore[arg-type]
+                torch.cat(temperatures) if len(temperatures) > 1 else temperatures[0],
+            )
+
+    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+        started = time.perf_counter()
+        rows, tokens, temperature, seeds, sizes = [], [], [], [], []
+        for member, (ids, steps_done, k) in requests.items():
+            assert member.synthesizer is not None
+            index = member.temperature_index.index_select(0, torch.from_numpy(ids).to(self.device))
+            step = member.synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+            offset = self.offsets[id(member)]
+            rows.append(_padded_rows(step.rows + offset if offset else step.rows, self.num_drafts))
+            tokens.append(_padded_drafts(step.draft_tokens, self.num_drafts))
+            temperature.append(step.temperature)
+            seeds.append(_kernel_seeds(member.request_seeds[ids], steps_done))
+            sizes.append(len(ids))
+        single = len(rows) == 1
+        generated = time.perf_counter()
+        assert self.bank is not None
+        rates = self.synthetic_rates[: self.num_drafts] if self.synthetic_rates is not None else None
+        _, num_tokens = rejection_sample_banked(
+            self.bank,
+            rows[0] if single else torch.cat(rows),
+            tokens[0] if single else torch.cat(tokens),
+            temperature=temperature[0] if single else torch.cat(temperature),
+            seed=torch.from_numpy(seeds[0] if single else np.concatenate(seeds)).to(self.device),
+            method=self.method,
+            synthetic_conditional_rates=rates,
+        )
+        emitted = num_tokens.to("cpu", torch.int64).numpy()
+        return _split(requests, emitted, sizes, started, generated)
+
+
+def _split(
+    requests: dict[EngineMember, VerifyRequest], emitted: np.ndarray, sizes: list[int], started: float, generated: float,
+    offsets: list[int] | None = None,
+) -> dict[int, np.ndarray]:
+    """Each member's slice of the emitted counts; the call's wall time shared out by rows."""
+    done = time.perf_counter()
+    total = max(sum(sizes), 1)
+    out: dict[int, np.ndarray] = {}
+    start = 0
+    for i, (member, size) in enumerate(zip(requests, sizes)):
+        begin = offsets[i] if offsets is not None else start
+        out[id(member)] = emitted[begin : begin + size]
+        start += size
+        member.synthesis_s += (generated - started) * size / total
+        member.kernel_s += (done - generated) * size / total
+        member.rows_verified += size
+    return out
+
+
+class _KernelVerifier(_Verifier):
+    """The Triton kernels over persistent [R, K+1, V] buffers; member m owns rows offset..offset+slot."""
+
+    def __init__(
+        self, members: Sequence[EngineMember], device: torch.device, num_drafts: int, method: str,
+        synthetic_rates: torch.Tensor | None, rejection_sample: object,
+    ) -> None:
+        from spectune.kernels._contract import validate_inputs
+
+        self.device, self.num_drafts, self.method = device, num_drafts, method
+        self.rates = synthetic_rates[:num_drafts].contiguous() if synthetic_rates is not None else None
+        self.offsets: dict[int, int] = {}
+        total = 0
+        for member in members:
+            self.offsets[id(member)] = total
+            total += slot_rows(member.concurrency, device)
+        vocab = members[0].synthesizer.vocab_size if members and members[0].synthesizer else 1
+        has_draft = bool(members) and members[0].synthesizer is not None and members[0].synthesizer.banks()[1] is not None
+        self.target = torch.zeros((total, num_drafts + 1, vocab), dtype=torch.float32, device=device)
+        self.draft = torch.zeros((total, num_drafts, vocab), dtype=torch.float32, device=device) if has_draft else None
+        self.tokens = torch.full((total, num_drafts), -1, dtype=torch.int64, device=device)
+        self.temperature = torch.zeros(total, dtype=torch.float32, device=device)
+        self.seeds = torch.zeros(total, dtype=torch.int64, device=device)
+        pin = device.type == "cuda"
+        self.host = torch.zeros((2, total), dtype=torch.int64, pin_memory=pin)  # request ids, seeds
+        self.staged = torch.zeros((2, total), dtype=torch.int64, device=device)
+        self.inputs = validate_inputs(
+            self.target, self.tokens, self.draft, self.temperature, self.seeds, method, self.rates
+        ) if total else None
+        self.rejection_sample = rejection_sample
+
+    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+        from spectune.kernels._launcher import launch
+
+        started = time.perf_counter()
+        host = self.host.numpy()
+        sizes, offsets = [], []
+        for member, (ids, steps_done, _) in requests.items():
+            offset, size = self.offsets[id(member)], len(ids)
+            host[0, offset : offset + size] = ids
+            host[1, offset : offset + size] = _kernel_seeds(member.request_seeds[ids], steps_done)
+            sizes.append(size)
+            offsets.append(offset)
+        self.staged.copy_(self.host, non_blocking=True)
+        vocab = self.target.shape[2]
+        for member, (ids, _, k) in requests.items():
+            assert member.synthesizer is not None
+            offset, size = self.offsets[id(member)], len(ids)
+            index = member.temperature_index.index_select(0, self.staged[0, offset : offset + size])
+            step = member.synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+            target_bank, draft_bank, _ = member.synthesizer.banks()
+            rows = _padded_rows(step.rows, self.num_drafts)
+            torch.index_select(target_bank, 0, rows.reshape(-1), out=self.target[offset : offset + size].view(-1, vocab))
+            if self.draft is not None and draft_bank is not None:
+                draft_rows = rows[:, : self.num_drafts].reshape(-1)
+                torch.index_select(draft_bank, 0, draft_rows, out=self.draft[offset : offset + size].view(-1, vocab))
+            self.tokens[offset : offset + size].copy_(_padded_drafts(step.draft_tokens, self.num_drafts))
+            self.temperature[offset : offset + size].copy_(step.temperature)
+            self.seeds[offset : offset + size].copy_(self.staged[1, offset : offset + size])
+        generated = time.perf_counter()
+        assert self.inputs is not None
+        _, num_tokens = launch(self.inputs) if self.device.type == "cuda" else self.rejection_sample(  # type: ignore[operator]
+            self.target, self.tokens, draft_logits=self.draft, temperature=self.temperature, seed=self.seeds,
+            method=self.method, synthetic_conditional_rates=self.rates,
+        )
+        emitted = num_tokens.to("cpu", torch.int64).numpy()  # the step's one host sync
+        return _split(requests, emitted, sizes, started, generated, offsets)
+

@@ -1,0 +1,76 @@
+"""Lockstep: simulations run side by side (one rejection-sampling call a step) give their numbers alone, bit for bit."""
+
+import pytest
+
+from spectune.simulator import lockstep_groups, simulate, simulate_many
+
+_RUN_ONLY = {"wall_time_s", "kernel_wall_time_s", "synthesis_wall_time_s"}
+
+
+def _numbers(result):
+    return {k: v for k, v in result.to_dict().items() if k not in _RUN_ONLY}
+
+
+def _documents(simulation_document, rule, sampling, backend="reference", vocab=256, requests=48):
+    common = {"kernel_backend": backend, "bank_rows": 64}
+    return [
+        simulation_document(
+            speculative={"method": "eagle3", "num_speculative_tokens": 3, "rejection_sample_method": rule, "draft_sample_method": sampling},
+            workload={"concurrency": 16, "num_requests": requests, "temperature": 0.7, "vocab_size": vocab},
+            simulation=common,
+        ),
+        simulation_document(  # another K, another seed, a temperature mix with greedy requests
+            seed=5,
+            speculative={"method": "eagle3", "num_speculative_tokens": 5, "rejection_sample_method": rule, "draft_sample_method": sampling},
+            acceptance={"conditional_rates": [0.9, 0.8, 0.6, 0.5, 0.4]},
+            workload={"concurrency": 4, "num_requests": requests // 2, "temperature": [{"temperature": 0.0, "weight": 1}, {"temperature": 1.0, "weight": 1}], "vocab_size": vocab},
+            simulation=common,
+        ),
+        simulation_document(  # a schedule: K changes with the batch, so steps verify fewer drafts than the engine's K
+            seed=2,
+            speculative={
+                "method": "eagle3", "num_speculative_tokens": 4, "rejection_sample_method": rule, "draft_sample_method": sampling,
+                "num_speculative_tokens_per_batch_size": [[1, 6, 4], [7, 256, 1]],
+            },
+            acceptance={"conditional_rates": [0.8, 0.7, 0.7, 0.6]},
+            workload={"concurrency": 8, "num_requests": requests, "temperature": 0.9, "vocab_size": vocab},
+            simulation=common,
+        ),
+        simulation_document(  # speculation off at every batch size: a plain loop beside the others
+            speculative={"method": "ngram", "num_speculative_tokens": 1, "num_speculative_tokens_per_batch_size": [[1, 256, 0]]},
+            workload={"concurrency": 16, "num_requests": requests, "vocab_size": vocab},
+            simulation=common,
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("rule", "sampling"), [("standard", "greedy"), ("block", "probabilistic"), ("standard", "probabilistic")])
+def test_lockstep_equals_alone_on_the_twin(simulation_document, rule, sampling):
+    documents = _documents(simulation_document, rule, sampling)
+    assert sorted(map(len, lockstep_groups(documents))) == [1, 3]  # the three that verify share a call
+    together = simulate_many(documents, baseline=True)
+    for document, result in zip(documents, together):
+        alone = simulate(document, baseline=True)
+        assert _numbers(result) == _numbers(alone)
+    assert together[0].num_accepted_tokens > 0 and together[2].num_accepted_tokens > 0
+
+
+def test_lockstep_equals_alone_on_the_kernels(simulation_document):
+    """The Triton kernels (here under the interpreter) over persistent buffers shared by the group."""
+    documents = _documents(simulation_document, "block", "probabilistic", backend="triton", vocab=128, requests=12)[:3]
+    together = simulate_many(documents, baseline=False)
+    for document, result in zip(documents, together):
+        assert _numbers(result) == _numbers(simulate(document, baseline=False))
+
+
+def test_a_memory_budget_splits_the_group_and_keeps_the_numbers(simulation_document):
+    documents = _documents(simulation_document, "standard", "greedy")[:3]
+    tight = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"lockstep_memory_gib": 1e-4})}) for d in documents]
+    assert [len(g) for g in lockstep_groups(tight)] == [1, 1, 1]
+    assert [len(g) for g in lockstep_groups(documents)] == [3]
+    assert [_numbers(r) for r in simulate_many(tight, baseline=False)] == [_numbers(r) for r in simulate_many(documents, baseline=False)]
+
+
+def test_different_rules_do_not_share_a_call(simulation_document):
+    documents = _documents(simulation_document, "standard", "greedy")[:1] + _documents(simulation_document, "block", "greedy")[:1]
+    assert [len(g) for g in lockstep_groups(documents)] == [1, 1]
