@@ -1,92 +1,165 @@
-"""Simulator speed: steps per second of the serving loop with real rejection sampling.
+"""Simulator speed: steps per second of one simulation, with the floor beside it.
 
-CPU (the issue's bar): 64 requests in flight, 1,000 steps, K = 4, standard verification at
-temperature 0.8, V = 4096, through the PyTorch twin. GPU: 256 requests, K = 7, V = 128256, through
-the Triton kernels, reporting the kernels' share of the wall time.
+A row simulates a closed loop of ``batch_size`` requests at K draft tokens (temperature 0.7, 256-token
+prompts and outputs) through the simulator's own backend for the device: the PyTorch twin on the CPU,
+the Triton kernels on CUDA. It runs once to warm up (calibration, kernel compiles) and then
+``--steps`` steps timed.
 
-    python benchmarks/simulator.py --preset cpu      # or --preset gpu on a CUDA machine
-Prints one JSON line per run (and a short table); commit the output under benchmarks/results/.
+The floor is what a step's data costs at least:
+- CUDA: the bytes of logits a step must write (the synthesised rows) and read (the kernels), divided
+  by the measured device-to-device copy bandwidth (bytes read plus written per second);
+- CPU: one ``torch.softmax`` over the same rows (one thread, as the simulator runs).
+
+    python benchmarks/simulator.py                       # the issue's rows for this machine's device
+    python benchmarks/simulator.py --device cuda --rows 256,5,4096,block,probabilistic
+
+Writes ``benchmarks/results/simulator-latest.csv`` (or ``--csv``): device, batch_size, K, V, method,
+draft, steps_per_s, floor_steps_per_s, peak_memory_mib, warmup_s, steps, load_average_1m, date, commit.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import csv
 import os
-import platform
+import resource
 import subprocess
+import sys
 import time
 from datetime import date
+from pathlib import Path
 
-PRESETS = {
-    "cpu": {"concurrency": 64, "k": 4, "vocab_size": 4096, "steps": 1000, "device": "cpu", "backend": "reference"},
-    "gpu": {"concurrency": 256, "k": 7, "vocab_size": 128256, "steps": 1000, "device": "cuda", "backend": "triton"},
-}
+import torch
+
+CPU_ROWS = ["256,5,256,block,probabilistic", "32,3,256,standard,greedy", "1,5,256,block,probabilistic"]
+CUDA_ROWS = [
+    "256,5,128256,block,probabilistic",
+    "256,5,4096,block,probabilistic",
+    "256,5,128256,standard,greedy",
+    "32,3,128256,block,probabilistic",
+    "1,5,128256,block,probabilistic",
+]
+FIELDS = [
+    "device", "batch_size", "K", "V", "method", "draft", "steps_per_s", "floor_steps_per_s", "peak_memory_mib",
+    "warmup_s", "steps", "load_average_1m", "date", "commit",
+]
 
 
-def _document(preset: dict, seed: int):
+def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: str, steps: int):
     from spectune.config import SimulationDocument
 
     return SimulationDocument.model_validate(
         {
             "kind": "simulation",
             "name": "bench",
-            "seed": seed,
-            "speculative": {"method": "eagle3", "num_speculative_tokens": preset["k"]},
-            "acceptance": {"conditional_rates": [0.8, 0.75, 0.7, 0.7, 0.65, 0.65, 0.6][: preset["k"]]},
-            "workload": {
-                "concurrency": preset["concurrency"],
-                "num_requests": preset["concurrency"] * 40,
-                "prompt_tokens": 256,
-                "output_tokens": 256,
-                "temperature": 0.8,
-                "vocab_size": preset["vocab_size"],
-            },
+            "seed": 1,
+            "speculative": {"method": "eagle3", "num_speculative_tokens": k, "rejection_sample_method": method,
+                            "draft_sample_method": draft},
+            "acceptance": {"conditional_rates": [0.8, 0.75, 0.7, 0.7, 0.65, 0.65, 0.6, 0.6][:k]},
+            "workload": {"concurrency": batch, "num_requests": max(8 * batch, 64), "prompt_tokens": 256,
+                         "output_tokens": 256, "temperature": 0.7, "vocab_size": vocab},
             "hardware": "h100-sxm",
             "target_model": "llama-3.1-8b",
-            "simulation": {"device": preset["device"], "kernel_backend": preset["backend"], "max_steps": preset["steps"], "baseline": False},
+            "simulation": {"device": device, "max_steps": steps, "baseline": False},
         }
     )
 
 
+def _copy_bandwidth(device: torch.device) -> float:
+    """Bytes read plus written per second by a large device-to-device copy (median of 20)."""
+    source = torch.randn(256 * 2**20, device=device)  # 1 GiB
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(22):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * source.numel() * 4 / sorted(times[2:])[len(times[2:]) // 2]
+
+
+def _cpu_floor(batch: int, k: int, vocab: int, draft: str) -> float:
+    rows = batch * (k + 1 + (k if draft == "probabilistic" else 0))
+    logits = torch.randn(rows, vocab)
+    torch.softmax(logits, dim=-1)
+    started = time.process_time()
+    repeats = 50
+    for _ in range(repeats):
+        torch.softmax(logits, dim=-1)
+    return repeats / (time.process_time() - started)
+
+
+def _compiled_variants() -> int | None:
+    """Compiled Triton kernel variants in this process (None where Triton's internals differ)."""
+    try:
+        from spectune.kernels import _decision, _residual_kernel, _small_grid, _verify_kernel
+
+        functions = [
+            _verify_kernel._verify_kernel, _decision._decide_kernel, _residual_kernel._residual_kernel,
+            _residual_kernel._decide_residual_kernel, _small_grid._small_grid_kernel,
+        ]
+        return sum(len(caches[0]) for fn in functions for caches in fn.device_caches.values())
+    except (AttributeError, ImportError, TypeError, IndexError):
+        return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--rows", nargs="*", help="batch,K,V,method,draft (default: the issue's rows for the device)")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--csv", type=Path, default=Path(__file__).parent / "results" / "simulator-latest.csv")
     args = parser.parse_args()
     from spectune.simulator import simulate
 
-    preset = PRESETS[args.preset]
-    warm = time.perf_counter()
-    simulate(_document({**preset, "steps": 5}, seed=0))  # calibration (cached per process) and warm-up
-    setup_s = time.perf_counter() - warm
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    rows = []
-    for repeat in range(args.repeats):
-        result = simulate(_document(preset, seed=repeat + 1))
-        rows.append(
-            {
-                "date": date.today().isoformat(),
-                "commit": commit,
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "load_average_1m": os.getloadavg()[0],
-                "preset": args.preset,
-                **{k: preset[k] for k in ("concurrency", "k", "vocab_size", "backend", "device")},
-                "simulated_steps": result.simulated_steps,
-                "wall_time_s": round(result.wall_time_s, 3),
-                "steps_per_s": round(result.simulated_steps / result.wall_time_s, 1),
-                "kernel_share": round(result.kernel_wall_time_s / result.wall_time_s, 3),
-                "synthesis_share": round(result.synthesis_wall_time_s / result.wall_time_s, 3),
-                "first_run_setup_s": round(setup_s, 2),
-                "mean_acceptance_length": round(result.mean_acceptance_length, 3),
-            }
+    device = torch.device(args.device)
+    bandwidth = _copy_bandwidth(device) if device.type == "cuda" else None
+    results = []
+    for spec in args.rows or (CUDA_ROWS if device.type == "cuda" else CPU_ROWS):
+        batch, k, vocab, method, draft = spec.split(",")
+        batch, k, vocab = int(batch), int(k), int(vocab)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        started = time.perf_counter()
+        simulate(_document(args.device, batch, k, vocab, method, draft, 20))  # calibration, compiles
+        warmup_s = time.perf_counter() - started
+        variants = _compiled_variants() if device.type == "cuda" else None
+        result = simulate(_document(args.device, batch, k, vocab, method, draft, args.steps))
+        steps_per_s = result.simulated_steps / result.wall_time_s
+        if device.type == "cuda":
+            assert bandwidth is not None
+            logit_bytes = batch * (k + 1 + (k if draft == "probabilistic" else 0)) * vocab * 4
+            floor = bandwidth / (2 * logit_bytes)  # written by the synthesis, read by the kernels
+            peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
+            new_variants = _compiled_variants()
+            recompiled = None if variants is None or new_variants is None else new_variants - variants
+        else:
+            floor = _cpu_floor(batch, k, vocab, draft)
+            peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            recompiled = None
+        row = {
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}",
+            "batch_size": batch, "K": k, "V": vocab, "method": method, "draft": draft,
+            "steps_per_s": round(steps_per_s, 1), "floor_steps_per_s": round(floor, 1), "peak_memory_mib": round(peak_mib),
+            "warmup_s": round(warmup_s, 2), "steps": result.simulated_steps,
+            "load_average_1m": round(os.getloadavg()[0], 2), "date": date.today().isoformat(), "commit": commit,
+        }
+        results.append(row)
+        extra = f", compiles during the timed run: {recompiled}" if recompiled is not None else ""
+        sys.stdout.write(
+            f"{row['device']}: B={batch} K={k} V={vocab} {method}/{draft}: {steps_per_s:,.0f} steps/s "
+            f"(floor {floor:,.0f}; kernel {result.kernel_wall_time_s / result.wall_time_s:.0%} of the wall time; "
+            f"warm-up {warmup_s:.1f} s{extra})\n"
         )
-        print(json.dumps(rows[-1]))
-    best = min(rows, key=lambda r: r["wall_time_s"])
-    print(f"\n{args.preset}: {best['simulated_steps']} steps in {best['wall_time_s']:.2f} s (best of {args.repeats}); "
-          f"{best['steps_per_s']:.0f} steps/s; rejection kernel {best['kernel_share']:.0%}, logit synthesis "
-          f"{best['synthesis_share']:.0%} of the wall time")
+        sys.stdout.flush()
+    args.csv.parent.mkdir(parents=True, exist_ok=True)
+    with args.csv.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(results)
 
 
 if __name__ == "__main__":

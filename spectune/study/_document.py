@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spectune.config import SimulationDocument, SpeculativeConfig, StudyDocument
@@ -127,7 +127,11 @@ class SimulationEvaluator:
         self.document = document
 
     def __call__(self, point: Point) -> Mapping[str, Any]:
-        from spectune.simulator import simulate
+        return self.evaluate_many([point])[0]
 
-        result = simulate(simulation_document(self.document, point), baseline=False).to_dict()
-        return {name: result[name] for name in _KEPT_METRICS if name in result}
+    def evaluate_many(self, points: Sequence[Point]) -> list[Mapping[str, Any]]:
+        """The points' metrics, simulated side by side where they can share a call (lockstep)."""
+        from spectune.simulator import simulate_many
+
+        results = simulate_many([simulation_document(self.document, point) for point in points], baseline=False)
+        return [{name: r[name] for name in _KEPT_METRICS if name in r} for r in (result.to_dict() for result in results)]

@@ -64,6 +64,10 @@ class StudyObjective:
         self.evaluator = evaluator
         self.budget = budget
 
+    def with_evaluator(self, evaluator: Evaluator) -> StudyObjective:
+        """The same objective with another evaluator (a batch collector)."""
+        return StudyObjective(self.space, evaluator, budget=self.budget)
+
     def __call__(self, trial: optuna.Trial) -> list[float]:
         point = suggest_point(self.space, trial)
         storage = trial.study._storage

@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import TrialState
 
 from spectune.errors import SpectuneError
+from spectune.study._batch import BatchCollector
 from spectune.study._objective import Evaluator, StudyObjective
 from spectune.study._records import ATTR_OWNER, SearchState
 from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strategy
@@ -37,10 +38,11 @@ from spectune.study._storage import (
 )
 from spectune.study._structured import structured_converged, structured_next_point
 
-__all__ = ["EXHAUSTIVE_LIMIT", "StudyProgress", "StudyRun", "resolve_strategy", "run_study"]
+__all__ = ["BATCH_POINTS", "EXHAUSTIVE_LIMIT", "StudyProgress", "StudyRun", "resolve_strategy", "run_study"]
 
 StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
 EXHAUSTIVE_LIMIT = 64  # 'auto' searches every point of spaces up to this size
+BATCH_POINTS = 16  # points a worker evaluates in one lockstep call (memory: simulation.lockstep_memory_gib)
 TPE_DEFAULT_SHARE = 0.25  # tpe has no natural end: without --n-trials it runs this share of the space
 _POLL_S = 0.25
 
@@ -160,16 +162,48 @@ def _worker_loop(
             time.sleep(_POLL_S)
             continue
         ran: list[optuna.trial.FrozenTrial] = []
-        study.optimize(objective, n_trials=1, callbacks=[lambda _study, trial: ran.append(trial)])
-        last = ran[-1] if ran else None
-        if last is not None and last.state == TrialState.COMPLETE:
-            completed += 1
+        batch = _batch_size(spec, SearchState.from_trials(spec.space, study.get_trials(deepcopy=False)))
+        _run_trials(study, objective, batch, callbacks=[lambda _study, trial: ran.append(trial)])
+        finished = sum(1 for t in ran if t.state == TrialState.COMPLETE)
+        if finished:
+            completed += finished
             idle_prunes = 0
-        elif last is not None and last.user_attrs.get(ATTR_NO_POINT_LEFT):
+        elif any(t.user_attrs.get(ATTR_NO_POINT_LEFT) for t in ran):
             idle_prunes += 1
         if on_trial is not None:
             on_trial()
     return completed
+
+
+def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
+    """Trials a worker runs at once: the exhaustive search's free points of the batch size it reaches
+    next (it goes bucket by bucket), up to BATCH_POINTS and what the budget leaves, evaluated in one
+    lockstep call. The structured search and TPE decide each point from the results before it: one at
+    a time."""
+    if spec.strategy != "exhaustive":
+        return 1
+    free = state.free_points()
+    size = min(sum(1 for p in free if p.batch_size == free[0].batch_size), BATCH_POINTS) if free else 1
+    if spec.n_trials is not None:
+        size = min(size, spec.n_trials - state.num_complete_trials - state.num_live_trials)
+    return max(size, 1)
+
+
+def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
+    """``size`` trials, their points evaluated in one call (see ``_batch``); one trial the plain way."""
+    if size == 1:
+        study.optimize(objective, n_trials=1, callbacks=callbacks)
+        return
+    collector = BatchCollector(size, objective.evaluator)
+    batched = objective.with_evaluator(collector)
+
+    def run(trial: optuna.Trial) -> list[float]:
+        try:
+            return batched(trial)
+        finally:
+            collector.leave()
+
+    study.optimize(run, n_trials=size, n_jobs=size, callbacks=callbacks)
 
 
 def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:

@@ -20,6 +20,7 @@ from study_doubles import SyntheticEvaluator, fingerprint, make_space
 from spectune.errors import SpectuneError
 from spectune.study import load_outcome, open_storage, run_study, search_space
 from spectune.study._records import ATTR_OWNER
+from spectune.study._runner import BATCH_POINTS
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,6 +65,33 @@ def test_auto_searches_a_small_space_exhaustively_once(tmp_path):
     assert run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage).strategy == "exhaustive"
     points = _completed_points(load_outcome(storage, space.name))
     assert sorted(points) == sorted(space.points())
+
+
+class _BatchRecorder(SyntheticEvaluator):
+    """Records the batches ``evaluate_many`` is given (the lockstep path) and refuses single calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list] = []
+
+    def evaluate_many(self, points):
+        self.batches.append(list(points))
+        return [SyntheticEvaluator.__call__(self, p) for p in points]
+
+    def __call__(self, point):
+        raise AssertionError("an exhaustive study evaluates its points in batches")
+
+
+def test_the_exhaustive_search_evaluates_a_batch_size_s_points_together_once_each(tmp_path):
+    space = make_space(batch_sizes=(1, 64), max_k=3, methods=("eagle3",))
+    evaluator = _BatchRecorder()
+    run_study(space, evaluator, fingerprint(), storage=str(tmp_path / "s.journal"), strategy="exhaustive")
+    evaluated = [p for batch in evaluator.batches for p in batch]
+    assert sorted(evaluated) == sorted(space.points())  # every point once
+    assert all(len({p.batch_size for p in batch}) == 1 for batch in evaluator.batches)
+    assert max(len(batch) for batch in evaluator.batches) == min(BATCH_POINTS, space.size // len(space.batch_sizes))
+    outcome = load_outcome(str(tmp_path / "s.journal"), space.name)
+    assert sorted(_completed_points(outcome)) == sorted(space.points())
 
 
 def test_a_changed_document_or_simulator_is_refused(tmp_path):
@@ -194,9 +222,11 @@ def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothi
     # (a trial killed in the milliseconds between its creation and its owner stamp holds no point and
     # is failed by the next run once it is 15 s old)
     assert not [t for t in after.trials if t.state == "RUNNING" and t.point is not None]
-    # Only points whose simulation the kill interrupted were simulated twice (one per worker at most).
+    # Only points whose simulation the kill interrupted were simulated twice: one batch per worker at most
+    # (a worker evaluates the free points of one batch size together, up to BATCH_POINTS).
     simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
-    assert sum(n - 1 for n in simulated.values()) <= workers
+    batch = min(BATCH_POINTS, max(sum(1 for p in space.points() if p.batch_size == b) for b in space.batch_sizes))
+    assert sum(n - 1 for n in simulated.values()) <= workers * batch
 
 
 def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):

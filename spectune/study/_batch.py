@@ -1,0 +1,78 @@
+"""Evaluating several trials' points in one call (the simulator runs them in lockstep).
+
+A worker that has several points to evaluate runs that many trials at once, each in its own Optuna
+thread (``study.optimize(n_trials=n, n_jobs=n)``): each trial is asked, picks and holds its point and
+is told its result as usual (so resume, heartbeats, budgets and the no-duplicate order between workers
+are what they are for one trial), but the objective's evaluator is a ``BatchCollector``: a trial that
+needs a simulation hands its point in and waits; once every trial of the batch has either handed a
+point in or finished without one, the last to arrive evaluates all the points in one call and wakes
+the others with their results.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from spectune.study._space import Point
+
+__all__ = ["BatchCollector", "BatchEvaluator", "evaluate_batch"]
+
+BatchEvaluator = Callable[[Sequence[Point]], Sequence[Mapping[str, Any]]]
+
+
+def evaluate_batch(evaluator: Callable[[Point], Mapping[str, Any]], points: Sequence[Point]) -> list[Mapping[str, Any]]:
+    """``evaluator.evaluate_many(points)`` where the evaluator has it (one lockstep call), else one by one."""
+    many = getattr(evaluator, "evaluate_many", None)
+    if many is not None:
+        return list(many(points))
+    return [evaluator(point) for point in points]
+
+
+class BatchCollector:
+    """Collects the points of ``size`` concurrent trials and evaluates them together.
+
+    Every trial thread must end with ``leave()`` (in a ``finally``); ``__call__(point)`` is the
+    evaluator the objective calls, and blocks until the batch is evaluated.
+    """
+
+    def __init__(self, size: int, evaluator: Callable[[Point], Mapping[str, Any]]) -> None:
+        self.size = size
+        self.evaluator = evaluator
+        self._lock = threading.Condition()
+        self._arrived = 0
+        self._points: list[Point] = []
+        self._results: list[Mapping[str, Any]] | None = None
+        self._error: BaseException | None = None
+        self._local = threading.local()
+
+    def __call__(self, point: Point) -> Mapping[str, Any]:
+        with self._lock:
+            index = len(self._points)
+            self._points.append(point)
+            self._local.submitted = True
+            self._arrive()
+            while self._results is None and self._error is None:
+                self._lock.wait()
+            if self._error is not None:
+                raise RuntimeError(f"evaluating a batch of {len(self._points)} points failed: {self._error}") from self._error
+            return self._results[index]
+
+    def leave(self) -> None:
+        """This trial's thread is done with the batch (whether or not it handed a point in)."""
+        with self._lock:
+            if getattr(self._local, "submitted", False):
+                return
+            self._arrive()
+
+    def _arrive(self) -> None:
+        """Count an arrival (lock held); the last one evaluates the batch."""
+        self._arrived += 1
+        if self._arrived < self.size:
+            return
+        try:
+            self._results = evaluate_batch(self.evaluator, self._points) if self._points else []
+        except BaseException as err:  # noqa: BLE001 -- every waiting trial fails with it
+            self._error = err
+        self._lock.notify_all()
