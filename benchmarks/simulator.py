@@ -13,8 +13,10 @@ The floor is what a step's data costs at least:
     python benchmarks/simulator.py                       # the issue's rows for this machine's device
     python benchmarks/simulator.py --device cuda --rows 256,5,4096,block,probabilistic
 
-Writes ``benchmarks/results/simulator-latest.csv`` (or ``--csv``): device, batch_size, K, V, method,
-draft, steps_per_s, floor_steps_per_s, peak_memory_mib, warmup_s, steps, load_average_1m, date, commit.
+Writes ``benchmarks/results/simulator-latest.csv`` (or ``--csv``; rows of the other kind of device are
+kept): device, batch_size, K, V, method, draft, steps_per_s, floor_steps_per_s, peak_memory_mib,
+warmup_s (first simulation: calibration and kernel compiles), steps, load_average_1m (other work on the
+machine slows the CPU rows), date, commit.
 """
 
 from __future__ import annotations
@@ -81,14 +83,22 @@ def _copy_bandwidth(device: torch.device) -> float:
 
 
 def _cpu_floor(batch: int, k: int, vocab: int, draft: str) -> float:
+    """Softmaxes per second over a step's rows, one thread (the simulator's), best of 5 rounds of wall time."""
     rows = batch * (k + 1 + (k if draft == "probabilistic" else 0))
     logits = torch.randn(rows, vocab)
-    torch.softmax(logits, dim=-1)
-    started = time.process_time()
-    repeats = 50
-    for _ in range(repeats):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
         torch.softmax(logits, dim=-1)
-    return repeats / (time.process_time() - started)
+        repeats, best = 20, float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(repeats):
+                torch.softmax(logits, dim=-1)
+            best = min(best, (time.perf_counter() - started) / repeats)
+    finally:
+        torch.set_num_threads(previous)
+    return 1.0 / best
 
 
 def _compiled_variants() -> int | None:
@@ -111,10 +121,11 @@ def main() -> None:
     parser.add_argument("--rows", nargs="*", help="batch,K,V,method,draft (default: the issue's rows for the device)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--csv", type=Path, default=Path(__file__).parent / "results" / "simulator-latest.csv")
+    parser.add_argument("--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)")
     args = parser.parse_args()
     from spectune.simulator import simulate
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     device = torch.device(args.device)
     bandwidth = _copy_bandwidth(device) if device.type == "cuda" else None
     results = []
@@ -155,11 +166,16 @@ def main() -> None:
             f"warm-up {warmup_s:.1f} s{extra})\n"
         )
         sys.stdout.flush()
+    # Rows of the other kind of device stay: the file holds the latest CPU and CUDA rows together.
+    kept = []
+    if args.csv.exists():
+        with args.csv.open(newline="") as handle:
+            kept = [r for r in csv.DictReader(handle) if r["device"].startswith("cpu") != (device.type == "cpu")]
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with args.csv.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(results)
+        writer.writerows(kept + results)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ Rows: a call takes [R, K+1, V] logits. The engine's K is the largest of its simu
 smaller k fills drafts k..K-1 with placeholders (-1: never accepted, and the token emitted at row k
 comes from the plain target there, where the engine puts the bonus row), which is what verifying k
 drafts does. On CUDA every simulation owns a fixed slice of R (its concurrency, rounded up to a
-multiple of 16), the rows past its current batch hold stale but valid inputs whose results are
+multiple of 16; so R = 1 takes the large-grid launches, not the small-grid kernel), the rows past its current batch hold stale but valid inputs whose results are
 dropped, and the buffers persist: R and K never change within a run, so the kernels compile once per
 engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
 on the grid), a step allocates nothing large, and reading the emitted counts is its one host sync.
@@ -39,10 +39,12 @@ _ROW_QUANTUM = 16
 
 
 def slot_rows(concurrency: int, device: torch.device) -> int:
-    """Rows a member holds in the engine's call: its concurrency, on CUDA rounded up past 16."""
-    if device.type != "cuda" or concurrency <= _ROW_QUANTUM:
+    """Rows a member holds in the engine's call: its concurrency, on CUDA rounded up to a multiple of
+    16 (at least 16: batch sizes 1-16 share one compiled variant; 15 placeholder rows cost far less
+    than a step's launches)."""
+    if device.type != "cuda":
         return concurrency
-    return -(-concurrency // _ROW_QUANTUM) * _ROW_QUANTUM
+    return max(1, -(-concurrency // _ROW_QUANTUM)) * _ROW_QUANTUM
 
 
 @dataclass(eq=False)  # members are told apart by identity
