@@ -251,6 +251,12 @@ class CostModelConfig(SpectuneModel):
     draft_pass_overhead_s: float = Field(
         default=1e-4, ge=0, le=1, description="roofline: fixed time per neural draft pass (seconds)."
     )
+    sampler: Literal["vllm", "spectune"] = Field(
+        default="vllm",
+        description="roofline: whose rejection sampler a step pays for -- 'vllm' (vLLM 0.33's measured times "
+        "per method, interpolated in batch, K and vocabulary) or 'spectune' (spectune's kernels: one read "
+        "of the logits at the GPU's bandwidth).",
+    )
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:

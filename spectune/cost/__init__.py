@@ -8,7 +8,8 @@ between its points. ``CostModel``'s docstring walks through the call order.
 from spectune.cost._build import build_cost_model
 from spectune.cost._interface import CostLimits, CostModel, FitReport, HeldOutPoint, OutOfTableRange, StepTime
 from spectune.cost._measured import MAX_BATCH_EXTRAPOLATION, MeasuredCostModel, StepTimeInterpolator
-from spectune.cost._roofline import RooflineCostModel
+from spectune.cost._roofline import RooflineCostModel, expected_experts_touched
+from spectune.cost._vllm_sampler import SamplerWork, VllmSamplerTimes
 
 __all__ = [
     "MAX_BATCH_EXTRAPOLATION",
@@ -19,7 +20,10 @@ __all__ = [
     "MeasuredCostModel",
     "OutOfTableRange",
     "RooflineCostModel",
+    "SamplerWork",
     "StepTime",
     "StepTimeInterpolator",
+    "VllmSamplerTimes",
     "build_cost_model",
+    "expected_experts_touched",
 ]

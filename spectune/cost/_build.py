@@ -6,6 +6,7 @@ from spectune.config import CostModelConfig, DrafterSpec, HardwareConfig, Target
 from spectune.cost._interface import CostModel
 from spectune.cost._measured import MeasuredCostModel
 from spectune.cost._roofline import RooflineCostModel
+from spectune.cost._vllm_sampler import SamplerWork
 from spectune.errors import SpectuneError
 
 __all__ = ["build_cost_model"]
@@ -16,8 +17,13 @@ def build_cost_model(
     target_model: TargetModelSpec,
     drafter: DrafterSpec | None = None,
     config: CostModelConfig | None = None,
+    *,
+    sampler_work: SamplerWork | None = None,
 ) -> CostModel:
     """The roofline, or the measured table when ``config.method`` is 'measured'.
+
+    ``sampler_work``: the verification rule and whether every request is greedy, which pick the column
+    of vLLM's sampler times the roofline charges (default: standard, non-greedy).
 
     ``drafter`` None means plain decoding only (K = 0). Raises ``SpectuneError`` when hardware,
     target and drafter do not fit together (``deployment_problems``): a document that validated
@@ -27,7 +33,7 @@ def build_cost_model(
     problems = deployment_problems(hardware, target_model, drafter)
     if problems:
         raise SpectuneError("; ".join(f"{'.'.join(map(str, path))}: {message}" for path, message in problems))
-    roofline = RooflineCostModel(hardware, target_model, drafter, config)
+    roofline = RooflineCostModel(hardware, target_model, drafter, config, sampler_work=sampler_work)
     if config.method == "roofline":
         return roofline
     if config.step_times is None:  # the config's own rule forbids this; keep the type checker honest
