@@ -139,7 +139,7 @@ class SimulationDocument(SpectuneModel):
     @model_validator(mode="after")
     def _fits_together(self, info: ValidationInfo) -> SimulationDocument:
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        problems += drafter_override_problems(self.speculative, self.drafter)
+        problems += drafter_override_problems(self.speculative, self.drafter, self.target_model.tensor_parallel_size)
         if self.acceptance is None and self.speculative.rejection_sample_method != "synthetic":
             problems.append(
                 (("acceptance",), "required (a profile or per-position rates) unless speculative.rejection_sample_method "
@@ -179,14 +179,21 @@ def drafter_as_configured(speculative: SpeculativeConfig, drafter: DrafterSpec) 
 
 
 def drafter_override_problems(
-    speculative: SpeculativeConfig, drafter: DrafterSpec | None, *, paths: tuple[str, str] = ("speculative", "drafter")
+    speculative: SpeculativeConfig, drafter: DrafterSpec | None, target_tp: int,
+    *, paths: tuple[str, str] = ("speculative", "drafter"),
 ) -> list[tuple[tuple[str | int, ...], str]]:
-    """The speculative config and an explicit drafter must not disagree on the drafter's TP."""
+    """The speculative config's draft_tensor_parallel_size: 1 or the target's (vLLM's rule), and not at odds
+    with an explicit drafter's tensor_parallel_size."""
     given = speculative.draft_tensor_parallel_size
-    if drafter is None or given is None or drafter.tensor_parallel_size in (None, given):
+    field = (paths[0], "draft_tensor_parallel_size")
+    if given is None:
         return []
-    return [((paths[0], "draft_tensor_parallel_size"), f"disagrees with {paths[1]}.tensor_parallel_size "
-             f"({drafter.tensor_parallel_size}); give one, got {given}")]
+    if given not in (1, target_tp):
+        return [(field, f"must be 1 or the target's tensor_parallel_size ({target_tp}) as vLLM requires, got {given}")]
+    if drafter is None or drafter.tensor_parallel_size in (None, given):
+        return []
+    return [(field, f"disagrees with {paths[1]}.tensor_parallel_size ({drafter.tensor_parallel_size}); give one, "
+             f"got {given}")]
 
 
 def dynamic_speculation_off_notice(replicas: int, k: int) -> str:
