@@ -88,6 +88,28 @@ class KvCacheCapacity:
         self.peak_blocks_used = max(self.peak_blocks_used, self.num_blocks - self.free)
         return preempted
 
+    def grow_prefill(self, request: int, done_tokens: int, wanted: int, behind: list[int]) -> tuple[int, list[int]]:
+        """Blocks for the next prefill chunk of ``request`` (``done_tokens`` already cached, ``wanted`` more).
+
+        If the pool is short, partial prefills queued ``behind`` it give their blocks back, the last
+        first (vLLM preempts the lowest-priority request). Returns (tokens granted, possibly fewer than
+        wanted or 0; the requests preempted, whose prefill restarts).
+        """
+        preempted: list[int] = []
+        holding = [other for other in behind if self.held[other] > 0]
+        while self._room(request, done_tokens) < wanted and holding:
+            other = holding.pop()
+            self.release(np.asarray([other], dtype=np.int64))
+            self.num_preemptions += 1
+            preempted.append(other)
+        granted = max(min(wanted, self._room(request, done_tokens)), 0)
+        if granted:
+            self.try_grow(request, done_tokens + granted)
+        return granted, preempted
+
+    def _room(self, request: int, done_tokens: int) -> int:
+        return int(self.held[request] + self.free) * BLOCK_SIZE_TOKENS - done_tokens
+
     def release(self, requests: np.ndarray) -> None:
         """Free the blocks of ``requests`` (finished or preempted)."""
         self.free += int(self.held[requests].sum())

@@ -163,17 +163,17 @@ def run_serving_loop(
         # 3. Chunked prefill fills what the token budget leaves after the decode tokens.
         budget = max(inputs.max_num_batched_tokens - batch * (k + 1), 0) if not len(preempted) else 0
         chunk_tokens, chunk_prompts, completed, kv_blocked = 0, 0, [], False
-        for request in prefilling:
+        for position, request in enumerate(prefilling):
             if budget <= 0:
                 break
             take = int(min(prefill_left[request], budget))
             if kv is not None:
                 done_tokens = int(prefill_target[request] - prefill_left[request])
-                take = min(take, int(kv.held[request] + kv.free) * BLOCK_SIZE_TOKENS - done_tokens)
+                take, restarted = kv.grow_prefill(request, done_tokens, take, prefilling[position + 1:])
+                prefill_left[restarted] = prefill_target[restarted]
                 if take <= 0:
                     kv_blocked = True
                     break
-                kv.try_grow(request, done_tokens + take)
             prefill_left[request] -= take
             budget -= take
             chunk_tokens += take

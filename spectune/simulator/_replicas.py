@@ -18,7 +18,8 @@ from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier
 
 __all__ = ["run_replicas", "split_load"]
 
-RunOne = Callable[[LoopInputs, "StepVerifier | None", "Callable[[int, int], None] | None"], LoopTrace]
+Progress = Callable[[int, int], None]
+RunOne = Callable[[LoopInputs, StepVerifier | None, Progress | None], LoopTrace]
 
 
 def split_load(inputs: LoopInputs, replicas: int) -> list[tuple[np.ndarray, LoopInputs]]:
@@ -51,7 +52,7 @@ def run_replicas(
     replicas: int,
     verify: StepVerifier | None,
     run_one: RunOne,
-    progress: Callable[[int, int], None] | None,
+    progress: Progress | None,
 ) -> LoopTrace:
     """Run ``run_one(part, verify_for_part, on_step)`` per replica and merge the traces (one replica: as is)."""
     if replicas == 1:

@@ -12,7 +12,7 @@ from spectune.config import AcceptanceRates, SimulationDocument, kv_cache_capaci
 from spectune.cost import CostModel, SamplerWork, build_cost_model
 from spectune.simulator._backend import resolve_device, select_rejection_sample
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
-from spectune.simulator._loop import LoopInputs, LoopTrace, run_serving_loop
+from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier, run_serving_loop
 from spectune.simulator._metrics import KvCacheReport, SimulationResult, summarize
 from spectune.simulator._replicas import run_replicas
 from spectune.workload import LogitSynthesizer, RequestTable, SpeculationInputs, generate_requests
@@ -45,22 +45,24 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
     inputs = _loop_inputs(document, requests)
     spec = document.speculative
     drafter = document.effective_drafter()
-    work = sampler_work(document)
+    work = _sampler_work(document)
     cost = build_cost_model(document.hardware, document.target_model, drafter, document.cost_model, sampler_work=work)
     verify = _Verifier(document, requests, device)
     replicas = document.num_replicas
     # vLLM turns dynamic speculation off under data parallelism: every batch gets the maximum K
     k_for_batch = spec.num_speculative_tokens_for_batch if replicas == 1 else lambda batch: spec.num_speculative_tokens
     kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, drafter)
-    slots = lambda k: drafting_slots(spec.method, k, parallel_drafting=drafter.drafting == "parallel")  # noqa: E731
     pools: list[KvCacheCapacity] = []
 
-    def run_one(part: LoopInputs, verify_part: object, on_step: Progress | None) -> LoopTrace:
+    def slots(k: int) -> int:
+        return drafting_slots(spec.method, k, parallel_drafting=drafter.drafting == "parallel")
+
+    def run_one(part: LoopInputs, verify_part: StepVerifier | None, on_step: Progress | None) -> LoopTrace:
         pools.append(KvCacheCapacity(kv_tokens // BLOCK_SIZE_TOKENS, len(part.output_tokens)))
         return run_serving_loop(
             part,
             k_for_batch=k_for_batch,
-            verify=verify_part,  # type: ignore[arg-type]
+            verify=verify_part,
             step_time=_step_time_fn(cost, draft_probabilities=spec.draft_sample_method == "probabilistic"),
             prefill_time=_prefill_time_fn(cost),
             max_steps=document.simulation.max_steps,
@@ -80,7 +82,7 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
         plain = build_cost_model(document.hardware, document.target_model, None, document.cost_model, sampler_work=work)
         plain_kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, None)
 
-        def run_plain(part: LoopInputs, _: object, on_step: Progress | None) -> LoopTrace:
+        def run_plain(part: LoopInputs, _: StepVerifier | None, on_step: Progress | None) -> LoopTrace:
             return run_serving_loop(
                 part,
                 k_for_batch=lambda batch: 0,
@@ -103,7 +105,7 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
     )
 
 
-def sampler_work(document: SimulationDocument) -> SamplerWork:
+def _sampler_work(document: SimulationDocument) -> SamplerWork:
     """What vLLM's rejection sampler does each step of ``document``: its rule, and whether all requests are greedy."""
     spec = document.speculative
     rule = spec.rejection_sample_method
@@ -164,10 +166,11 @@ class _Verifier:
         self.document = document
         self.requests = requests
         self.synthetic_rates: torch.Tensor | None = None
+        self.acceptance = document.acceptance
         if self.method == "synthetic":
             rates = spec.synthetic_conditional_rates() or []
             self.synthetic_rates = torch.tensor(rates, dtype=torch.float32, device=self.device)
-        elif document.acceptance is None:  # the document's own rule forbids this
+        elif self.acceptance is None:  # the document's own rule forbids this
             raise ValueError("document.acceptance is required unless the method is synthetic")
         self._synthesizers: dict[int, tuple[LogitSynthesizer, tuple[tuple[int, int], SpeculationInputs] | None]] = {}
         self.temperature_index = torch.from_numpy(requests.temperature_index).to(self.device)
@@ -176,14 +179,12 @@ class _Verifier:
         self.generator = torch.Generator(device=self.device).manual_seed(document.seed)
         self.synthesis_s = 0.0  # wall time generating logits
         self.kernel_s = 0.0  # wall time in rejection sampling (synchronised on CUDA)
-        self.bins_used: set[int] = set()  # acceptance bins the run drew from (index into acceptance.bins; -1: pooled)
 
     def _rates_for_batch(self, batch_size: int) -> tuple[int, list[float], str]:
         """(bin index or -1 for the pooled rates, conditional rates, measured_with) at this batch size."""
-        if self.synthetic_rates is not None:
-            return -1, self.synthetic_rates.tolist(), "greedy"
-        acceptance = self.document.acceptance
-        assert acceptance is not None  # checked in __init__
+        acceptance = self.acceptance
+        if self.synthetic_rates is not None or acceptance is None:
+            return -1, self.synthetic_rates.tolist() if self.synthetic_rates is not None else [], "greedy"
         chosen: AcceptanceRates = acceptance.rates_for_batch(batch_size)
         index = acceptance.bins.index(chosen) if acceptance.bins and chosen is not acceptance else -1
         return index, chosen.conditional(self.k_max), acceptance.measured_with
@@ -202,7 +203,6 @@ class _Verifier:
                 bank_rows=self.document.simulation.bank_rows,
             )
             self._synthesizers[index] = (synthesizer, None)
-        self.bins_used.add(index)
         return index, self._synthesizers[index][0]
 
     def __call__(self, request_ids: np.ndarray, steps_done: np.ndarray, num_speculative_tokens: int) -> np.ndarray:

@@ -154,3 +154,13 @@ def test_a_dynamic_run_takes_the_acceptance_bin_of_each_steps_batch(simulation_d
     assert result.num_drafts > 200
     for rate in result.conditional_acceptance_per_position:
         assert rate == pytest.approx(0.9, abs=0.06)
+
+
+def test_a_short_prefill_takes_blocks_back_from_partial_prefills_queued_behind_it():
+    pool = KvCacheCapacity(num_blocks=10, num_requests=3)
+    assert pool.grow_prefill(1, 0, 4 * BLOCK_SIZE_TOKENS, [2]) == (64, [])
+    assert pool.grow_prefill(2, 0, 6 * BLOCK_SIZE_TOKENS, []) == (96, [])  # the pool is full
+    # request 0, ahead of both, needs 6 blocks: the last partial prefill (2) gives its 6 back, 1 keeps its 4
+    assert pool.grow_prefill(0, 0, 6 * BLOCK_SIZE_TOKENS, [1, 2]) == (96, [2])
+    assert pool.held.tolist() == [6, 4, 0] and pool.free == 0 and pool.num_preemptions == 1
+    assert pool.grow_prefill(0, 96, 2 * BLOCK_SIZE_TOKENS, []) == (0, [])  # nothing behind to take from
