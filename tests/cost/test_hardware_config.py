@@ -262,3 +262,28 @@ def test_json_schema_offers_the_preset_name_and_override_forms(deployment_docume
     assert definitions["HardwareConfig"]["anyOf"][0]["enum"] == list(GPU_PRESET_NAMES)
     step_times = definitions["CostModelConfig"]["anyOf"][1]["properties"]["step_times"]
     assert {"type": "string"} in step_times["anyOf"]
+
+
+def test_moe_presets_have_their_published_active_parameters():
+    qwen = TargetModelSpec.model_validate("qwen3-30b-a3b")
+    assert qwen.is_moe and qwen.active_parameters == pytest.approx(3.3e9, rel=0.03)  # "A3B": 3.3B activated
+    deepseek = TargetModelSpec.model_validate("deepseek-v3")
+    assert deepseek.num_moe_layers == 58 and deepseek.active_parameters == pytest.approx(37e9, rel=0.05)  # 37B activated
+    assert deepseek.kv_cache_bytes_per_token == 61 * 576 * 2  # MLA: one 576-wide latent per token and layer
+
+
+def test_moe_fields_on_a_dense_model_and_bad_routing_are_located(load_deployment):
+    with pytest.raises(DocumentError) as info:
+        load_deployment("""\
+            hardware: h100-sxm
+            target_model: {preset: llama-3.1-8b, num_experts_per_tok: 8}
+            """)
+    assert any("target_model.num_experts_per_tok: only for an MoE model (num_experts > 0), got 8" in m
+               for m in messages(info.value))
+    with pytest.raises(DocumentError) as info:
+        load_deployment("""\
+            hardware: h200
+            target_model: {preset: qwen3-30b-a3b, num_experts_per_tok: 129}
+            """)
+    assert any("target_model.num_experts_per_tok: must be in [1, num_experts] = [1, 128] for an MoE model, got 129" in m
+               for m in messages(info.value))
