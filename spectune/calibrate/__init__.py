@@ -1,4 +1,5 @@
-"""Acceptance profiles from real deployments: vLLM/SGLang logs, Prometheus scrapes, per-request metrics.
+"""Acceptance profiles from real deployments: vLLM/SGLang logs, Prometheus scrapes, per-request metrics,
+and step-time tables with acceptance from ``vllm bench serve`` results.
 
 ``calibrate(paths)`` reads the files (format detected per file), rebuilds per-window counts, pools
 them and bins them by running-request count; ``calibration_profile`` turns the result into a
@@ -9,6 +10,8 @@ them and bins them by running-request count; ``calibration_profile`` turns the r
     Path("profile.yaml").write_text(profile_yaml(profile))
 """
 
+from spectune.calibrate._bench import BenchRun, read_bench_result
+from spectune.calibrate._bench_table import BenchTable, MeasuredStep, bench_table, step_time_csv
 from spectune.calibrate._calibrate import DEFAULT_BIN_EDGES, Calibration, calibrate
 from spectune.calibrate._estimate import AcceptanceEstimate
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
@@ -18,10 +21,16 @@ __all__ = [
     "DEFAULT_BIN_EDGES",
     "LOG_FORMATS",
     "AcceptanceEstimate",
+    "BenchRun",
+    "BenchTable",
     "Calibration",
     "LogFormat",
+    "MeasuredStep",
+    "bench_table",
     "calibrate",
     "calibration_profile",
     "detect_format",
     "profile_yaml",
+    "read_bench_result",
+    "step_time_csv",
 ]
