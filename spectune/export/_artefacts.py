@@ -14,7 +14,7 @@ from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
 from spectune.export._vllm import SyntheticForm, recommended_speculative_config, vllm_speculative_config, vllm_synthetic_config
-from spectune.study import StudyOutcome
+from spectune.study import StudyOutcome, provenance_notes, recommendation_provenance
 
 __all__ = ["json_text", "recommended_yaml", "write_artefacts"]
 
@@ -40,6 +40,7 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
         f"# {recommendation.combo.label}; aggregate {recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s "
         "(weighted geometric mean over batch-size buckets).",
         *(f"# note: {note}" for note in recommendation.notes),
+        *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),
     ]
     return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
