@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from spectune.errors import SpectuneError
+from spectune.export._measure import measure_script
 from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
@@ -46,7 +47,7 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
 
 
 def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current") -> list[Path]:
-    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv, report.html.
+    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html.
 
     Without any completed trial only trials.csv and report.html are written. Returns the paths written.
     """
@@ -60,6 +61,9 @@ def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)
         files["sglang.txt"] = sglang_flags(recommendation)
+        script = measure_script(outcome)
+        if script is not None:
+            files["measure.sh"] = script
     files["trials.csv"] = trials_csv(outcome)
     files["report.html"] = report_html(outcome)
     written = []
