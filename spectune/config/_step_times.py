@@ -251,6 +251,12 @@ class CostModelConfig(SpectuneModel):
     draft_pass_overhead_s: float = Field(
         default=1e-4, ge=0, le=1, description="roofline: fixed time per neural draft pass (seconds)."
     )
+    zero_k_draft_cost: Literal["none", "draft_prefill", "all_draft_steps"] = Field(
+        default="none",
+        description="What a K = 0 row of a per-batch-size K table costs: 'none' (plain decoding, no drafter pass), "
+        "'draft_prefill' (the drafter still runs one pass to keep its KV cache in sync: vLLM V1, and Model Runner V2 "
+        "with PR #51575) or 'all_draft_steps' (every configured draft step runs and is thrown away: MRV2 before it).",
+    )
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:

@@ -9,6 +9,7 @@ from spectune.cost._build import build_cost_model
 from spectune.cost._interface import CostLimits, CostModel, FitReport, HeldOutPoint, OutOfTableRange, StepTime
 from spectune.cost._measured import MAX_BATCH_EXTRAPOLATION, MeasuredCostModel, StepTimeInterpolator
 from spectune.cost._roofline import RooflineCostModel
+from spectune.cost._zero_row import ZeroRowDraftCostModel, zero_row_draft_time
 
 __all__ = [
     "MAX_BATCH_EXTRAPOLATION",
@@ -21,5 +22,7 @@ __all__ = [
     "RooflineCostModel",
     "StepTime",
     "StepTimeInterpolator",
+    "ZeroRowDraftCostModel",
     "build_cost_model",
+    "zero_row_draft_time",
 ]

@@ -73,7 +73,10 @@ def study_context(document: StudyDocument) -> dict[str, Any]:
         pairs = workload.lengths_csv.pairs
         prompt, output = sum(p for p, _ in pairs) / len(pairs), sum(o for _, o in pairs) / len(pairs)
     temperatures, _ = workload.temperature_mix
+    from spectune.study._zero_row import zero_row_context  # it costs the drafter; keep this module light
+
     return {
+        "zero_row": zero_row_context(document, prompt, output),
         "target_model": document.target_model.name,
         "tensor_parallel_size": document.target_model.tensor_parallel_size,
         "prompt_tokens": prompt,
