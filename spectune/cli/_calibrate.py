@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
+from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
 from spectune.cli._app import app, handle_errors
 from spectune.config import AcceptanceProfile, load_document, read_step_time_table
 from spectune.errors import SpectuneError
@@ -53,6 +54,17 @@ def calibrate_command(
         str | None, typer.Option(help="Lower edges of running-request bins, e.g. 1,4,16,64 (default: powers of two).")
     ] = None,
     no_bins: Annotated[bool, typer.Option("--no-bins", help="Do not bin windows by running requests.")] = False,
+    fit_roofline: Annotated[
+        Path | None,
+        typer.Option(help="vLLM logs: also fit the roofline's bandwidth fraction and step overhead to the engine lines, for the "
+                     "deployment of this simulation or study document (hardware, target, drafter)."),
+    ] = None,
+    cost_model_out: Annotated[
+        Path | None, typer.Option("--cost-model", help="With --fit-roofline: where to write the cost_model section (default: cost-model.yaml beside --out).")
+    ] = None,
+    kv_cache_tokens: Annotated[
+        int | None, typer.Option(help="With --fit-roofline: the server's KV cache size in tokens, when the log lacks vLLM's startup line.")
+    ] = None,
     step_times: Annotated[
         Path | None,
         typer.Option(help="vllm bench serve results: where to write the measured step-time table (default: step-times.csv beside --out)."),
@@ -74,6 +86,10 @@ def calibrate_command(
     for problem in calibration.skipped:
         typer.echo(str(problem), err=True)
     _print_summary(calibration, out)
+    if fit_roofline is not None:
+        if calibration.log_format != "vllm-log":
+            raise SpectuneError(f"--fit-roofline reads vLLM server logs, got {calibration.log_format} input")
+        _fit_roofline(calibration, fit_roofline, cost_model_out or out.parent / "cost-model.yaml", kv_cache_tokens)
 
 
 def _write_profile(calibration: Calibration, profile: AcceptanceProfile, out: Path) -> None:
@@ -185,4 +201,47 @@ def _print_summary(calibration: Calibration, out: Path) -> None:
         console.print(_bins_table(calibration.bins))
     if calibration.skipped:
         console.print(f"{len(calibration.skipped)} line(s) skipped (listed above)")
+    console.print(f"wrote {out}")
+
+
+def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
+    """(hardware, target, drafter, cost_model) of a simulation or study document (a study: its first candidate)."""
+    from spectune.config import default_drafter
+
+    model = load_document(path).model
+    if getattr(model, "kind", None) == "simulation":
+        return model.hardware, model.target_model, model.effective_drafter(), model.cost_model
+    if getattr(model, "kind", None) == "study":
+        candidate = model.candidates[0]
+        drafter = candidate.drafter or default_drafter(candidate.speculative.method, model.target_model)
+        return model.hardware, model.target_model, drafter, model.cost_model
+    raise SpectuneError(f"--fit-roofline: {path} must be a simulation or study document, got kind {getattr(model, 'kind', None)!r}")
+
+
+def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_tokens: int | None) -> None:
+    from spectune.cost import StepSample, fit_roofline, fitted_cost_model
+
+    hardware, target, drafter, base = _deployment(document)
+    logs = [read_engine_log(Path(file), kv_cache_tokens=kv_cache_tokens) for file in calibration.files]
+    for log in logs:
+        for problem in log.skipped:
+            typer.echo(str(problem), err=True)
+    steps = [
+        StepSample(w.num_running, w.num_speculative_tokens, w.context_tokens, w.step_time_s, f"{w.file}:{w.line}")
+        for log in logs for w in log.windows
+    ]  # fmt: skip
+    fit = fit_roofline(steps, hardware, target, drafter)
+    config = fitted_cost_model(fit, source=", ".join(calibration.files), base=base)
+    header = (
+        f"# Fitted by 'spectune calibrate --fit-roofline {document}' to {fit.num_steps} decode windows of {', '.join(calibration.files)}.\n"
+        f"# Paste into a simulation or study document of the same deployment ({target.name} on {hardware.gpu.name}).\n"
+    )
+    data = {"cost_model": {"method": "roofline"} | config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)}
+    _write(out, header + yaml.safe_dump(data, sort_keys=False))
+    console = Console(width=110, highlight=False)
+    console.print(
+        f"roofline fitted to {fit.num_steps} decode windows: achievable_bandwidth_fraction {fit.achievable_bandwidth_fraction:.4f} "
+        f"(was {hardware.gpu.achievable_bandwidth_fraction:g}), overhead_s {fit.overhead_s * 1e3:.3f} ms (was {base.overhead_s * 1e3:g} ms); "
+        f"step-time error mean {fit.mean_relative_error:.1%}, max {fit.max_relative_error:.1%} ({fit.worst})"
+    )
     console.print(f"wrote {out}")

@@ -48,6 +48,7 @@ from spectune.config._simulation import AcceptanceSource, SimulationDocument, Si
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
 from spectune.config._step_times import (
     STEP_TIME_COLUMNS,
+    RooflineFitRecord,
     CostModelConfig,
     StepTimePoint,
     StepTimeTable,
@@ -99,6 +100,7 @@ __all__ = [
     "StudyDocument",
     "SpectuneModel",
     "STEP_TIME_COLUMNS",
+    "RooflineFitRecord",
     "SpectuneNotice",
     "StepTimePoint",
     "StepTimeTable",

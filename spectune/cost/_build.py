@@ -32,6 +32,9 @@ def build_cost_model(
     problems = deployment_problems(hardware, target_model, drafter)
     if problems:
         raise SpectuneError("; ".join(f"{'.'.join(map(str, path))}: {message}" for path, message in problems))
+    if config.achievable_bandwidth_fraction is not None:  # fitted to the deployment: replaces the GPU's nominal one
+        gpu = hardware.gpu.model_copy(update={"achievable_bandwidth_fraction": config.achievable_bandwidth_fraction})
+        hardware = hardware.model_copy(update={"gpu": gpu})
     roofline = RooflineCostModel(hardware, target_model, drafter, config)
     model: CostModel = roofline
     if config.method == "measured":
