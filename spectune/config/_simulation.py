@@ -103,6 +103,11 @@ class SimulationOptions(SpectuneModel):
     )
     max_steps: int = Field(default=1_000_000, ge=1, le=100_000_000, description="Stop after this many steps (steps).")
     baseline: bool = Field(default=True, description="Also simulate without speculation, for the speedup.")
+    k_lookup_counts_prefills: bool = Field(
+        default=False,
+        description="Look up num_speculative_tokens_per_batch_size at the decoding plus the still-prefilling requests, "
+        "as vLLM does before PR #51466: shows whether a table threshold near the batch size makes K thrash.",
+    )
     bank_rows: int = Field(
         default=512, ge=16, le=65536,
         description="Calibrated logit rows per (position, temperature); greedy rates are reproduced to 1/bank_rows.",

@@ -55,6 +55,7 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
         prefill_time=_prefill_time_fn(cost),
         max_steps=document.simulation.max_steps,
         on_step=progress,
+        lookup_counts_prefills=document.simulation.k_lookup_counts_prefills,
     )
     baseline_trace: LoopTrace | None = None
     if document.simulation.baseline if baseline is None else baseline:
