@@ -152,3 +152,11 @@ def test_repeated_runs_that_agree_are_pooled(tmp_path: Path) -> None:
 def test_empty_directory_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DocumentError, match="directory holds no"):
         calibrate([tmp_path])
+
+
+def test_the_example_bench_results_give_the_committed_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/bench/ (the README's loop) is what calibrate writes from the committed results."""
+    repo = Path(__file__).parents[2]
+    monkeypatch.chdir(repo)
+    calibration = calibrate([Path("examples/bench/results")])
+    assert step_time_csv(calibration.bench) == (repo / "examples" / "bench" / "step-times.csv").read_text()
