@@ -79,7 +79,8 @@ def _field_number(fields: dict[str, str], key: str, file: str, line: int) -> flo
 
 
 def _engine_line(text: str, file: str, line: int) -> _Pending:
-    fields = split_fields(text[text.find("Avg prompt throughput:") if "Avg prompt throughput:" in text else text.find(_ENGINE_MARKER):])
+    start = text.find("Avg prompt throughput:")
+    fields = split_fields(text[start if start >= 0 else text.find(_ENGINE_MARKER) :])
     running = _field_number(fields, "running", file, line)
     usage = _field_number(fields, "gpu kv cache usage", file, line)
     if not running.is_integer():

@@ -12,6 +12,7 @@ from spectune.config._documents import (
     load_document,
     validate_source,
 )
+from spectune.config._extrapolation import EXTRAPOLATION_RULES, ExtrapolationRule, extend_conditional, fitted_decay
 from spectune.config._hardware import (
     DRAFTER_PRESET_NAMES,
     GPU_PRESET_NAMES,
@@ -66,6 +67,10 @@ from spectune.config._workload import (
 )
 
 __all__ = [
+    "EXTRAPOLATION_RULES",
+    "ExtrapolationRule",
+    "extend_conditional",
+    "fitted_decay",
     "AcceptanceSource",
     "SimulationDocument",
     "SimulationOptions",

@@ -21,7 +21,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spectune.config import SpeculativeConfig, conditional_to_unconditional, unconditional_to_conditional
+from spectune.config import SpeculativeConfig, conditional_to_unconditional, extend_conditional, unconditional_to_conditional
 from spectune.study import Evaluation, Recommendation, StudyOutcome
 
 __all__ = ["SERVER_START_S", "VLLM_BENCH_SERVE_FLAGS", "VLLM_SERVE_FLAGS", "measure_script", "measurement_ks"]
@@ -54,7 +54,7 @@ def _combo_evaluations(outcome: StudyOutcome, recommendation: Recommendation, k:
 
 def _simulated_rates(outcome: StudyOutcome, recommendation: Recommendation, k: int) -> list[float] | None:
     """Unconditional rates the simulation saw at K (most common bucket first); else the nearest simulated K's,
-    cut or extended by repeating its last conditional rate."""
+    cut, or extended by the candidate's extrapolation rule."""
     space = recommendation.space
     order = sorted(space.batch_sizes, key=lambda b: abs(math.log(b / space.batch_sizes[space.representative_bucket()])))
     by_k: dict[int, list[float]] = {}
@@ -69,8 +69,8 @@ def _simulated_rates(outcome: StudyOutcome, recommendation: Recommendation, k: i
     if not by_k:
         return None
     nearest = min(by_k, key=lambda n: (abs(n - k), -n))
-    conditional = unconditional_to_conditional(_monotone(by_k[nearest]))
-    conditional = [conditional[min(i, len(conditional) - 1)] for i in range(k)]
+    facts = space.context.get("candidates", {}).get(recommendation.combo.candidate, {})
+    conditional = extend_conditional(unconditional_to_conditional(_monotone(by_k[nearest])), k, facts.get("extrapolation", "repeat_last"))
     return [round(r, 4) for r in _monotone(conditional_to_unconditional(conditional))]
 
 

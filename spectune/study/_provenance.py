@@ -23,6 +23,7 @@ from spectune.config import StudyDocument
 from spectune.study._recommend import Recommendation
 from spectune.study._records import Evaluation
 from spectune.study._space import Point, StudySpace
+from spectune.study._zero_row import zero_row_context
 
 __all__ = ["BucketProvenance", "Mark", "mean_tokens", "provenance_notes", "recommendation_provenance", "study_context"]
 
@@ -73,8 +74,6 @@ def study_context(document: StudyDocument) -> dict[str, Any]:
         pairs = workload.lengths_csv.pairs
         prompt, output = sum(p for p, _ in pairs) / len(pairs), sum(o for _, o in pairs) / len(pairs)
     temperatures, _ = workload.temperature_mix
-    from spectune.study._zero_row import zero_row_context  # it costs the drafter; keep this module light
-
     return {
         "zero_row": zero_row_context(document, prompt, output),
         "target_model": document.target_model.name,
@@ -103,8 +102,8 @@ def _acceptance_marks(k: int, sampling: str, facts: Mapping[str, Any], temperatu
         marks.append(Mark(
             "extrapolated_k",
             f"K>{measured} extrapolated",
-            f"acceptance past the profile's {measured} measured position(s) is extrapolated ({rule}); measure K={k} "
-            "(measure.sh) or calibrate from a deployment that drafts that many",
+            f"acceptance past the profile's {measured} measured position(s) is extrapolated ({rule}); calibrate from "
+            f"a deployment that drafts K={k} to measure it",
         ))
     measured_with = facts.get("measured_with")
     if measured_with and sampling != measured_with:

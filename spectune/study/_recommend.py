@@ -179,7 +179,10 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
     max_k = max(k for _, _, k in schedule)
     notes += zero_row_notes(space, winner.combo, choices, completed, winner.aggregate_throughput_tokens_per_s)
     if max_k == 0:
-        notes.append("speculation does not pay off at any batch size; the schedule turns it off everywhere")
+        notes.append(
+            "speculation does not pay off at any batch size: serve without a speculative config (a table of 0 rows "
+            "would still load the drafter, and vLLM runs it in 0-row steps)"
+        )
     return Recommendation(
         space=space,
         combo=winner.combo,

@@ -41,7 +41,7 @@ def test_bad_profiles_are_located(problems_of, body, line, field, fragment):
 
 def test_geometric_decay_extends_at_the_fitted_ratio_from_the_last_measured_rate():
     from spectune.config import AcceptanceRates
-    from spectune.config._extrapolation import fitted_decay
+    from spectune.config import fitted_decay
 
     measured = [0.8, 0.72, 0.648]  # ratio 0.9 per position
     rates = AcceptanceRates(conditional_rates=measured, extrapolation="geometric_decay")
