@@ -92,11 +92,15 @@ def run_serving_loop(
     on_step: Callable[[int, int], None] | None = None,
     kv: KvCacheCapacity | None = None,
     lookahead_slots: Callable[[int], int] = lambda k: 0,
+    lookup_counts_prefills: bool = False,
 ) -> LoopTrace:
     """Simulate serving ``inputs``; K per step comes from ``k_for_batch(decode batch size)``.
 
     ``kv``: the replica's KV block pool (None: unbounded); ``lookahead_slots(K)``: KV slots a decoding
     request reserves beyond its 1 + K verified tokens (``spectune.simulator._kv.drafting_slots``).
+    ``lookup_counts_prefills``: look K up at the decoding plus the still-prefilling requests, as vLLM's
+    K-table lookup does before PR #51466 (a table threshold near the batch size then makes K thrash).
+
     ``verify`` is None for plain decoding (every step emits one token per request).
     ``step_time(batch, K, mean_context_tokens)`` -> (drafting_s, verification_s, sampling_s, overhead_s).
     ``prefill_time(prompt tokens, prompts, shares_pass)`` -> seconds this step's prefill chunks add.
@@ -141,7 +145,8 @@ def run_serving_loop(
 
         # 2. Draft and verify for the requests already decoding (with a KV cache: those that fit).
         batch = len(running)
-        k = k_for_batch(batch) if (batch and verify is not None) else 0
+        lookup = batch + len(prefilling) if lookup_counts_prefills else batch
+        k = k_for_batch(lookup) if (batch and verify is not None) else 0
         preempted = np.zeros(0, dtype=np.int64)
         if kv is not None and batch:
             context_after = inputs.prompt_tokens[running] + generated[running] + k + lookahead_slots(k)
@@ -152,7 +157,8 @@ def run_serving_loop(
                 prefill_left[preempted] = prefill_target[preempted]
                 prefilling = [int(r) for r in preempted[::-1]] + prefilling
                 batch = len(running)
-                k = k_for_batch(batch) if (batch and verify is not None) else 0
+                lookup = batch + len(prefilling) if lookup_counts_prefills else batch
+                k = k_for_batch(lookup) if (batch and verify is not None) else 0
         if batch and k > 0:
             emitted = verify(running, steps_done[running], k)
             _count_acceptance(trace, emitted, k)

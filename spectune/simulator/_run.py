@@ -46,7 +46,10 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
     spec = document.speculative
     drafter = document.effective_drafter()
     work = _sampler_work(document)
-    cost = build_cost_model(document.hardware, document.target_model, drafter, document.cost_model, sampler_work=work)
+    cost = build_cost_model(
+        document.hardware, document.target_model, drafter, document.cost_model,
+        num_speculative_tokens=spec.num_speculative_tokens, sampler_work=work,
+    )  # fmt: skip
     verify = _Verifier(document, requests, device)
     replicas = document.num_replicas
     # vLLM turns dynamic speculation off under data parallelism: every batch gets the maximum K
@@ -69,6 +72,7 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
             on_step=on_step,
             kv=pools[-1],
             lookahead_slots=slots,
+            lookup_counts_prefills=document.simulation.k_lookup_counts_prefills,
         )
 
     trace = run_replicas(inputs, replicas, verify, run_one, progress)
