@@ -1,4 +1,5 @@
-"""``simulate`` / ``simulate_many``: build the pieces simulation documents ask for, run their loops (in\nlockstep where they can share a call), summarise."""
+"""``simulate`` / ``simulate_many``: build the pieces simulation documents ask for, run their loops (in
+lockstep where they can share a call), summarise."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from spectune.config import SimulationDocument
-from spectune.cost import CostModel, build_cost_model
+from spectune.config import AcceptanceRates, SimulationDocument, kv_cache_capacity_tokens
+from spectune.cost import CostModel, SamplerWork, build_cost_model
 from spectune.simulator._backend import resolve_device, select_rejection_sample
+from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._engine import EngineMember, run_lockstep, slot_rows
-from spectune.simulator._loop import LoopInputs, LoopTrace, run_serving_loop, serving_loop
-from spectune.simulator._metrics import SimulationResult, summarize
+from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier, run_serving_loop, serving_loop
+from spectune.simulator._metrics import KvCacheReport, SimulationResult, summarize
+from spectune.simulator._replicas import merge_traces, run_replicas, split_load
 from spectune.workload import LogitSynthesizer, RequestTable, generate_requests
 
 __all__ = ["lockstep_groups", "simulate", "simulate_many"]
@@ -86,6 +89,8 @@ def lockstep_groups(documents: Sequence[SimulationDocument]) -> list[list[int]]:
 def _verifies(document: SimulationDocument) -> bool:
     """False when the schedule turns speculation off at every batch size the workload can reach."""
     spec = document.speculative
+    if document.num_replicas > 1:  # every batch gets the maximum K (see _Setup)
+        return spec.num_speculative_tokens > 0
     cap = _concurrency(document)
     return any(spec.num_speculative_tokens_for_batch(b) > 0 for b in range(1, cap + 1))
 
@@ -148,15 +153,12 @@ def _simulate_group(
     documents: list[SimulationDocument], device: torch.device, *, baseline: bool | None, progress: Progress | None
 ) -> list[SimulationResult]:
     started = time.perf_counter()
-    members, setups = [], []
-    for document in documents:
-        member_started = time.perf_counter()
-        members.append(_member(document, device, progress))
-        setups.append(time.perf_counter() - member_started)
+    setups = [_Setup(document, device, progress) for document in documents]
     first = documents[0]
     backend, rejection_sample = select_rejection_sample(first.simulation.kernel_backend, device)
     synthetic = first.speculative.synthetic_conditional_rates() if first.speculative.rejection_sample_method == "synthetic" else None
     engine_started = time.perf_counter()
+    members = [member for setup in setups for member in setup.members]
     run_lockstep(
         members,
         device=device,
@@ -164,84 +166,152 @@ def _simulate_group(
         synthetic_rates=torch.tensor(synthetic, dtype=torch.float32, device=device) if synthetic else None,
         backend=backend,
         rejection_sample=rejection_sample,
+        vocab_size=first.workload.vocab_size,
+        draft_logits=first.speculative.draft_sample_method == "probabilistic",
     )
     engine_s = time.perf_counter() - engine_started
     total_rows = max(sum(m.rows_verified for m in members), 1)
     results = []
-    for document, member, setup_s in zip(documents, members, setups):
-        assert member.trace is not None
-        own_s = setup_s + (engine_s * member.rows_verified / total_rows if len(members) > 1 else engine_s)
-        baseline_trace = _baseline_trace(document) if (document.simulation.baseline if baseline is None else baseline) else None
-        results.append(
-            summarize(
-                member.trace,
-                baseline=baseline_trace,
-                wall_time_s=own_s if len(members) > 1 else time.perf_counter() - started,
-                kernel_wall_time_s=member.kernel_s,
-                synthesis_wall_time_s=member.synthesis_s,
-            )
-        )
+    for setup in setups:
+        rows = sum(m.rows_verified for m in setup.members)
+        own_s = setup.setup_s + engine_s * rows / total_rows if len(setups) > 1 else time.perf_counter() - started
+        results.append(setup.summary(baseline, own_s))
     return results
 
 
-def _member(document: SimulationDocument, device: torch.device, progress: Progress | None) -> EngineMember:
-    requests = generate_requests(document.workload, seed=document.seed)
-    spec = document.speculative
-    cost = build_cost_model(document.hardware, document.target_model, document.effective_drafter(), document.cost_model)
-    verifies = _verifies(document)
-    loop = serving_loop(
-        _loop_inputs(document, requests),
-        k_for_batch=spec.num_speculative_tokens_for_batch,
-        verifies=verifies,
-        step_time=_step_time_fn(cost, draft_probabilities=spec.draft_sample_method == "probabilistic"),
-        prefill_time=_prefill_time_fn(cost),
-        max_steps=document.simulation.max_steps,
-        on_step=progress,
-    )
-    rng = np.random.default_rng(document.seed)
-    return EngineMember(
-        loop=loop,
-        synthesizer=_synthesizer(document, requests, device) if verifies else None,
-        temperature_index=torch.from_numpy(requests.temperature_index).to(device),
-        request_seeds=rng.integers(0, 2**62, size=len(requests), dtype=np.int64),
-        generator=torch.Generator(device=device).manual_seed(document.seed),
-        concurrency=_concurrency(document),
-    )
+class _Setup:
+    """One document in an engine: its members (a serving loop per data-parallel replica), cost model,
+    KV pools and logit synthesizers (one per acceptance bin a running batch falls in, built on first use)."""
 
-
-def _synthesizer(document: SimulationDocument, requests: RequestTable, device: torch.device) -> LogitSynthesizer:
-    spec = document.speculative
-    if spec.rejection_sample_method == "synthetic":
-        rates = spec.synthetic_conditional_rates() or []
-        measured_with = "greedy"
-    else:
-        if document.acceptance is None:  # the document's own rule forbids this
+    def __init__(self, document: SimulationDocument, device: torch.device, progress: Progress | None) -> None:
+        started = time.perf_counter()
+        self.document, self.device = document, device
+        self.requests = requests = generate_requests(document.workload, seed=document.seed)
+        self.inputs = inputs = _loop_inputs(document, requests)
+        spec = document.speculative
+        drafter = document.effective_drafter()
+        self.work = _sampler_work(document)
+        cost = build_cost_model(
+            document.hardware, document.target_model, drafter, document.cost_model,
+            num_speculative_tokens=spec.num_speculative_tokens, sampler_work=self.work,
+        )  # fmt: skip
+        self.replicas = replicas = document.num_replicas
+        # vLLM turns dynamic speculation off under data parallelism: every batch gets the maximum K
+        k_for_batch = spec.num_speculative_tokens_for_batch if replicas == 1 else lambda batch: spec.num_speculative_tokens
+        self.kv_tokens = kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, drafter)
+        self.pools: list[KvCacheCapacity] = []
+        self.synthetic_rates = spec.synthetic_conditional_rates() if spec.rejection_sample_method == "synthetic" else None
+        if self.synthetic_rates is None and document.acceptance is None:  # the document's own rule forbids this
             raise ValueError("document.acceptance is required unless the method is synthetic")
-        batch = document.workload.concurrency or document.workload.max_num_seqs
-        rates = document.acceptance.rates_for_batch(batch).conditional(spec.num_speculative_tokens)
-        measured_with = document.acceptance.measured_with
-    return LogitSynthesizer(
-        rates,
-        requests.temperatures,
-        vocab_size=document.workload.vocab_size,
-        draft_sample_method=spec.draft_sample_method,
-        measured_with=measured_with,
-        device=device,
-        bank_rows=document.simulation.bank_rows,
-    )
+        self._synthesizers: dict[int, LogitSynthesizer] = {}
+        verifies = _verifies(document)
+        temperature_index = torch.from_numpy(requests.temperature_index).to(device)
+        rng = np.random.default_rng(document.seed)
+        request_seeds = rng.integers(0, 2**62, size=len(requests), dtype=np.int64)
+        generator = torch.Generator(device=device).manual_seed(document.seed)
+
+        def slots(k: int) -> int:
+            return drafting_slots(spec.method, k, parallel_drafting=drafter.drafting == "parallel")
+
+        parts = [(None, inputs)] if replicas == 1 else split_load(inputs, replicas)
+        self.part_ids: list[np.ndarray | None] = []
+        self.members: list[EngineMember] = []
+        for ids, part in parts:
+            self.pools.append(KvCacheCapacity(kv_tokens // BLOCK_SIZE_TOKENS, len(part.output_tokens)))
+            loop = serving_loop(
+                part,
+                k_for_batch=k_for_batch,
+                verifies=verifies,
+                step_time=_step_time_fn(cost, draft_probabilities=spec.draft_sample_method == "probabilistic"),
+                prefill_time=_prefill_time_fn(cost),
+                max_steps=document.simulation.max_steps,
+                on_step=progress if replicas == 1 else None,
+                kv=self.pools[-1],
+                lookahead_slots=slots,
+                lookup_counts_prefills=document.simulation.k_lookup_counts_prefills,
+            )
+            self.part_ids.append(ids)
+            self.members.append(EngineMember(
+                loop=loop, synthesizer=self._synthesizer if verifies else None, temperature_index=temperature_index,
+                request_seeds=request_seeds, generator=generator,
+                concurrency=part.closed_loop_concurrency or part.max_running_requests,
+                num_drafts=spec.num_speculative_tokens, global_ids=ids,
+            ))  # fmt: skip
+        self.setup_s = time.perf_counter() - started
+
+    def _synthesizer(self, batch_size: int) -> LogitSynthesizer:
+        """The logit synthesizer of the acceptance bin a running batch of ``batch_size`` falls in."""
+        document = self.document
+        if self.synthetic_rates is not None:
+            index, rates, measured_with = -1, list(self.synthetic_rates), "greedy"
+        else:
+            acceptance = document.acceptance
+            assert acceptance is not None
+            chosen: AcceptanceRates = acceptance.rates_for_batch(batch_size)
+            index = acceptance.bins.index(chosen) if acceptance.bins and chosen is not acceptance else -1
+            rates, measured_with = chosen.conditional(document.speculative.num_speculative_tokens), acceptance.measured_with
+        if index not in self._synthesizers:
+            self._synthesizers[index] = LogitSynthesizer(
+                rates,
+                self.requests.temperatures,
+                vocab_size=document.workload.vocab_size,
+                draft_sample_method=document.speculative.draft_sample_method,
+                measured_with=measured_with,
+                device=self.device,
+                bank_rows=document.simulation.bank_rows,
+            )
+        return self._synthesizers[index]
+
+    def summary(self, baseline: bool | None, wall_time_s: float) -> SimulationResult:
+        document = self.document
+        traces = [m.trace for m in self.members]
+        assert all(t is not None for t in traces)
+        if self.replicas == 1:
+            trace = traces[0]
+        else:
+            trace = merge_traces([(ids, t) for ids, t in zip(self.part_ids, traces)], len(self.inputs.output_tokens))  # type: ignore[misc]
+        assert trace is not None
+        kv_report = KvCacheReport(
+            capacity_tokens=self.kv_tokens,
+            peak_usage=max(pool.peak_blocks_used / pool.num_blocks for pool in self.pools),
+            num_preemptions=sum(pool.num_preemptions for pool in self.pools),
+        )
+        baseline_trace: LoopTrace | None = None
+        if document.simulation.baseline if baseline is None else baseline:
+            plain = build_cost_model(document.hardware, document.target_model, None, document.cost_model, sampler_work=self.work)
+            plain_kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, None)
+
+            def run_plain(part: LoopInputs, _: StepVerifier | None, on_step: Progress | None) -> LoopTrace:
+                return run_serving_loop(
+                    part,
+                    k_for_batch=lambda batch: 0,
+                    verify=None,
+                    step_time=_step_time_fn(plain, draft_probabilities=False),
+                    prefill_time=_prefill_time_fn(plain),
+                    max_steps=document.simulation.max_steps,
+                    kv=KvCacheCapacity(plain_kv_tokens // BLOCK_SIZE_TOKENS, len(part.output_tokens)),
+                )
+
+            baseline_trace = run_replicas(self.inputs, self.replicas, None, run_plain, None)
+        return summarize(
+            trace,
+            baseline=baseline_trace,
+            wall_time_s=wall_time_s,
+            kernel_wall_time_s=sum(m.kernel_s for m in self.members),
+            synthesis_wall_time_s=sum(m.synthesis_s for m in self.members),
+            num_replicas=self.replicas,
+            kv_cache=kv_report,
+        )
 
 
-def _baseline_trace(document: SimulationDocument) -> LoopTrace:
-    requests = generate_requests(document.workload, seed=document.seed)
-    plain = build_cost_model(document.hardware, document.target_model, None, document.cost_model)
-    return run_serving_loop(
-        _loop_inputs(document, requests),
-        k_for_batch=lambda batch: 0,
-        verify=None,
-        step_time=_step_time_fn(plain, draft_probabilities=False),
-        prefill_time=_prefill_time_fn(plain),
-        max_steps=document.simulation.max_steps,
-    )
+def _sampler_work(document: SimulationDocument) -> SamplerWork:
+    """What vLLM's rejection sampler does each step of ``document``: its rule, and whether all requests are greedy."""
+    spec = document.speculative
+    rule = spec.rejection_sample_method
+    if rule == "block" and spec.method in ("ngram", "ngram_gpu", "suffix"):
+        rule = "standard"  # no draft distribution: vLLM verifies with the standard rule
+    temperatures, _ = document.workload.temperature_mix
+    return SamplerWork(rejection_sample_method=rule, all_greedy=all(t == 0 for t in temperatures))
 
 
 def _loop_inputs(document: SimulationDocument, requests: RequestTable) -> LoopInputs:

@@ -8,6 +8,7 @@ interruption and many workers can share it.
 
 from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
 from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._provenance import BucketProvenance, Mark, provenance_notes, recommendation_provenance, study_context
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._recommend import (
     BucketChoice,
@@ -28,12 +29,14 @@ from spectune.study._structured import next_k, structured_converged, structured_
 __all__ = [
     "EXHAUSTIVE_LIMIT",
     "BucketChoice",
+    "BucketProvenance",
     "Candidate",
     "Combo",
     "ComboScore",
     "Constraint",
     "Evaluation",
     "Evaluator",
+    "Mark",
     "Point",
     "Recommendation",
     "SearchState",
@@ -59,7 +62,9 @@ __all__ = [
     "open_storage",
     "open_study",
     "outcome_of",
+    "provenance_notes",
     "recommend",
+    "recommendation_provenance",
     "resolve_strategy",
     "run_study",
     "search_space",
@@ -67,4 +72,5 @@ __all__ = [
     "space_from_document",
     "structured_converged",
     "structured_next_point",
+    "study_context",
 ]
