@@ -74,3 +74,31 @@ def test_a_memory_budget_splits_the_group_and_keeps_the_numbers(simulation_docum
 def test_different_rules_do_not_share_a_call(simulation_document):
     documents = _documents(simulation_document, "standard", "greedy")[:1] + _documents(simulation_document, "block", "greedy")[:1]
     assert [len(g) for g in lockstep_groups(documents)] == [1, 1]
+
+
+def test_lockstep_equals_alone_with_replicas_and_acceptance_bins(simulation_document):
+    """Data-parallel replicas are members of their own (their loops share the document's streams), and
+    a bin's synthesizer joins the engine when a running batch first falls in it."""
+    replicas = simulation_document(
+        speculative={"method": "eagle3", "num_speculative_tokens": 3},
+        hardware={"gpu": "h100-sxm", "num_gpus": 4},
+        target_model={"preset": "llama-3.1-8b", "tensor_parallel_size": 2},
+        workload={"concurrency": 12, "num_requests": 40, "temperature": 0.7},
+        simulation={"bank_rows": 64},
+    )
+    bins = simulation_document(
+        seed=3,
+        speculative={"method": "eagle3", "num_speculative_tokens": 2},
+        acceptance={"conditional_rates": [0.5], "bins": [
+            {"min_running": 1, "max_running": 4, "conditional_rates": [0.9]},
+            {"min_running": 5, "max_running": 64, "conditional_rates": [0.3]},
+        ]},
+        workload={"concurrency": 8, "num_requests": 40, "temperature": 0.7},
+        simulation={"bank_rows": 64},
+    )
+    assert replicas.num_replicas == 2
+    together = simulate_many([replicas, bins], baseline=False)
+    assert [len(g) for g in lockstep_groups([replicas, bins])] == [2]
+    for document, result in zip([replicas, bins], together):
+        assert _numbers(result) == _numbers(simulate(document, baseline=False))
+    assert together[0].num_requests == 40 and together[1].num_drafts > 0
