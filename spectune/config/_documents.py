@@ -8,7 +8,9 @@ A file holds one mapping. Without a ``kind`` key it is a bare speculative config
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,6 +165,17 @@ def find_documents(paths: Iterable[Path]) -> tuple[list[Path], list[Problem]]:
             files.extend(found)
         elif path.exists():
             files.append(path)
+        elif path.is_symlink():
+            problems.append(Problem(str(path), None, "", _broken_link(path)))
         else:
             problems.append(Problem(str(path), None, "", "no such file or directory"))
     return files, problems
+
+
+def _broken_link(path: Path) -> str:
+    try:
+        path.stat()
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "symbolic link loop (the link points back to itself)"
+    return f"symbolic link to {os.readlink(path)!r}, which does not exist"

@@ -20,6 +20,7 @@ from pydantic import Field, GetJsonSchemaHandler, ValidationInfo, field_validato
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from spectune._files import read_bounded
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import schema_with_name_forms
 from spectune.config._loader import MAX_DOCUMENT_BYTES, read_mapping
@@ -202,13 +203,7 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     extras: dict[str, Any] = {}
     if suffix == ".csv":
         try:
-            if path.stat().st_size > MAX_DOCUMENT_BYTES:
-                raise DocumentError([Problem(file, None, "", f"file is larger than {MAX_DOCUMENT_BYTES} bytes")])
-            text = path.read_bytes().decode("utf-8-sig")
-        except (FileNotFoundError, IsADirectoryError):
-            raise DocumentError([Problem(file, None, "", "no such file")]) from None
-        except OSError as err:
-            raise DocumentError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
+            text = read_bounded(path, MAX_DOCUMENT_BYTES, expected="a CSV file").decode("utf-8-sig")
         except UnicodeDecodeError as err:
             raise DocumentError([Problem(file, None, "", f"not UTF-8 text (byte {err.start})")]) from None
         rows, problems = _read_csv(text, file)
