@@ -111,16 +111,20 @@ def _progress_callback(enabled: bool, console: Console) -> tuple[Callable[[Study
 
 
 class _GracefulStop:
-    """First Ctrl-C: finish the running trial, then stop (and still report). Second: stop now."""
+    """First Ctrl-C: finish the running trials, then stop (and still report). Second: stop now."""
 
     def __init__(self) -> None:
         self.requested = False
         self._previous = signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum: int, frame: object) -> None:
+        import optuna
+
         self.requested = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        typer.echo("stopping after the running trial (Ctrl-C again to stop now)", err=True)
+        # Optuna logs a trial that a second Ctrl-C interrupts with its traceback; the one-line notice suffices.
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        typer.echo("stopping after the running trials (Ctrl-C again to stop now)", err=True)
 
     def __call__(self) -> bool:
         return self.requested
@@ -146,10 +150,12 @@ def run(
     import optuna
 
     from spectune.config import load_document
-    from spectune.export import write_artefacts
+    from spectune.export import check_output_dir, write_artefacts
     from spectune.study import load_outcome, run_study
     from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
 
+    if n_trials is not None and n_trials < 1:
+        raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')")
     loaded = load_document(study, expect="study")
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
@@ -158,6 +164,7 @@ def run(
         raise SpectuneError(f"--sampler: must be one of auto, structured, exhaustive, tpe, got {sampler!r}")
     chosen: Literal["auto", "structured", "exhaustive", "tpe"] = sampler or document.trials.sampler  # type: ignore[assignment]
     out_dir = _out_dir(document.name, out)
+    check_output_dir(out_dir)  # before the study runs, not after
     storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
     space = space_from_document(document)
     console = Console(soft_wrap=True, highlight=False)
@@ -178,7 +185,7 @@ def run(
     try:
         run = run_study(
             space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
-            n_trials=n_trials or document.trials.n_trials, workers=workers, seed=document.seed,
+            n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
         )  # fmt: skip
     except KeyboardInterrupt:
@@ -221,3 +228,23 @@ def show(
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no trials"
     console.print(f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points")
     print_summary(console, outcome)
+
+
+@study_app.command("repair")
+@handle_errors
+def repair(
+    journal: Annotated[Path, typer.Argument(help="The study's journal file.", show_default=False)],
+) -> None:
+    """Keep every readable record of a damaged journal file, after backing it up to JOURNAL.bak.
+
+    Stop every worker on the journal first.
+    """
+    from spectune.study import repair_journal
+
+    result = repair_journal(str(journal))
+    if result.backup is None:
+        typer.echo(f"{journal}: all {result.kept} records are readable; nothing to repair")
+        return
+    for number, reason in result.dropped:
+        typer.echo(f"{journal}:{number}: dropped ({reason})")
+    typer.echo(f"kept {result.kept} records, dropped {len(result.dropped)} lines; the original is at {result.backup}")

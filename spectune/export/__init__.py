@@ -5,7 +5,7 @@
 rates, for checking on a GPU), ``sglang.txt`` (server flags), ``trials.csv`` and ``report.html``.
 """
 
-from spectune.export._artefacts import json_text, recommended_yaml, write_artefacts
+from spectune.export._artefacts import ARTEFACT_NAMES, check_output_dir, json_text, recommended_yaml, write_artefacts
 from spectune.export._report import pareto_front, report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
 from spectune.export._svg import Series, chart_svg, nice_ticks
@@ -19,11 +19,13 @@ from spectune.export._vllm import (
 )
 
 __all__ = [
+    "ARTEFACT_NAMES",
     "SGLANG_ALGORITHMS",
     "TRIAL_COLUMNS",
     "Series",
     "SyntheticForm",
     "chart_svg",
+    "check_output_dir",
     "json_text",
     "nice_ticks",
     "pareto_front",
