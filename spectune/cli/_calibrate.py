@@ -9,9 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from spectune._files import check_output_file, write_atomic
 from spectune.calibrate import DEFAULT_BIN_EDGES, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
 from spectune.cli._app import app, handle_errors
-from spectune.config import load_document
+from spectune.config import parse_mapping_text, validate_source
 from spectune.errors import SpectuneError
 
 
@@ -54,6 +55,9 @@ def calibrate_command(
     no_bins: Annotated[bool, typer.Option("--no-bins", help="Do not bin windows by running requests.")] = False,
 ) -> None:
     """Turn real speculative-decoding metrics into an acceptance profile for simulations and studies."""
+    if temperature is not None and not 0.0 <= temperature <= 10.0:  # NaN fails too
+        raise SpectuneError(f"--temperature: must be a number in [0, 10], got {temperature}")
+    check_output_file(out)  # before reading the inputs
     calibration = calibrate(
         files,
         log_format=log_format,  # type: ignore[arg-type] -- checked by calibrate
@@ -63,11 +67,9 @@ def calibrate_command(
     )
     profile = calibration_profile(calibration, name=name or files[0].stem, method=method, temperature=temperature)
     header = f"Written by 'spectune calibrate' from {', '.join(calibration.files)}.\nRates are fractions; see 'notes' for how they were obtained."
-    try:
-        out.write_text(profile_yaml(profile, header=header), encoding="utf-8")
-    except OSError as err:
-        raise SpectuneError(f"cannot write {out}: {err.strerror}") from None
-    load_document(out, expect="acceptance_profile")  # the file must pass 'spectune validate' as written
+    text = profile_yaml(profile, header=header)
+    validate_source(parse_mapping_text(text, str(out)), expect="acceptance_profile")  # it must pass 'spectune validate'
+    write_atomic(out, text)
     for problem in calibration.skipped:
         typer.echo(str(problem), err=True)
     _print_summary(calibration, out)
