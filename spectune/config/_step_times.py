@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,6 +63,22 @@ class StepTimeTable(SpectuneModel):
     def num_speculative_tokens_measured(self) -> list[int]:
         """The K values the table covers, ascending."""
         return sorted({p.num_speculative_tokens for p in self.points})
+
+    def k_coverage_problem(self, needed: Iterable[int]) -> str | None:
+        """Why the table cannot give step times for every K in ``needed`` (None when it can).
+
+        K is interpolated between measured values, never extrapolated, so ``validate`` refuses what
+        ``simulate`` would refuse at its first step.
+        """
+        measured = self.num_speculative_tokens_measured()
+        outside = sorted(k for k in set(needed) if not measured[0] <= k <= measured[-1])
+        if not outside:
+            return None
+        where = self.file or "the table"
+        return (
+            f"{where} measures K {measured[0]}..{measured[-1]}, but this document needs K {', '.join(map(str, outside))}; "
+            "K is interpolated between measured values, never extrapolated: measure it"
+        )
 
 
 def _point_problems(keys: list[tuple[int, int]], where: Callable[[int], str]) -> list[tuple[int, str]]:
