@@ -208,13 +208,20 @@ def _read_records(data: bytes) -> tuple[list[bytes], list[tuple[int, str]]]:
             bad.append((number, "an empty line"))
             continue
         try:
-            record = json.loads(line)
-            if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
-                raise ValueError("not a record with an op_code")
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append((number, "not UTF-8 text"))
+            continue
+        except ValueError as err:
+            bad.append((number, f"not JSON: {err}"[:120]))
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
+            bad.append((number, "not a journal record: no op_code"))
+            continue
+        try:
             replay.apply_logs([record])
         except (ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError) as err:
-            reason = "not UTF-8" if isinstance(err, UnicodeDecodeError) else f"{type(err).__name__}: {err}"
-            bad.append((number, reason[:120]))
+            bad.append((number, f"a record Optuna cannot apply: {type(err).__name__}: {err}"[:120]))
             continue
         kept.append(line)
     return kept, bad
