@@ -169,7 +169,8 @@ def close_storage(storage: BaseStorage) -> None:
 
 
 def _repair_journal_tail(path: Path) -> None:
-    """Drop a half-written last record (a writer killed mid-write), which would corrupt the next one."""
+    """End the journal with a newline: drop a half-written last record (a writer killed mid-write), which
+    would corrupt the next one, or end a whole one that lost only its newline."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as journal:
@@ -178,7 +179,16 @@ def _repair_journal_tail(path: Path) -> None:
             return
         journal.seek(0)
         data = journal.read()
-        journal.truncate(data.rfind(b"\n") + 1)
+        start = data.rfind(b"\n") + 1
+        try:
+            whole = isinstance(json.loads(data[start:].decode("utf-8")).get("op_code"), int)
+        except (ValueError, AttributeError):
+            whole = False
+        if whole:
+            journal.seek(0, os.SEEK_END)
+            journal.write(b"\n")
+        else:
+            journal.truncate(start)
 
 
 @dataclass(frozen=True)
