@@ -4,6 +4,10 @@ The budget is the number of COMPLETE trials the study should end with. Workers c
 ask for a trial; two that ask at the same moment are sorted out here, in trial-number order: a trial
 that finds the budget already filled by the trials numbered below it is pruned without simulating.
 So N workers on a budget of B end with exactly B complete trials.
+
+A point already evaluated is answered from storage; one that a live earlier trial holds (TPE proposes
+repeats, and with many workers the first may still be running) waits for that trial's result. Either
+way each point is simulated once.
 """
 
 from __future__ import annotations
