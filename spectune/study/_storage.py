@@ -120,6 +120,8 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
     """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage."""
     if not _is_url(storage):
         path = Path(storage)
+        if path.exists() and not path.is_file():
+            raise SpectuneError(f"--storage {storage}: not a regular file (a journal file, or a database URL)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             lock = _FlockJournalLock(str(path))

@@ -41,3 +41,10 @@ def test_repair_takes_a_free_backup_name_and_keeps_a_whole_record_that_lacks_its
 def test_repair_of_a_missing_file_is_a_user_error(tmp_path):
     with pytest.raises(SpectuneError, match="no journal file there"):
         repair_journal(str(tmp_path / "none.journal"))
+
+
+def test_a_storage_that_is_not_a_regular_file_is_refused_not_read(tmp_path):
+    space = make_space(batch_sizes=(8,), max_k=1, methods=("ngram",))
+    for storage in ("/dev/zero", str(tmp_path)):
+        with pytest.raises(SpectuneError, match=f"--storage {storage}: not a regular file"):
+            run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage)
