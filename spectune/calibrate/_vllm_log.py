@@ -98,7 +98,7 @@ def _tokens(fields: dict[str, str], key: str) -> int:
 
 
 def _number(fields: dict[str, str], key: str) -> tuple[float, float] | None:
-    """(value, half step of its printed precision), or None when the field is absent or 'nan'.
+    """(value, half step of its printed precision), or None when the field is absent (NaN refuses the line).
 
     Only the leading number counts: the last field may carry what a log shipper appended (the rest of
     a Docker JSON log record, for one).

@@ -130,7 +130,9 @@ class _GracefulStop:
         return self.requested
 
     def restore(self) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        # After a first Ctrl-C the command is ending: a second one has nothing left to stop, and would
+        # otherwise interrupt the interpreter's exit.
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
 
 
 @study_app.command("run")
@@ -150,8 +152,8 @@ def run(
     import optuna
 
     from spectune.config import load_document
-    from spectune.export import check_output_dir, write_artefacts
-    from spectune.study import load_outcome, run_study
+    from spectune.export import check_output_dir
+    from spectune.study import run_study
     from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
 
     if n_trials is not None and n_trials < 1:
@@ -188,25 +190,34 @@ def run(
             n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
         )  # fmt: skip
+        close()
+        _report(console, storage_url, space.name, run.completed_trials, started, out_dir)
     except KeyboardInterrupt:
         close()
-        typer.echo("interrupted: the trial that was running is failed and re-run next time; run the same command to resume", err=True)
+        typer.echo("interrupted: a trial that was running is failed and re-run next time; run the same command to resume", err=True)
         raise typer.Exit(code=130) from None
     finally:
         stop.restore()
         close()
-    outcome = load_outcome(storage_url, space.name)
+    if stop.requested:
+        console.print("stopped early (Ctrl-C): run the same command to resume the study")
+        raise typer.Exit(code=130)
+
+
+def _report(console: Console, storage_url: str, name: str, new_trials: int, started: float, out_dir: Path) -> None:
+    """What the study holds now, its recommendation, and its artefacts written to ``out_dir``."""
+    from spectune.export import write_artefacts
+    from spectune.study import load_outcome
+
+    outcome = load_outcome(storage_url, name)
     complete = sum(1 for t in outcome.trials if t.state == "COMPLETE")
     console.print(
-        f"{complete} complete trials ({outcome.num_evaluations} simulations), {run.completed_trials} new in this run "
+        f"{complete} complete trials ({outcome.num_evaluations} simulations), {new_trials} new in this run "
         f"({time.monotonic() - started:.0f} s)"
     )
     print_summary(console, outcome)
     written = write_artefacts(outcome, out_dir)
     console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
-    if stop.requested:
-        console.print("stopped early (Ctrl-C): run the same command to resume the study")
-        raise typer.Exit(code=130)
 
 
 @study_app.command("show")

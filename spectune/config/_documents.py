@@ -120,9 +120,7 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
 
 
 def _field_names(model: type[BaseModel]) -> set[str]:
-    return {name for name, info in model.model_fields.items()} | {
-        info.alias for info in model.model_fields.values() if info.alias
-    }
+    return set(model.model_fields) | {info.alias for info in model.model_fields.values() if info.alias}
 
 
 def _check_not_a_kindless_document(source: SourceMapping) -> None:

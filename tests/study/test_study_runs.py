@@ -267,10 +267,10 @@ def test_tpe_with_many_workers_simulates_each_point_once(tmp_path):
 def test_a_graceful_stop_lets_every_worker_finish_its_running_trial(tmp_path):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))
     storage = str(tmp_path / "s.journal")
-    started = time.monotonic()
+    calls = tmp_path / "calls.log"  # a line when a simulation ends; the stop comes while the next ones run
     stopped = run_study(
-        space, SyntheticEvaluator(delay_s=0.5), fingerprint(), storage=storage, strategy="exhaustive", workers=2,
-        should_stop=lambda: time.monotonic() - started > 4.0,
+        space, SyntheticEvaluator(delay_s=0.5, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive",
+        workers=2, should_stop=lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2,
     )  # fmt: skip
     trials = load_outcome(storage, space.name).trials
     assert Counter(t.state for t in trials) == {"COMPLETE": stopped.completed_trials}  # none killed mid-trial
