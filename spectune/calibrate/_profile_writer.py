@@ -22,6 +22,7 @@ _FORMAT_NAMES = {
     "vllm-prometheus": "vLLM Prometheus scrapes",
     "vllm-per-request": "vLLM per-request metrics",
     "sglang-log": "SGLang log",
+    "vllm-bench": "vllm bench serve results",
 }
 
 
@@ -91,7 +92,8 @@ def calibration_profile(
     source = f"{_FORMAT_NAMES[calibration.log_format]}: {', '.join(calibration.files)}"
     if calibration.model_name:
         source += f" (model_name {calibration.model_name})"
-    source += f"; {overall.num_windows} windows, K={calibration.num_positions}"
+    unit = "runs" if calibration.log_format == "vllm-bench" else "windows"
+    source += f"; {overall.num_windows} {unit}, K={calibration.num_positions}"
     bins = [
         {"min_running": b.min_running, "max_running": b.max_running, **_measured_fields(b)} for b in calibration.bins
     ]

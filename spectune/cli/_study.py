@@ -64,10 +64,11 @@ def locate_study(target: str, *, storage: str | None, out: Path | None) -> tuple
 
 def _table(rows: list[dict[str, str]]) -> Table:
     """Rows of strings as a table; the 'note' column only when some row has a note."""
-    columns = [c for c in rows[0] if c != "note" or any(r.get("note") for r in rows)] if rows else []
+    optional = ("note", "marks")  # shown only when some row has one
+    columns = [c for c in rows[0] if c not in optional or any(r.get(c) for r in rows)] if rows else []
     table = Table(show_edge=True)
     for column in columns:
-        table.add_column(column, justify="left" if column in ("note", "config") else "right")
+        table.add_column(column, justify="left" if column in (*optional, "config") else "right")
     for row in rows:
         table.add_row(*(row[c] for c in columns))
     return table
@@ -76,6 +77,7 @@ def _table(rows: list[dict[str, str]]) -> Table:
 def print_summary(console: Console, outcome: StudyOutcome) -> None:
     """The recommendation, its per-bucket table and the vLLM flag."""
     from spectune.export import pareto_rows, summary_rows, vllm_speculative_config
+    from spectune.study import provenance_notes, recommendation_provenance
 
     recommendation = outcome.recommendation
     if recommendation is None:
@@ -91,6 +93,8 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
         console.print(_table(pareto_rows(outcome)))
     for note in recommendation.notes:
         console.print(f"note: {note}", markup=False)
+    for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):
+        console.print(f"mark: {note}", markup=False)
     console.print(f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False)
 
 

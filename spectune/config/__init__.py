@@ -12,6 +12,7 @@ from spectune.config._documents import (
     load_document,
     validate_source,
 )
+from spectune.config._extrapolation import EXTRAPOLATION_RULES, ExtrapolationRule, extend_conditional, fitted_decay
 from spectune.config._hardware import (
     DRAFTER_PRESET_NAMES,
     GPU_PRESET_NAMES,
@@ -48,6 +49,7 @@ from spectune.config._simulation import AcceptanceSource, SimulationDocument, Si
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
 from spectune.config._step_times import (
     STEP_TIME_COLUMNS,
+    RooflineFitRecord,
     CostModelConfig,
     StepTimePoint,
     StepTimeTable,
@@ -65,6 +67,10 @@ from spectune.config._workload import (
 )
 
 __all__ = [
+    "EXTRAPOLATION_RULES",
+    "ExtrapolationRule",
+    "extend_conditional",
+    "fitted_decay",
     "AcceptanceSource",
     "SimulationDocument",
     "SimulationOptions",
@@ -99,6 +105,7 @@ __all__ = [
     "StudyDocument",
     "SpectuneModel",
     "STEP_TIME_COLUMNS",
+    "RooflineFitRecord",
     "SpectuneNotice",
     "StepTimePoint",
     "StepTimeTable",

@@ -35,6 +35,9 @@ class AcceptanceSource(AcceptanceRates):
     measured_with: Literal["greedy", "probabilistic"] = Field(
         default="greedy", description="Draft sampling under which the rates were measured (a profile says its own)."
     )
+    measured_temperature: float | None = Field(
+        default=None, ge=0.0, le=10.0, description="Sampling temperature of the measured traffic, if known (a profile says its own)."
+    )
     bins: list[BatchSizeBin] | None = Field(
         default=None, description="Rates per range of running requests, used when the batch falls in one."
     )
@@ -59,6 +62,7 @@ class AcceptanceSource(AcceptanceRates):
             raise RuleViolations([(("profile",), f"cannot use it: {p}") for p in err.problems]) from None
         return {
             "measured_with": profile.draft_sample_method,
+            "measured_temperature": profile.temperature,
             **data,
             "profile": str(path),
             "conditional_rates": profile.conditional(),
@@ -78,7 +82,9 @@ class AcceptanceSource(AcceptanceRates):
             edge = bin_.min_running if batch_size < bin_.min_running else bin_.max_running
             return abs(math.log(max(batch_size, 1)) - math.log(max(edge, 1)))
 
-        return min(self.bins, key=distance)
+        chosen = min(self.bins, key=distance)
+        # a bin extrapolates past its positions by the source's rule
+        return chosen if chosen.extrapolation == self.extrapolation else chosen.model_copy(update={"extrapolation": self.extrapolation})
 
 
 class SimulationOptions(SpectuneModel):
@@ -97,6 +103,11 @@ class SimulationOptions(SpectuneModel):
     )
     max_steps: int = Field(default=1_000_000, ge=1, le=100_000_000, description="Stop after this many steps (steps).")
     baseline: bool = Field(default=True, description="Also simulate without speculation, for the speedup.")
+    k_lookup_counts_prefills: bool = Field(
+        default=False,
+        description="Look up num_speculative_tokens_per_batch_size at the decoding plus the still-prefilling requests, "
+        "as vLLM does before PR #51466: shows whether a table threshold near the batch size makes K thrash.",
+    )
     bank_rows: int = Field(
         default=512, ge=16, le=65536,
         description="Calibrated logit rows per (position, temperature); greedy rates are reproduced to 1/bank_rows.",

@@ -27,7 +27,7 @@ from spectune.config._loader import MAX_DOCUMENT_BYTES, read_mapping
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem
 
-__all__ = ["STEP_TIME_COLUMNS", "CostModelConfig", "StepTimePoint", "StepTimeTable", "read_step_time_table"]
+__all__ = ["STEP_TIME_COLUMNS", "CostModelConfig", "RooflineFitRecord", "StepTimePoint", "StepTimeTable", "read_step_time_table"]
 
 STEP_TIME_COLUMNS = ("batch_size", "num_speculative_tokens", "step_time_ms")
 _MAX_BATCH_SIZE = 1_000_000
@@ -238,6 +238,15 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     return StepTimeTable(file=file, points=[StepTimePoint(**row) for _, row in rows], **extras)
 
 
+class RooflineFitRecord(SpectuneModel):
+    """Where fitted roofline parameters come from and how well they reproduce what they were fitted to."""
+
+    source: str = Field(max_length=2000, description="The log(s) fitted to.")
+    num_windows: int = Field(ge=1, description="Decode windows fitted (count).")
+    mean_relative_error: float = Field(ge=0, description="Mean |fitted - measured| / measured step time (fraction).")
+    max_relative_error: float = Field(ge=0, description="Largest |fitted - measured| / measured step time (fraction).")
+
+
 class CostModelConfig(SpectuneModel):
     """How step times are computed: a roofline from the hardware and model shapes, or a measured table."""
 
@@ -261,6 +270,20 @@ class CostModelConfig(SpectuneModel):
     )
     draft_pass_overhead_s: float = Field(
         default=1e-4, ge=0, le=1, description="roofline: fixed time per neural draft pass (seconds)."
+    )
+    achievable_bandwidth_fraction: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Fraction of peak HBM bandwidth the deployment's decode kernels reach, overriding the GPU's "
+        "(fraction); fitted to a server log by 'spectune calibrate --fit-roofline'.",
+    )
+    fit: RooflineFitRecord | None = Field(
+        default=None, description="How achievable_bandwidth_fraction and overhead_s were fitted (informational)."
+    )
+    zero_k_draft_cost: Literal["none", "draft_prefill", "all_draft_steps"] = Field(
+        default="none",
+        description="What a K = 0 row of a per-batch-size K table costs: 'none' (plain decoding, no drafter pass), "
+        "'draft_prefill' (the drafter still runs one pass to keep its KV cache in sync: vLLM V1, and Model Runner V2 "
+        "with PR #51575) or 'all_draft_steps' (every configured draft step runs and is thrown away: MRV2 before it).",
     )
 
     @classmethod

@@ -17,15 +17,16 @@ import yaml
 
 from spectune._files import check_output_file, write_atomic
 from spectune.errors import SpectuneError
+from spectune.export._measure import measure_script
 from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
 from spectune.export._vllm import SyntheticForm, recommended_speculative_config, vllm_speculative_config, vllm_synthetic_config
-from spectune.study import StudyOutcome
+from spectune.study import StudyOutcome, provenance_notes, recommendation_provenance
 
 __all__ = ["ARTEFACT_NAMES", "check_output_dir", "json_text", "recommended_yaml", "write_artefacts"]
 
-ARTEFACT_NAMES = ("recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "trials.csv", "report.html")
+ARTEFACT_NAMES = ("recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "measure.sh", "trials.csv", "report.html")
 
 _NUMBER = r"-?[0-9][0-9.eE+-]*"
 _FLAT_LIST = re.compile(rf"\[\s*({_NUMBER}(?:\s*,\s*{_NUMBER})*)\s*\]")
@@ -49,12 +50,13 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
         f"# {recommendation.combo.label}; aggregate {recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s "
         "(weighted geometric mean over batch-size buckets).",
         *(f"# note: {note}" for note in recommendation.notes),
+        *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),
     ]
     return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
 def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current") -> list[Path]:
-    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv, report.html.
+    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html.
 
     Without any completed trial only trials.csv and report.html are written. Returns the paths written.
     """
@@ -68,6 +70,9 @@ def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)
         files["sglang.txt"] = sglang_flags(recommendation)
+        script = measure_script(outcome)
+        if script is not None:
+            files["measure.sh"] = script
     files["trials.csv"] = trials_csv(outcome)
     files["report.html"] = report_html(outcome)
     try:

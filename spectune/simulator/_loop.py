@@ -84,8 +84,12 @@ def run_serving_loop(
     prefill_time: PrefillTimeFn,
     max_steps: int,
     on_step: Callable[[int, int], None] | None = None,
+    lookup_counts_prefills: bool = False,
 ) -> LoopTrace:
     """Simulate serving ``inputs``; K per step comes from ``k_for_batch(decode batch size)``.
+
+    ``lookup_counts_prefills``: look K up at the decoding plus the still-prefilling requests, as vLLM's
+    K-table lookup does before PR #51466 (a table threshold near the batch size then makes K thrash).
 
     ``verify`` is None for plain decoding (every step emits one token per request).
     ``step_time(batch, K, mean_context_tokens)`` -> (drafting_s, verification_s, sampling_s, overhead_s).
@@ -130,7 +134,8 @@ def run_serving_loop(
 
         # 2. Draft and verify for the requests already decoding.
         batch = len(running)
-        k = k_for_batch(batch) if (batch and verify is not None) else 0
+        lookup = batch + len(prefilling) if lookup_counts_prefills else batch
+        k = k_for_batch(lookup) if (batch and verify is not None) else 0
         if batch and k > 0:
             emitted = verify(running, steps_done[running], k)
             _count_acceptance(trace, emitted, k)

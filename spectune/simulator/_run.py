@@ -42,7 +42,10 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
     requests = generate_requests(document.workload, seed=document.seed)
     inputs = _loop_inputs(document, requests)
     spec = document.speculative
-    cost = build_cost_model(document.hardware, document.target_model, document.effective_drafter(), document.cost_model)
+    cost = build_cost_model(
+        document.hardware, document.target_model, document.effective_drafter(), document.cost_model,
+        num_speculative_tokens=spec.num_speculative_tokens,
+    )  # fmt: skip
     verify = _Verifier(document, requests, device)
     trace = run_serving_loop(
         inputs,
@@ -52,6 +55,7 @@ def _simulate(document: SimulationDocument, device: torch.device, *, baseline: b
         prefill_time=_prefill_time_fn(cost),
         max_steps=document.simulation.max_steps,
         on_step=progress,
+        lookup_counts_prefills=document.simulation.k_lookup_counts_prefills,
     )
     baseline_trace: LoopTrace | None = None
     if document.simulation.baseline if baseline is None else baseline:

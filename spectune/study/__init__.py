@@ -8,6 +8,7 @@ interruption and many workers can share it.
 
 from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
 from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._provenance import BucketProvenance, Mark, provenance_notes, recommendation_provenance, study_context
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._recommend import (
     BucketChoice,
@@ -28,6 +29,7 @@ from spectune.study._structured import next_k, structured_converged, structured_
 __all__ = [
     "EXHAUSTIVE_LIMIT",
     "BucketChoice",
+    "BucketProvenance",
     "Candidate",
     "Combo",
     "ComboScore",
@@ -35,6 +37,7 @@ __all__ = [
     "Evaluation",
     "Evaluator",
     "JournalRepair",
+    "Mark",
     "Point",
     "Recommendation",
     "SearchState",
@@ -60,7 +63,9 @@ __all__ = [
     "open_storage",
     "open_study",
     "outcome_of",
+    "provenance_notes",
     "recommend",
+    "recommendation_provenance",
     "repair_journal",
     "resolve_strategy",
     "run_study",
@@ -69,4 +74,5 @@ __all__ = [
     "space_from_document",
     "structured_converged",
     "structured_next_point",
+    "study_context",
 ]
