@@ -25,6 +25,7 @@ from spectune.config._hardware import (
     default_drafter,
     default_drafter_preset,
     deployment_problems,
+    kv_cache_capacity_tokens,
 )
 from spectune.config._loader import parse_mapping_text, read_mapping
 from spectune.config._overrides import apply_overrides, parse_override
@@ -45,7 +46,14 @@ from spectune.config._rates import (
     unconditional_to_conditional,
 )
 from spectune.config._schema import document_json_schema
-from spectune.config._simulation import AcceptanceSource, SimulationDocument, SimulationOptions
+from spectune.config._simulation import (
+    AcceptanceSource,
+    SimulationDocument,
+    SimulationOptions,
+    drafter_as_configured,
+    drafter_override_problems,
+    dynamic_speculation_off_notice,
+)
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
 from spectune.config._step_times import (
     STEP_TIME_COLUMNS,
@@ -120,6 +128,10 @@ __all__ = [
     "default_drafter",
     "default_drafter_preset",
     "deployment_problems",
+    "drafter_as_configured",
+    "drafter_override_problems",
+    "dynamic_speculation_off_notice",
+    "kv_cache_capacity_tokens",
     "document_json_schema",
     "find_documents",
     "load_document",

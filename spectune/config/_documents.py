@@ -115,7 +115,7 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
     for path, message in notices:
         full = _locate_notice(source, prefix + tuple(path))
         line = source.positions.line_of(full)
-        problems.append(Problem(source.file, line, ".".join(map(str, full)), message, severity="warning"))
+        problems.append(Problem(source.file, line, dotted_path(full), message, severity="warning"))
     return LoadedDocument(kind=kind, model=model, notices=problems, source=source)
 
 

@@ -285,6 +285,12 @@ class CostModelConfig(SpectuneModel):
         "'draft_prefill' (the drafter still runs one pass to keep its KV cache in sync: vLLM V1, and Model Runner V2 "
         "with PR #51575) or 'all_draft_steps' (every configured draft step runs and is thrown away: MRV2 before it).",
     )
+    sampler: Literal["vllm", "spectune"] = Field(
+        default="vllm",
+        description="roofline: whose rejection sampler a step pays for -- 'vllm' (vLLM 0.33's measured times "
+        "per method, interpolated in batch, K and vocabulary) or 'spectune' (spectune's kernels: one read "
+        "of the logits at the GPU's bandwidth).",
+    )
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:

@@ -9,7 +9,8 @@ from spectune.cost._build import build_cost_model
 from spectune.cost._interface import CostLimits, CostModel, FitReport, HeldOutPoint, OutOfTableRange, StepTime
 from spectune.cost._log_fit import LogFit, StepSample, fit_roofline, fitted_cost_model
 from spectune.cost._measured import MAX_BATCH_EXTRAPOLATION, MeasuredCostModel, StepTimeInterpolator
-from spectune.cost._roofline import RooflineCostModel
+from spectune.cost._roofline import RooflineCostModel, expected_experts_touched
+from spectune.cost._vllm_sampler import SamplerWork, VllmSamplerTimes
 from spectune.cost._zero_row import ZeroRowDraftCostModel, zero_row_draft_time
 
 __all__ = [
@@ -22,11 +23,14 @@ __all__ = [
     "MeasuredCostModel",
     "OutOfTableRange",
     "RooflineCostModel",
+    "SamplerWork",
     "StepSample",
     "StepTime",
     "StepTimeInterpolator",
+    "VllmSamplerTimes",
     "ZeroRowDraftCostModel",
     "build_cost_model",
+    "expected_experts_touched",
     "fit_roofline",
     "fitted_cost_model",
     "zero_row_draft_time",

@@ -6,6 +6,7 @@ from spectune.config import CostModelConfig, DrafterSpec, HardwareConfig, Target
 from spectune.cost._interface import CostModel
 from spectune.cost._measured import MeasuredCostModel
 from spectune.cost._roofline import RooflineCostModel
+from spectune.cost._vllm_sampler import SamplerWork
 from spectune.cost._zero_row import ZeroRowDraftCostModel
 from spectune.errors import SpectuneError
 
@@ -19,12 +20,15 @@ def build_cost_model(
     config: CostModelConfig | None = None,
     *,
     num_speculative_tokens: int = 1,
+    sampler_work: SamplerWork | None = None,
 ) -> CostModel:
     """The roofline, or the measured table when ``config.method`` is 'measured'.
 
     ``drafter`` None means plain decoding only (K = 0). With a neural drafter and
     ``config.zero_k_draft_cost`` other than 'none', K = 0 steps also pay the drafter (a 0 row of vLLM's K
-    table); ``num_speculative_tokens`` is the configured K, which 'all_draft_steps' runs. Raises ``SpectuneError`` when hardware,
+    table); ``num_speculative_tokens`` is the configured K, which 'all_draft_steps' runs.
+    ``sampler_work``: the verification rule and whether every request is greedy, which pick the column
+    of vLLM's sampler times the roofline charges (default: standard, non-greedy). Raises ``SpectuneError`` when hardware,
     target and drafter do not fit together (``deployment_problems``): a document that validated
     them already never gets here with such a problem.
     """
@@ -35,7 +39,7 @@ def build_cost_model(
     if config.achievable_bandwidth_fraction is not None:  # fitted to the deployment: replaces the GPU's nominal one
         gpu = hardware.gpu.model_copy(update={"achievable_bandwidth_fraction": config.achievable_bandwidth_fraction})
         hardware = hardware.model_copy(update={"gpu": gpu})
-    roofline = RooflineCostModel(hardware, target_model, drafter, config)
+    roofline = RooflineCostModel(hardware, target_model, drafter, config, sampler_work=sampler_work)
     model: CostModel = roofline
     if config.method == "measured":
         if config.step_times is None:  # the config's own rule forbids this; keep the type checker honest
