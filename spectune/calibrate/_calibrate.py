@@ -14,7 +14,7 @@ from spectune.calibrate._per_request import read_per_request_jsonl
 from spectune.calibrate._prometheus import read_scrape, windows_between_scrapes
 from spectune.calibrate._sglang_log import infer_sglang_num_positions, read_sglang_log
 from spectune.calibrate._vllm_log import read_vllm_log
-from spectune.calibrate._windows import CountWindow, LengthWindow, SourceWindows
+from spectune.calibrate._windows import MAX_COUNT, CountWindow, LengthWindow, SourceWindows
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem, SpectuneError
 
@@ -119,6 +119,8 @@ def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Cali
         overall = AcceptanceEstimate(0, 0, False, (), 1.0, None, None)
         return Calibration("vllm-bench", tuple(map(str, paths)), 0, overall, (), (), tuple(notes), bench=table)
     k = table.profile_k or 0
+    for window in windows:
+        _check_counts(window, k)
     concurrencies = sorted({w.num_running for w in windows if w.num_running is not None})
     bins = tuple(estimate_from_counts(group, k) for group in _binned(windows, concurrencies)) if bin_edges is not None else ()
     return Calibration(
@@ -213,6 +215,8 @@ def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
             raise DocumentError(
                 [Problem(window.file, window.line, "K", f"the source has {k} draft positions, but K={given} was given (--num-speculative-tokens)")]
             )
+        if k is not None:
+            _check_counts(window, k)
         if first is None:
             first, first_k = window, k
             continue
@@ -234,6 +238,33 @@ def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
     if first is not None and first_k is None:
         raise DocumentError([Problem(first.file, first.line, "K", "the source does not state K; give it with --num-speculative-tokens")])
     return first_k or 0  # 0 only when no window was usable, which the caller reports
+
+
+def _check_counts(window: CountWindow, k: int) -> None:
+    """Counts every format must satisfy: accepted <= draft tokens, drafts <= draft tokens <= K x drafts
+    (a draft proposes 1 to K tokens), per-position counts non-increasing from at most the drafts, all
+    within [0, 2^53]. Whatever breaks one is blamed on the window's file and line."""
+    drafts_low, drafts_high = window.num_drafts_bounds or (window.num_drafts, window.num_drafts)
+    per_position = window.accepted_per_position or ()
+    counts = {"num_drafts": window.num_drafts, "num_draft_tokens": window.num_draft_tokens, "num_accepted_tokens": window.num_accepted_tokens}
+    problems = [f"{name} must be a whole number in [0, 2^53], got {value}" for name, value in counts.items() if not 0 <= value <= MAX_COUNT]
+    if not problems:
+        if window.num_accepted_tokens > window.num_draft_tokens:
+            problems.append(f"accepted tokens ({window.num_accepted_tokens}) exceed draft tokens ({window.num_draft_tokens})")
+        if not drafts_low <= window.num_draft_tokens <= k * drafts_high:
+            problems.append(
+                f"draft tokens ({window.num_draft_tokens}) must lie between the drafts ({window.num_drafts}) and K x drafts "
+                f"({k} x {drafts_high} = {k * drafts_high})"
+            )
+        if per_position and (
+            len(per_position) != k
+            or per_position[0] > drafts_high
+            or min(per_position) < 0
+            or any(later > earlier for earlier, later in zip(per_position, per_position[1:], strict=False))
+        ):
+            problems.append(f"per-position accepted counts {list(per_position)} must be K={k} non-increasing counts from at most the drafts ({drafts_high})")
+    if problems:
+        raise DocumentError([Problem(window.file, window.line, "", f"inconsistent counts: {problem}") for problem in problems])
 
 
 def _k_from_totals(window: CountWindow) -> int | None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from spectune.calibrate._calibrate import Calibration
 from spectune.calibrate._estimate import AcceptanceEstimate
 from spectune.config import AcceptanceProfile
+from spectune.errors import SpectuneError
 
 __all__ = ["calibration_profile", "profile_yaml"]
 
+_OPTION_FIELDS = ("name", "method", "temperature")
 _DIGITS = 6  # rates and errors as written; far below any rounding or sampling error they carry
 
 _FORMAT_NAMES = {
@@ -104,7 +107,14 @@ def calibration_profile(
         "bins": bins or None,
         "notes": _notes(calibration)[:4000] or None,
     }
-    return AcceptanceProfile.model_validate(_without_none(document))
+    try:
+        return AcceptanceProfile.model_validate(_without_none(document))
+    except ValidationError as err:
+        # Only the options the user chose can make it invalid; name them as options, not as profile fields.
+        for error in err.errors():
+            if error["loc"] and error["loc"][0] in _OPTION_FIELDS:
+                raise SpectuneError(f"--{error['loc'][0]}: {error['msg'].lower()}, got {error['input']!r}") from None
+        raise
 
 
 def _without_none(value: Any) -> Any:

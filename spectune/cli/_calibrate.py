@@ -10,9 +10,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from spectune._files import check_output_file, write_atomic
 from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
 from spectune.cli._app import app, handle_errors
-from spectune.config import AcceptanceProfile, load_document, read_step_time_table
+from spectune.config import AcceptanceProfile, load_document, parse_mapping_text, read_step_time_table, validate_source
 from spectune.errors import SpectuneError
 
 
@@ -71,6 +72,9 @@ def calibrate_command(
     ] = None,
 ) -> None:
     """Turn real speculative-decoding metrics into an acceptance profile for simulations and studies."""
+    if temperature is not None and not 0.0 <= temperature <= 10.0:  # NaN fails too
+        raise SpectuneError(f"--temperature: must be a number in [0, 10], got {temperature}")
+    check_output_file(out)  # before reading the inputs
     calibration = calibrate(
         files,
         log_format=log_format,  # type: ignore[arg-type] -- checked by calibrate
@@ -94,15 +98,9 @@ def calibrate_command(
 
 def _write_profile(calibration: Calibration, profile: AcceptanceProfile, out: Path) -> None:
     header = f"Written by 'spectune calibrate' from {', '.join(calibration.files)}.\nRates are fractions; see 'notes' for how they were obtained."
-    _write(out, profile_yaml(profile, header=header))
-    load_document(out, expect="acceptance_profile")  # the file must pass 'spectune validate' as written
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise SpectuneError(f"cannot write {path}: {err.strerror}") from None
+    text = profile_yaml(profile, header=header)
+    validate_source(parse_mapping_text(text, str(out)), expect="acceptance_profile")  # it must pass 'spectune validate'
+    write_atomic(out, text)
 
 
 def _write_bench_results(
@@ -122,7 +120,7 @@ def _write_bench_results(
         )
     table_path = step_times if step_times is not None else out.parent / "step-times.csv"
     if table.points:
-        _write(table_path, step_time_csv(table))
+        write_atomic(table_path, step_time_csv(table))
         read_step_time_table(table_path)  # the table must load as written
         console.print(f"wrote {table_path}")
     if calibration.num_positions == 0:
@@ -237,7 +235,7 @@ def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_
         f"# Paste into a simulation or study document of the same deployment ({target.name} on {hardware.gpu.name}).\n"
     )
     data = {"cost_model": {"method": "roofline"} | config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)}
-    _write(out, header + yaml.safe_dump(data, sort_keys=False))
+    write_atomic(out, header + yaml.safe_dump(data, sort_keys=False))
     console = Console(width=110, highlight=False)
     console.print(
         f"roofline fitted to {fit.num_steps} decode windows: achievable_bandwidth_fraction {fit.achievable_bandwidth_fraction:.4f} "

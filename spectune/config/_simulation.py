@@ -169,6 +169,15 @@ class SimulationDocument(SpectuneModel):
             )
         if not problems:
             problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
+        if self.cost_model.method == "measured" and self.cost_model.step_times is not None:
+            spec = self.speculative
+            table = spec.num_speculative_tokens_per_batch_size if self.num_replicas == 1 else None  # off under DP
+            needed = {spec.num_speculative_tokens, *(row[2] for row in table or ())}
+            needed |= {0} if self.simulation.baseline else set()
+            gap = self.cost_model.step_times.k_coverage_problem(needed)
+            if gap is not None:
+                baseline_gap = 0 in needed and self.cost_model.step_times.num_speculative_tokens_measured()[0] > 0
+                problems.append((("cost_model", "step_times"), gap + (" (K = 0 is the baseline; simulation.baseline: false skips it)" if baseline_gap else "")))
         check_rules(problems)
         if self.num_replicas > 1 and self.speculative.num_speculative_tokens_per_batch_size:
             notify(info, ("speculative", "num_speculative_tokens_per_batch_size"), dynamic_speculation_off_notice(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from pydantic import Field, GetJsonSchemaHandler, ValidationInfo, field_validato
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from spectune._files import read_bounded
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import schema_with_name_forms
 from spectune.config._loader import MAX_DOCUMENT_BYTES, read_mapping
@@ -62,6 +63,22 @@ class StepTimeTable(SpectuneModel):
     def num_speculative_tokens_measured(self) -> list[int]:
         """The K values the table covers, ascending."""
         return sorted({p.num_speculative_tokens for p in self.points})
+
+    def k_coverage_problem(self, needed: Iterable[int]) -> str | None:
+        """Why the table cannot give step times for every K in ``needed`` (None when it can).
+
+        K is interpolated between measured values, never extrapolated, so ``validate`` refuses what
+        ``simulate`` would refuse at its first step.
+        """
+        measured = self.num_speculative_tokens_measured()
+        outside = sorted(k for k in set(needed) if not measured[0] <= k <= measured[-1])
+        if not outside:
+            return None
+        where = self.file or "the table"
+        return (
+            f"{where} measures K {measured[0]}..{measured[-1]}, but this document needs K {', '.join(map(str, outside))}; "
+            "K is interpolated between measured values, never extrapolated: measure it"
+        )
 
 
 def _point_problems(keys: list[tuple[int, int]], where: Callable[[int], str]) -> list[tuple[int, str]]:
@@ -202,13 +219,7 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     extras: dict[str, Any] = {}
     if suffix == ".csv":
         try:
-            if path.stat().st_size > MAX_DOCUMENT_BYTES:
-                raise DocumentError([Problem(file, None, "", f"file is larger than {MAX_DOCUMENT_BYTES} bytes")])
-            text = path.read_bytes().decode("utf-8-sig")
-        except (FileNotFoundError, IsADirectoryError):
-            raise DocumentError([Problem(file, None, "", "no such file")]) from None
-        except OSError as err:
-            raise DocumentError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
+            text = read_bounded(path, MAX_DOCUMENT_BYTES, expected="a CSV file").decode("utf-8-sig")
         except UnicodeDecodeError as err:
             raise DocumentError([Problem(file, None, "", f"not UTF-8 text (byte {err.start})")]) from None
         rows, problems = _read_csv(text, file)

@@ -6,7 +6,7 @@ rates, for checking on a GPU), ``sglang.txt`` (server flags), ``measure.sh`` (th
 check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``.
 """
 
-from spectune.export._artefacts import json_text, recommended_yaml, write_artefacts
+from spectune.export._artefacts import ARTEFACT_NAMES, check_output_dir, json_text, recommended_yaml, write_artefacts
 from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_script, measurement_ks
 from spectune.export._report import pareto_front, report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
@@ -21,6 +21,7 @@ from spectune.export._vllm import (
 )
 
 __all__ = [
+    "ARTEFACT_NAMES",
     "SGLANG_ALGORITHMS",
     "TRIAL_COLUMNS",
     "VLLM_BENCH_SERVE_FLAGS",
@@ -28,6 +29,7 @@ __all__ = [
     "Series",
     "SyntheticForm",
     "chart_svg",
+    "check_output_dir",
     "json_text",
     "measure_script",
     "measurement_ks",

@@ -23,7 +23,7 @@ from spectune.study._records import Evaluation, SearchState, comparison_noise, e
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
 from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
-from spectune.study._storage import describe_storage, open_storage, open_study
+from spectune.study._storage import JournalRepair, describe_storage, open_storage, open_study, repair_journal
 from spectune.study._structured import next_k, structured_converged, structured_next_point
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Constraint",
     "Evaluation",
     "Evaluator",
+    "JournalRepair",
     "Mark",
     "Point",
     "Recommendation",
@@ -65,6 +66,7 @@ __all__ = [
     "provenance_notes",
     "recommend",
     "recommendation_provenance",
+    "repair_journal",
     "resolve_strategy",
     "run_study",
     "search_space",
