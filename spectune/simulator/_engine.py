@@ -21,7 +21,7 @@ logits are gathered at all.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,17 +51,21 @@ def slot_rows(concurrency: int, device: torch.device) -> int:
 class EngineMember:
     """One simulation in an engine: its loop and what its steps are drawn from.
 
-    loop: the simulation's ``serving_loop`` (not started). synthesizer, temperature_index (int64 [N] on
-    the device), request_seeds (int64 [N]) and generator are the simulation's own; ``concurrency`` bounds
-    its decode batch.
+    loop: the simulation's ``serving_loop`` (not started; one per data-parallel replica, whose request
+    ids ``global_ids`` maps to the document's). synthesizer(batch size): the logit synthesizer of the
+    acceptance bin a running batch falls in (None: the loop never verifies). temperature_index (int64
+    [N] on the device), request_seeds (int64 [N]) and generator are the simulation's own (shared by
+    its replicas); ``concurrency`` bounds the decode batch and ``num_drafts`` its K.
     """
 
     loop: Generator[VerifyRequest, np.ndarray, LoopTrace]
-    synthesizer: LogitSynthesizer | None
+    synthesizer: Callable[[int], LogitSynthesizer] | None
     temperature_index: torch.Tensor
     request_seeds: np.ndarray
     generator: torch.Generator
     concurrency: int
+    num_drafts: int
+    global_ids: np.ndarray | None = None
     trace: LoopTrace | None = None
     kernel_s: float = 0.0
     synthesis_s: float = 0.0
@@ -76,6 +80,8 @@ def run_lockstep(
     synthetic_rates: torch.Tensor | None,
     backend: str,
     rejection_sample: object,
+    vocab_size: int,
+    draft_logits: bool,
 ) -> None:
     """Run every member's loop to its end, verifying each step's rows of all members in one call.
 
@@ -83,11 +89,15 @@ def run_lockstep(
     kernels over persistent buffers). Fills each member's ``trace`` and wall-time shares.
     """
     verifying = [m for m in members if m.synthesizer is not None]
-    num_drafts = max((m.synthesizer.num_speculative_tokens for m in verifying if m.synthesizer), default=0)
-    if backend == "reference":
-        verifier: _Verifier = _TwinVerifier(verifying, device, num_drafts, method, synthetic_rates)
+    num_drafts = max((m.num_drafts for m in verifying), default=0)
+    if not verifying:
+        verifier: _Verifier = _Verifier()
+    elif backend == "reference":
+        verifier = _TwinVerifier(device, num_drafts, method, synthetic_rates)
     else:
-        verifier = _KernelVerifier(verifying, device, num_drafts, method, synthetic_rates, rejection_sample)
+        verifier = _KernelVerifier(
+            verifying, device, num_drafts, method, synthetic_rates, rejection_sample, vocab_size, draft_logits
+        )
     pending: dict[int, VerifyRequest] = {}
     for index, member in enumerate(members):
         _advance(member, index, pending, None)
@@ -107,8 +117,10 @@ def _advance(member: EngineMember, index: int, pending: dict[int, VerifyRequest]
 
 
 class _Verifier:
+    """Verifies one lockstep step of its members (this base: an engine whose members never verify)."""
+
     def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
-        raise NotImplementedError
+        raise AssertionError("a member without a synthesizer asked for verification")
 
 
 def _kernel_seeds(request_seeds: np.ndarray, steps_done: np.ndarray) -> np.ndarray:
@@ -138,41 +150,40 @@ def _padded_drafts(tokens: torch.Tensor, num_drafts: int) -> torch.Tensor:
 
 
 class _TwinVerifier(_Verifier):
-    """The twin over one bank made of the members' banks (row offsets per member)."""
+    """The twin over one bank made of the members' synthesizers' banks (row offsets per synthesizer; a
+    synthesizer met for the first time, such as another acceptance bin's, joins it)."""
 
-    def __init__(
-        self, members: Sequence[EngineMember], device: torch.device, num_drafts: int, method: str,
-        synthetic_rates: torch.Tensor | None,
-    ) -> None:
+    def __init__(self, device: torch.device, num_drafts: int, method: str, synthetic_rates: torch.Tensor | None) -> None:
         self.device, self.num_drafts, self.method, self.synthetic_rates = device, num_drafts, method, synthetic_rates
         self.offsets: dict[int, int] = {}
-        targets, drafts, temperatures = [], [], []
-        offset = 0
-        for member in members:
-            assert member.synthesizer is not None
-            target, draft, temperature = member.synthesizer.banks()
-            self.offsets[id(member)] = offset
-            offset += target.shape[0]
-            targets.append(target)
-            drafts.append(draft)
-            temperatures.append(temperature)
+        self.banks: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
+        self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``offsets``
         self.bank: RowBank | None = None
-        if members:
-            has_draft = drafts[0] is not None
+
+    def _offset(self, synthesizer: LogitSynthesizer) -> int:
+        key = id(synthesizer)
+        if key not in self.offsets:
+            self.offsets[key] = sum(bank[0].shape[0] for bank in self.banks)
+            self.banks.append(synthesizer.banks())
+            self.keep.append(synthesizer)
+            targets, drafts, temperatures = zip(*self.banks)
             self.bank = RowBank(
                 torch.cat(targets) if len(targets) > 1 else targets[0],
-                (torch.cat(drafts) if len(drafts) > 1 else drafts[0]) if has_draft else None,  # type: ignore[arg-type]
+                (torch.cat(drafts) if len(drafts) > 1 else drafts[0]) if drafts[0] is not None else None,  # type: ignore[arg-type]
                 torch.cat(temperatures) if len(temperatures) > 1 else temperatures[0],
             )
+        return self.offsets[key]
 
     def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
         started = time.perf_counter()
         rows, tokens, temperature, seeds, sizes = [], [], [], [], []
         for member, (ids, steps_done, k) in requests.items():
             assert member.synthesizer is not None
+            synthesizer = member.synthesizer(len(ids))
+            ids = member.global_ids[ids] if member.global_ids is not None else ids
             index = member.temperature_index.index_select(0, torch.from_numpy(ids).to(self.device))
-            step = member.synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
-            offset = self.offsets[id(member)]
+            step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+            offset = self._offset(synthesizer)
             rows.append(_padded_rows(step.rows + offset if offset else step.rows, self.num_drafts))
             tokens.append(_padded_drafts(step.draft_tokens, self.num_drafts))
             temperature.append(step.temperature)
@@ -219,7 +230,7 @@ class _KernelVerifier(_Verifier):
 
     def __init__(
         self, members: Sequence[EngineMember], device: torch.device, num_drafts: int, method: str,
-        synthetic_rates: torch.Tensor | None, rejection_sample: object,
+        synthetic_rates: torch.Tensor | None, rejection_sample: object, vocab: int, has_draft: bool,
     ) -> None:
         from spectune.kernels._contract import validate_inputs
 
@@ -230,8 +241,6 @@ class _KernelVerifier(_Verifier):
         for member in members:
             self.offsets[id(member)] = total
             total += slot_rows(member.concurrency, device)
-        vocab = members[0].synthesizer.vocab_size if members and members[0].synthesizer else 1
-        has_draft = bool(members) and members[0].synthesizer is not None and members[0].synthesizer.banks()[1] is not None
         self.target = torch.zeros((total, num_drafts + 1, vocab), dtype=torch.float32, device=device)
         self.draft = torch.zeros((total, num_drafts, vocab), dtype=torch.float32, device=device) if has_draft else None
         self.tokens = torch.full((total, num_drafts), -1, dtype=torch.int64, device=device)
@@ -253,6 +262,7 @@ class _KernelVerifier(_Verifier):
         sizes, offsets = [], []
         for member, (ids, steps_done, _) in requests.items():
             offset, size = self.offsets[id(member)], len(ids)
+            ids = member.global_ids[ids] if member.global_ids is not None else ids
             host[0, offset : offset + size] = ids
             host[1, offset : offset + size] = _kernel_seeds(member.request_seeds[ids], steps_done)
             sizes.append(size)
@@ -262,9 +272,10 @@ class _KernelVerifier(_Verifier):
         for member, (ids, _, k) in requests.items():
             assert member.synthesizer is not None
             offset, size = self.offsets[id(member)], len(ids)
+            synthesizer = member.synthesizer(size)
             index = member.temperature_index.index_select(0, self.staged[0, offset : offset + size])
-            step = member.synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
-            target_bank, draft_bank, _ = member.synthesizer.banks()
+            step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+            target_bank, draft_bank, _ = synthesizer.banks()
             rows = _padded_rows(step.rows, self.num_drafts)
             torch.index_select(target_bank, 0, rows.reshape(-1), out=self.target[offset : offset + size].view(-1, vocab))
             if self.draft is not None and draft_bank is not None:
