@@ -19,6 +19,8 @@ import os
 import triton
 import triton.language as tl
 
+from ._contract import DEFAULT_TILE
+
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 # +inf logits become this (they then hold all the mass), and 1 / T is capped at MAX_INV_TEMPERATURE,
 # so (l - max) * log2(e) / T stays finite for any sane logits (no inf - inf, no 0 * inf).
@@ -31,7 +33,7 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 # Below this v, -ln(1 - v) comes from its series (1 - v would round away the small v).
 SERIES_BELOW: tl.constexpr = tl.constexpr(0.015625)
 # Tokens a re-read tile's race takes at a time (see sample_in_tile): the default tile in one.
-RACE_CHUNK: tl.constexpr = tl.constexpr(4096)
+RACE_CHUNK: tl.constexpr = tl.constexpr(DEFAULT_TILE)
 # |log2 a| clamp for block verification's prefix ratios (saturates long before; avoids inf - inf).
 LOG_RATIO_CLAMP: tl.constexpr = tl.constexpr(1.0e4)
 
