@@ -80,8 +80,9 @@ def rejection_sample(
 
 
 def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
-    """The plan ``launch`` follows for these inputs, with ``overrides`` (LaunchPlan fields, or
-    ``tile``) for tests and benchmarks; raises ``ValueError`` where the inputs cannot run here."""
+    """The plan ``launch`` follows for these inputs, with ``overrides`` for tests and benchmarks:
+    LaunchPlan fields, or ``plan``'s ``tile`` and ``aligned`` (False plans as if no bulk copy could
+    address the logits). Raises ``ValueError`` where the inputs cannot run here."""
     interpreting = _check_device(inputs)
     target, draft = inputs.target_logits, inputs.draft_logits
     device = target.device
@@ -89,7 +90,7 @@ def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
         inputs.num_requests, inputs.num_drafts, inputs.vocab_size, target.dtype, draft is not None, inputs.method,
         1 if interpreting else _sm_count(device), interpreting,
         tile=overrides.pop("tile", None),  # type: ignore[arg-type]
-        aligned=all(_bulk_copyable(t) for t in (target, draft) if t is not None),
+        aligned=overrides.pop("aligned", True) and all(_bulk_copyable(t) for t in (target, draft) if t is not None),  # type: ignore[arg-type]
     )
     return dataclasses.replace(chosen, **overrides)  # type: ignore[arg-type]
 

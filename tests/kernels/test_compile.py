@@ -20,13 +20,13 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     assert result.returncode == 0, result.stdout + result.stderr
     # A replicated layout shows as a stack frame and spills (once 12 KB per thread in a decision).
     variants = [line for line in result.stdout.splitlines() if line.startswith("ok ")]
-    assert len(variants) == 30, result.stdout
+    assert len(variants) == 28, result.stdout
     capped = [line for line in variants if "'maxnreg'" in line]  # the small-grid kernel under its cap
     assert len(capped) == 12, result.stdout
     assert all(line.endswith("spill_stores=0 stack=0 index_conversions=0") for line in variants if line not in capped), result.stdout
     # No kernel lays a tile's token ids or race hash out apart from its logits (see index_conversions).
     for line in result.stdout.splitlines():
-        if line.startswith(("ok ", "launched ", "traced ")):
+        if line.startswith(("ok ", "launched ")):
             assert line.endswith("index_conversions=0"), line
     # Under the register cap that keeps two programs an SM, the barrier kernel holds its tiles
     # across the barrier: a few hundred spilled bytes (360-372 when written), never the kilobytes of a layout blowup.
@@ -47,5 +47,3 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     assert len(one_hot) == 4, result.stdout
     for line in one_hot:
         assert "load_waves_after_ticket=1 " in line, line
-    # benchmarks/trace_decision.py's instrumented copy still finds its anchors and compiles.
-    assert len([line for line in result.stdout.splitlines() if line.startswith("traced ")]) == 2, result.stdout
