@@ -142,7 +142,8 @@ def _acceptance(
     tile_max = tl.load(work.tile_max + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
     tile_sum = tl.load(work.tile_sum + index3, mask=mask3 & sampled[:, None, None], other=0.0, cache_modifier=".cg")
     tile_tokens, excluded_tokens, draft_first, at, excluded_sums = _load_draft_token_statistics(
-        work, row_index, index3, mask3, draft_row, sampled, HAS_DRAFT, BLOCK_R, ROWS_PAD, TILES_PAD, TILE_TOKENS,
+        work, row_index, index3, mask3, draft_row, sampled, sampled_draft, HAS_DRAFT, BLOCK_R, ROWS_PAD, TILES_PAD,
+        TILE_TOKENS,
     )
     if HAS_DRAFT:
         d_tile_max, d_tile_sum, d_at = _load_draft_statistics(work, requests, sampled_draft, sizes, ROWS_PAD, TILES_PAD)
@@ -218,14 +219,13 @@ def _row_indices(requests, live, sizes, ROWS_PAD: tl.constexpr, TILES_PAD: tl.co
 
 @triton.jit
 def _load_draft_token_statistics(
-    work, row_index, index3, mask3, draft_row, sampled, HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr,
+    work, row_index, index3, mask3, draft_row, sampled, sampled_draft, HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
 ):
     """What pass A stored about each row's draft token: with TILE_TOKENS the tiles' draws
     (``tile_tokens``) and the one-hot residual's winners (``excluded_tokens``), else where the
     draft's tile first reaches its max (``draft_first``); the draft's target logit (``at``) and
     its tile's mass without it (``excluded_sums``, one-hot drafts)."""
-    sampled_draft = draft_row & sampled[:, None]
     tile_tokens = tl.zeros((BLOCK_R, ROWS_PAD, TILES_PAD), dtype=tl.int32)
     excluded_tokens = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int32)
     draft_first = tl.full((BLOCK_R, ROWS_PAD), -1, tl.int32)

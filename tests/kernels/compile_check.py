@@ -99,7 +99,7 @@ def parameter_names(fn, constexprs) -> list[str]:
 
 
 def normalised_ptx(ptx: str, names: list[str]) -> str:
-    """The PTX without debug lines, labels, register declarations or parameter loads: a value
+    """The PTX without debug lines, labels, comments, register declarations or parameter loads: a value
     loaded from a parameter is written as the parameter's name (``names``, in order), and the
     other registers are renumbered by first appearance. Regrouping a kernel's arguments moves its
     parameter loads and renumbers its registers; this leaves only real differences."""
@@ -110,6 +110,7 @@ def normalised_ptx(ptx: str, names: list[str]) -> str:
             break
         if stripped.startswith((".loc", ".file", "$L__tmp", "$L__func", ".reg", ".param")):
             continue
+        line = re.sub(r"\s*//.*$", "", line)  # comments name LLVM blocks by a running count
         line = re.sub(r"\w+_param_(\d+)", lambda m: "%" + names[int(m.group(1))], line)
         load = re.match(r"\s*ld\.param\.\w+\s+(%\w+), \[(%[\w.]+)\];", line)
         if load:
