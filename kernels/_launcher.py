@@ -18,9 +18,10 @@ from types import ModuleType
 
 import torch
 
-from ._arguments import Inputs, Logits, Outputs, Sizes, allocate_workspace
+from . import _plan
+from ._arguments import Inputs, Logits, Outputs, Sizes, Workspace, allocate_workspace
 from ._contract import METHODS, VerifyInputs, validate_inputs
-from ._plan import SMALL_GRID_REGISTERS, LaunchPlan, plan, tile_size_for
+from ._plan import LaunchPlan, tile_size_for
 
 __all__ = ["launch", "plan_for", "rejection_sample", "tile_size_for"]
 
@@ -85,76 +86,75 @@ def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
     address the logits). Raises ``ValueError`` where the inputs cannot run here."""
     interpreting = _check_device(inputs)
     target, draft = inputs.target_logits, inputs.draft_logits
-    device = target.device
-    chosen = plan(
+    tile = overrides.pop("tile", None)
+    aligned = bool(overrides.pop("aligned", True)) and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
+    chosen = _plan.plan(
         inputs.num_requests, inputs.num_drafts, inputs.vocab_size, target.dtype, draft is not None, inputs.method,
-        1 if interpreting else _sm_count(device), interpreting,
-        tile=overrides.pop("tile", None),  # type: ignore[arg-type]
-        aligned=overrides.pop("aligned", True) and all(_bulk_copyable(t) for t in (target, draft) if t is not None),  # type: ignore[arg-type]
+        1 if interpreting else _sm_count(target.device), interpreting,
+        tile=tile, aligned=aligned,  # type: ignore[arg-type]
     )
     return dataclasses.replace(chosen, **overrides)  # type: ignore[arg-type]
 
 
-def launch(inputs: VerifyInputs, launch_plan: LaunchPlan | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the kernels on validated inputs as ``launch_plan`` (default ``plan_for(inputs)``) says."""
-    if launch_plan is None:
-        launch_plan = plan_for(inputs)
+def launch(inputs: VerifyInputs, plan: LaunchPlan | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the kernels on validated inputs as ``plan`` (default ``plan_for(inputs)``) says."""
+    if plan is None:
+        plan = plan_for(inputs)
     else:
         _check_device(inputs)
-    p = launch_plan
     target, draft = inputs.target_logits, inputs.draft_logits
     num_requests, num_drafts, device = inputs.num_requests, inputs.num_drafts, target.device
     outputs = Outputs(torch.empty((num_requests, num_drafts + 1), dtype=torch.int64, device=device),
                       torch.empty((num_requests,), dtype=torch.int32, device=device))
     if num_requests == 0:
         return outputs
-    num_tiles = -(-inputs.vocab_size // p.tile)
+    num_tiles = -(-inputs.vocab_size // plan.tile)
     has_draft = draft is not None
     logits = Logits(target, draft if has_draft else target, target.stride(0), target.stride(1),
                     draft.stride(0) if has_draft else 0, draft.stride(1) if has_draft else 0)
     rates = inputs.synthetic_conditional_rates
     temperature = inputs.temperature.contiguous()
     kernel_inputs = Inputs(inputs.draft_tokens.contiguous(), temperature, inputs.seed.contiguous(),
-                        rates.contiguous() if rates is not None else temperature)
+                           rates.contiguous() if rates is not None else temperature)
     sizes = Sizes(num_requests, num_drafts, inputs.vocab_size, num_tiles)
     work = allocate_workspace(num_requests, num_drafts, num_tiles, device)
     method = METHODS.index(inputs.method)
-    num_blocks = -(-num_requests // p.block_requests)
-    common = dict(TILE=p.tile, BLOCK_R=p.block_requests)
-    padding = dict(ROWS_PAD=p.rows_pad, TILES_PAD=p.tiles_pad)
+    num_blocks = -(-num_requests // plan.block_requests)
+    common = dict(TILE=plan.tile, BLOCK_R=plan.block_requests)
+    padding = dict(ROWS_PAD=plan.rows_pad, TILES_PAD=plan.tiles_pad)
     verify_module, decision_module, residual_module, small_module = _kernel_modules()
-    if p.small_grid:
-        _launch_small_grid(small_module, p, logits, kernel_inputs, work, sizes, outputs, method, has_draft, num_blocks)
+    if plan.small_grid:
+        _launch_small_grid(small_module, plan, logits, kernel_inputs, work, sizes, outputs, method, has_draft,
+                           num_blocks)
         return outputs
-    target_desc = draft_desc = target  # placeholders: the kernel reads them only with bulk copies
-    if p.bulk_copies:
-        target_desc = _descriptor(target, p.block_requests, p.tile)
-        draft_desc = _descriptor(draft, p.block_requests, p.tile) if has_draft else target_desc
+    target_desc, draft_desc = _descriptors(target, draft, plan)
     pass_a_rows = num_drafts + 1 + (num_drafts if has_draft else 0)  # draft rows are programs of their own
-    verify_module._verify_kernel[(num_blocks, pass_a_rows, -(-num_tiles // p.pass_a_tiles))](
+    capped = plan.pass_a_registers is not None and not plan.interpreting
+    verify_module._verify_kernel[(num_blocks, pass_a_rows, -(-num_tiles // plan.pass_a_tiles))](
         logits, target_desc, draft_desc, kernel_inputs, work, sizes, HAS_DRAFT=has_draft,
-        TILES_PER_PROGRAM=p.pass_a_tiles, STAGES=p.stages, USE_TMA=p.bulk_copies, num_warps=p.pass_a_warps,
-        num_stages=1, **common, **({"maxnreg": p.pass_a_registers} if p.pass_a_registers and not p.interpreting else {}),
+        TILES_PER_PROGRAM=plan.pass_a_tiles, STAGES=plan.stages, USE_TMA=plan.bulk_copies, num_warps=plan.pass_a_warps,
+        num_stages=1, **common, **({"maxnreg": plan.pass_a_registers} if capped else {}),
     )
     decision_module._decide_kernel[(num_blocks,)](
-        logits, kernel_inputs, work, sizes, outputs, METHOD=method, HAS_DRAFT=has_draft, num_warps=p.decide_warps,
+        logits, kernel_inputs, work, sizes, outputs, METHOD=method, HAS_DRAFT=has_draft, num_warps=plan.decide_warps,
         **common, **padding,
     )
     if has_draft and num_drafts > 0:
         slots = num_drafts if inputs.method == "block" else 1
-        residual_module._residual_kernel[(num_blocks, slots, -(-num_tiles // p.residual_tiles))](
-            logits, kernel_inputs, work, sizes, SLOTS=slots, ROWS_PAD=p.rows_pad, TILES_PER_PROGRAM=p.residual_tiles,
-            num_warps=p.direct_warps, **common,
+        residual_module._residual_kernel[(num_blocks, slots, -(-num_tiles // plan.residual_tiles))](
+            logits, kernel_inputs, work, sizes, SLOTS=slots, ROWS_PAD=plan.rows_pad,
+            TILES_PER_PROGRAM=plan.residual_tiles, num_warps=plan.direct_warps, **common,
         )
         residual_module._decide_residual_kernel[(num_blocks,)](
-            logits, kernel_inputs, work, sizes, outputs, METHOD=method, num_warps=p.direct_warps, **common, **padding,
+            logits, kernel_inputs, work, sizes, outputs, METHOD=method, num_warps=plan.direct_warps,
+            **common, **padding,
         )
     return outputs
 
 
 def _launch_small_grid(
-    module: ModuleType, p: LaunchPlan, logits: Logits, kernel_inputs: Inputs, work, sizes: Sizes, outputs: Outputs,
-    method: int, has_draft: bool, num_blocks: int,
+    module: ModuleType, plan: LaunchPlan, logits: Logits, kernel_inputs: Inputs, work: Workspace, sizes: Sizes,
+    outputs: Outputs, method: int, has_draft: bool, num_blocks: int,
 ) -> None:
     """The whole call as one launch of ``_small_grid_kernel`` (with draft logits, two around the
     barrier where it cannot be used: under the interpreter, or a grid forced past two programs an SM)."""
@@ -164,13 +164,13 @@ def _launch_small_grid(
     counters = _counters(device, 4 * num_blocks)
     # The barrier needs every program resident: two 8-warp programs an SM under the register cap, and
     # a cooperative launch, which the driver refuses rather than leaving a program waiting for ever.
-    barrier = p.barrier and has_draft
-    options = {} if p.interpreting else {"maxnreg": SMALL_GRID_REGISTERS, "launch_cooperative_grid": barrier}
+    barrier = plan.barrier and has_draft
+    options = {} if plan.interpreting else {"maxnreg": _plan.SMALL_GRID_REGISTERS, "launch_cooperative_grid": barrier}
     for stage in (1, 2) if has_draft and not barrier else (0,):
         module._small_grid_kernel[(num_blocks, sizes.num_drafts + 1, sizes.num_tiles)](
             logits, kernel_inputs, work, counters, sizes, outputs, METHOD=method, HAS_DRAFT=has_draft, STAGE=stage,
-            TILE=p.tile, BLOCK_R=p.block_requests, ROWS_PAD=p.rows_pad, TILES_PAD=p.tiles_pad,
-            num_warps=p.small_grid_warps, num_stages=1, **options,
+            TILE=plan.tile, BLOCK_R=plan.block_requests, ROWS_PAD=plan.rows_pad, TILES_PAD=plan.tiles_pad,
+            num_warps=plan.small_grid_warps, num_stages=1, **options,
         )
 
 
@@ -180,11 +180,19 @@ def _bulk_copyable(logits: torch.Tensor) -> bool:
     return logits.data_ptr() % 16 == 0 and all((stride * element) % 16 == 0 for stride in logits.stride()[:-1])
 
 
-def _descriptor(logits: torch.Tensor, block_requests: int, tile: int):
-    """A [R, rows, V] descriptor whose box is one tile of one row for ``block_requests`` requests."""
+def _descriptors(target: torch.Tensor, draft: torch.Tensor | None, plan: LaunchPlan) -> tuple[object, object]:
+    """Pass A's bulk-copy descriptors of the target and draft logits: [R, rows, V] tensors whose box
+    is one tile of one row for ``block_requests`` requests (without bulk copies the target itself,
+    which the kernel never reads then)."""
+    if not plan.bulk_copies:
+        return target, target
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    return TensorDescriptor(logits, list(logits.shape), list(logits.stride()), [block_requests, 1, tile])
+    box = [plan.block_requests, 1, plan.tile]
+    target_desc = TensorDescriptor(target, list(target.shape), list(target.stride()), box)
+    if draft is None:
+        return target_desc, target_desc
+    return target_desc, TensorDescriptor(draft, list(draft.shape), list(draft.stride()), box)
 
 
 def _kernel_modules() -> tuple[ModuleType, ModuleType, ModuleType, ModuleType]:

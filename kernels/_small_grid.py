@@ -83,8 +83,8 @@ def _small_grid_kernel(
                 # + (noise - noise), exactly 0 (the noise is finite): ptxas otherwise starts the
                 # tile's reductions first and stalls on the load before any noise is made.
                 values = values + (noise - noise)
-        _tile_draws(values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row_ids, row, tile, draft,
-                    vocab_ids, mask, HAS_DRAFT, EARLY_NOISE, TILE)
+        _tile_draws(values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row, tile, draft,
+                    HAS_DRAFT, EARLY_NOISE, TILE)
     if HAS_DRAFT:
         if STAGE == 0:
             tl.debug_barrier()
@@ -128,7 +128,7 @@ def _barrier(arrivals_ptr, generation_ptr, parties):
 
 @triton.jit
 def _tile_draws(
-    values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
+    values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row, tile, draft,
     HAS_DRAFT: tl.constexpr, EARLY_NOISE: tl.constexpr, TILE: tl.constexpr,
 ):
     """This tile's statistics, as pass A stores them, and the token it draws for each request.
@@ -137,6 +137,9 @@ def _tile_draws(
     under row ``row``'s key. In the draft token's tile also the draft's logit and, for one-hot
     drafts, the mass and the winner without it (excluded_*).
     """
+    row_ids = tl.full((requests.shape[0],), 0, tl.int32) + row
+    vocab_ids = tile * TILE + tl.arange(0, TILE)
+    mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
     per_row = requests * (sizes.num_drafts + 1) + row
     stat = per_row * sizes.num_tiles + tile
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < sizes.vocab)
@@ -251,6 +254,7 @@ def _decide_small(
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
     verdict = decision.verdict
+    tau = verdict.tau  # (defined before row_tokens: the order of values the branch below yields)
     tile_tokens = decision.draws.tile_tokens
     if HAS_DRAFT:  # the draws and the residuals, loaded before any reduction (see _acceptance)
         num_rows = sizes.num_drafts + 1
@@ -278,7 +282,6 @@ def _decide_small(
     row_tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2)
     row_tokens = tl.where(chosen == own, decision.draws.excluded_tokens, row_tokens)
     row_tokens = tl.where(chosen >= 0, row_tokens, 0).to(tl.int64)
-    tau = verdict.tau
     if HAS_DRAFT:
         if tl.max(verdict.deferred.to(tl.int32)) > 0:
             residual_tau, residual_row_tokens = _residual_choice(

@@ -35,42 +35,45 @@ def _verify_kernel(
     block = tl.program_id(0)
     row = tl.program_id(1)
     chunk = tl.program_id(2)
+    descriptors = (target_desc, draft_desc)
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     live = requests < sizes.num_requests
     temperature = tl.load(inputs.temperature + requests, mask=live, other=0.0)
     sampled = live & (temperature > 0)
     if (row > sizes.num_drafts) & HAS_DRAFT:
         if tl.max(sampled.to(tl.int32)) > 0:
-            _row_statistics(logits, target_desc, draft_desc, inputs, work, sizes, block, row - sizes.num_drafts - 1,
-                            chunk, requests, live, temperature, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
+            _row_statistics(logits, descriptors, inputs, work, sizes, block, row - sizes.num_drafts - 1, chunk, requests,
+                            temperature, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
     else:
-        _row_statistics(logits, target_desc, draft_desc, inputs, work, sizes, block, row,
-                        chunk, requests, live, temperature, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
+        _row_statistics(logits, descriptors, inputs, work, sizes, block, row, chunk, requests,
+                        temperature, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
 
 
 @triton.jit
 def _row_statistics(
-    logits, target_desc, draft_desc, inputs, work, sizes, block, row, chunk, requests, live, temperature,
+    logits, descriptors, inputs, work, sizes, block, row, chunk, requests, temperature,
     DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
 ):
-    """This program's tiles of one row: target row ``row`` or, DRAFT_ONLY, draft row ``row``."""
+    """This program's tiles of one row: target row ``row`` or, DRAFT_ONLY, draft row ``row``.
+    ``descriptors``: the target's and the draft's bulk-copy descriptors (read with USE_TMA)."""
+    live = requests < sizes.num_requests
     sampled = live & (temperature > 0)
     scale = temperature_scale(temperature)
     is_draft_row = row < sizes.num_drafts
     draft = tl.load(inputs.draft_tokens + requests * sizes.num_drafts + row, mask=live & is_draft_row, other=-1)
     per_row = requests * (sizes.num_drafts + 1) + row
     if TILES_PER_PROGRAM == 1:
-        _tile_statistics(logits, target_desc, draft_desc, work, sizes, block, row, chunk, requests, live, sampled, scale,
-                         draft, per_row, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
+        _tile_statistics(logits, descriptors, work, sizes, block, row, chunk, requests, sampled, scale, draft, per_row,
+                         DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
     else:
         # The tiles of one row in turn; with bulk copies and STAGES > 1 the next tiles are copied
         # into shared memory while this one is reduced, so loads in flight hold no registers.
         first_tile = chunk * TILES_PER_PROGRAM
         last_tile = tl.minimum(first_tile + TILES_PER_PROGRAM, sizes.num_tiles)
         for tile in tl.range(first_tile, last_tile, num_stages=STAGES):
-            _tile_statistics(logits, target_desc, draft_desc, work, sizes, block, row, tile, requests, live, sampled, scale,
-                             draft, per_row, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
+            _tile_statistics(logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft,
+                             per_row, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
 
 
 @triton.jit
@@ -118,10 +121,12 @@ def _tile_mass_checked(values, tile_max, scale):
 
 @triton.jit
 def _tile_statistics(
-    logits, target_desc, draft_desc, work, sizes, block, row, tile, requests, live, sampled, scale, draft, per_row,
+    logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft, per_row,
     DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     """Statistics of one tile of one row: see the module docstring."""
+    target_desc, draft_desc = descriptors
+    live = requests < sizes.num_requests
     vocab_ids = tile * TILE + tl.arange(0, TILE)
     mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < sizes.vocab)
