@@ -135,8 +135,8 @@ def _acceptance(
     row_index, index3, mask3, draft_row = _row_indices(requests, live, sizes, ROWS_PAD, TILES_PAD)
     sampled_draft = draft_row & sampled[:, None]
     # Every load first, masked by what is known before any of them returns: a reduction (a
-    # bar.sync) between two loads keeps the second from being issued early, and v9's one-hot
-    # decider waited on seven dependent waves of loads (``compile_check.py --resources``).
+    # bar.sync) between two loads keeps the second from being issued early (``compile_check.py
+    # --resources`` counts the waves of loads after the small grid's ticket).
     # Rows whose draft turns out invalid read values nothing uses (``valid`` masks them below).
     drafts = tl.load(inputs.draft_tokens + requests[:, None] * num_drafts + rows[None, :], mask=draft_row, other=-1)
     tile_max = tl.load(work.tile_max + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
@@ -352,8 +352,8 @@ def _decide(
     target = decision.target
 
     # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile re-read
-    # below a replicated layout (block verification: a 16 KB stack frame per thread; standard: no
-    # stack, but skipping the trip measured this decision 12 -> 25 µs at R=256, K=7).
+    # below a replicated layout (a stack frame per thread, or a slower decision: see the tuning
+    # table in benchmarks/README.md).
     tl.store(work.plan + requests * 2, verdict.tau, mask=live)
     tl.debug_barrier()
     tau = tl.load(work.plan + requests * 2, mask=live, other=0)

@@ -221,11 +221,9 @@ def sample_in_tile(
     scale: float32 [B] = log2(e) / T; excluded: int64 [B] token given zero weight (-1 = none);
     key_lo, key_hi: uint32 [B], the race's key; active: bool [B]. Returns int64 [B] token ids.
     The race runs over the tile in chunks of RACE_CHUNK (the winner of a whole tile in registers,
-    bit for bit; a larger ``tile_size`` takes several). The default tile of 4096 is one chunk:
-    with the noise laid out by the load (``detached``) it needs 48-119 registers, and on the H200
-    it beat chunks of 1024 at every point measured (R=64, K=3 one-hot 50.6 -> 45.3 µs, R=256,
-    K=7 draft logits 506.5 -> 501.5) and chunks of 2048 at all but block verification at R=16.
-    Software-pipelined chunk loads were 10-90% slower.
+    bit for bit; a larger ``tile_size`` takes several). The default tile is one chunk: with the
+    noise laid out by the load (``detached``) it needs 48-119 registers, and it measured faster
+    than smaller chunks (the tuning table in benchmarks/README.md, ``RACE_CHUNK``).
     """
     CHUNK: tl.constexpr = RACE_CHUNK if RACE_CHUNK < TILE else TILE
     row_offset = detached(row_offset)

@@ -157,7 +157,7 @@ def load_waves_after_ticket(sass: str) -> str:
 
     A wave ends where a cross-thread step (a shuffle, a warp reduction, a block barrier) comes after
     a load: a load after that step cannot be in flight with the ones before it. The one-hot decider
-    needs one wave (v9's took four: draft tokens, statistics, the draft's logit, the draws).
+    needs one wave (it once took four: draft tokens, statistics, the draft's logit, the draws).
     """
     instructions = [line.split(";")[0] for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
     tickets = [i for i, text in enumerate(instructions) if "ATOMG.E.ADD" in text]
@@ -179,7 +179,7 @@ def index_conversions(kernel) -> int:
 
     Token ids, the race's hash and masks are made from aranges and per-request scalars, so they can
     always be laid out like the logits they meet; a conversion means Triton computed them in some
-    other layout (v8's decision hashed every token on 4-8 warps at once, then converted).
+    other layout (a decision once hashed every token on 4-8 warps at once, then converted).
     """
     pattern = re.compile(r"ttg\.convert_layout .*-> tensor<\d+x(\d+)x(?:i1|i32|i64),")
     return sum(int(match.group(1)) >= 1024 for match in pattern.finditer(kernel.asm["ttgir"]))

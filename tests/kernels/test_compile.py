@@ -34,15 +34,15 @@ def test_kernels_compile_for_sm90_without_a_gpu():
         assert int(re.search(r"spill_stores=(\d+)", line).group(1)) <= 512, line
         assert int(re.search(r"stack=(\d+)", line).group(1)) <= 512, line
     # Pass A as launched for large grids, register caps included: at most a few spilled bytes (4 and
-    # 12 at 2fac9a6, measured fast), never the kilobytes a layout change or new live values bring.
+    # 12 when the caps were measured fast), never the kilobytes a layout change or new live values bring.
     launched = [line for line in result.stdout.splitlines() if line.startswith("launched ")]
     assert len(launched) == 6, result.stdout
     for line in launched:
         spills = int(re.search(r"spill_stores=(\d+)", line).group(1))
         stack = int(re.search(r"stack=(\d+)", line).group(1))
         assert spills <= 16 and stack <= 16, line
-    # The one-hot decider issues every load it needs at once after its ticket (v9's waited on seven
-    # dependent waves in this count: draft tokens, statistics, the draft's logit, the draws).
+    # The one-hot decider issues every load it needs at once after its ticket (once it waited on
+    # seven dependent waves in this count: draft tokens, statistics, the draft's logit, the draws).
     one_hot = [line for line in result.stdout.splitlines() if "_small_grid_kernel" in line and "'HAS_DRAFT': False" in line]
     assert len(one_hot) == 3, result.stdout
     for line in one_hot:
