@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from spectune.study import Point, StudyOutcome
+from spectune.study import Point, StudyOutcome, recommendation_provenance
 
 __all__ = ["TRIAL_COLUMNS", "pareto_rows", "summary_rows", "trials_csv"]
 
@@ -84,6 +84,7 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     recommendation = outcome.recommendation
     if recommendation is None:
         return []
+    marks = {bucket.batch_size: bucket.summary for bucket in recommendation_provenance(recommendation, outcome.completed)}
     rows = []
     for choice in recommendation.choices:
         evaluation = choice.evaluation
@@ -102,6 +103,7 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                 "TPOT p99 ms": _fixed(metrics, "tpot_p99_ms"),
                 "SLOs": ("met" if evaluation.feasible else "missed") if evaluation is not None else "-",
                 "note": choice.note or "",
+                "marks": marks.get(choice.batch_size, ""),
             }
         )
     return rows

@@ -8,6 +8,7 @@ interruption and many workers can share it.
 
 from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
 from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._provenance import BucketProvenance, Mark, provenance_notes, recommendation_provenance, study_context
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._recommend import (
     BucketChoice,
@@ -22,18 +23,21 @@ from spectune.study._records import Evaluation, SearchState, comparison_noise, e
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
 from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
-from spectune.study._storage import describe_storage, open_storage, open_study
+from spectune.study._storage import JournalRepair, describe_storage, open_storage, open_study, repair_journal
 from spectune.study._structured import next_k, structured_converged, structured_next_point
 
 __all__ = [
     "EXHAUSTIVE_LIMIT",
     "BucketChoice",
+    "BucketProvenance",
     "Candidate",
     "Combo",
     "ComboScore",
     "Constraint",
     "Evaluation",
     "Evaluator",
+    "JournalRepair",
+    "Mark",
     "Point",
     "Recommendation",
     "SearchState",
@@ -59,7 +63,10 @@ __all__ = [
     "open_storage",
     "open_study",
     "outcome_of",
+    "provenance_notes",
     "recommend",
+    "recommendation_provenance",
+    "repair_journal",
     "resolve_strategy",
     "run_study",
     "search_space",
@@ -67,4 +74,5 @@ __all__ = [
     "space_from_document",
     "structured_converged",
     "structured_next_point",
+    "study_context",
 ]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from spectune.study._records import Evaluation
 from spectune.study._space import Combo, Point, StudySpace, bucket_ranges
+from spectune.study._zero_row import zero_row_evaluation, zero_row_notes
 
 __all__ = [
     "BucketChoice",
@@ -118,7 +119,7 @@ def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Eval
     weight_sum = 0.0
     for batch_size, (first, last), weight in zip(space.batch_sizes, ranges, space.weights):
         own = [completed[p] for k in space.k_values[1:] if (p := space.point(batch_size, combo.label, k)) in completed]
-        off = completed.get(space.point(batch_size, combo.label, 0))
+        off = zero_row_evaluation(space, combo, batch_size, completed.get(space.point(batch_size, combo.label, 0)))
         chosen = choose_in_bucket(own + ([off] if off is not None else []))
         if own and chosen is not None:
             covered += 1
@@ -176,8 +177,12 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
             )
     schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
     max_k = max(k for _, _, k in schedule)
+    notes += zero_row_notes(space, winner.combo, choices, completed, winner.aggregate_throughput_tokens_per_s)
     if max_k == 0:
-        notes.append("speculation does not pay off at any batch size; the schedule turns it off everywhere")
+        notes.append(
+            "speculation does not pay off at any batch size: serve without a speculative config (a table of 0 rows "
+            "would still load the drafter, and vLLM runs it in 0-row steps)"
+        )
     return Recommendation(
         space=space,
         combo=winner.combo,
