@@ -10,8 +10,11 @@ Inputs as the reference measured them (rejection_sampling.md section 7): tempera
 method but greedy; peaked target rows (one token holds 85-95% of the mass); draft logits near the
 target, drafts = their argmax (one-hot methods, greedy drafting) or sampled from them (*_draft).
 
-    python benchmarks/kernels.py --out-dir OUT [--requests 1 64] [--methods greedy ...]
-    python benchmarks/kernels.py --no-files --variants default 'stages=2,num_warps=4' ...  # compare knobs
+    python benchmarks/bench_kernels.py --out-dir OUT [--requests 1 64] [--methods greedy ...]
+    python benchmarks/bench_kernels.py --no-files --variants default 'aligned=false' 'pass_a_warps=8' ...
+
+A variant overrides fields of the launch plan (``spectune.kernels._plan.LaunchPlan``), or
+``aligned=false`` plans as if no bulk copy could address the logits (the policy without TMA).
 
 Writes OUT/kernels-full.csv (every column), OUT/kernels-latest.csv (method, R, K, V, dtype, us,
 floor_us) and OUT/kernels-table.md; prints the headline table last.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import math
 import os
@@ -33,31 +37,37 @@ import triton.testing
 
 from spectune.kernels import rejection_sample
 from spectune.kernels._contract import validate_inputs
-from spectune.kernels._launcher import launch
+from spectune.kernels._launcher import launch, plan_for
+from spectune.kernels._plan import LaunchPlan
 
 METHODS = ("greedy", "standard_onehot", "standard_draft", "block_onehot", "block_draft", "synthetic")
 TEMPERATURE = 0.8
 SET_BYTES = 256 * 2**20  # enough distinct input sets per graph to amortise its launch
 MAX_SETS = 16
-# Launcher knobs (``launch``'s keyword arguments) to compare, one dict per variant; {} = defaults.
-LAUNCH_KNOBS = {"num_warps": int, "fused": lambda v: v == "on", "tiles_per_program": int, "stages": int,
-                "bulk_copies": lambda v: v == "on", "decide_warps": int,
-                "split_draft": lambda v: v == "on", "max_registers": int, "residual_tiles": int}
+# What a variant may override: the plan's fields (but the interpreter flag), and ``aligned``.
+KNOBS = [field.name for field in dataclasses.fields(LaunchPlan) if field.name != "interpreting"] + ["aligned"]
 
 
 PROFILE = False
 
 
 def parse_variant(text: str) -> dict:
-    """'num_warps=4,stages=2' -> {'num_warps': 4, 'stages': 2}; 'default' -> {}."""
-    options = {}
+    """'pass_a_warps=8,bulk_copies=false' -> {'pass_a_warps': 8, 'bulk_copies': False}; 'default' -> {}."""
+    options: dict = {}
     for item in filter(None, text.split(",")):
         if item == "default":
             continue
         name, _, value = item.partition("=")
-        if name not in LAUNCH_KNOBS:
-            raise SystemExit(f"--variants: unknown knob {name!r}; allowed: {', '.join(LAUNCH_KNOBS)}")
-        options[name] = LAUNCH_KNOBS[name](value)
+        if name not in KNOBS:
+            raise SystemExit(f"--variants: unknown plan field {name!r}; allowed: {', '.join(KNOBS)}")
+        if value.lower() in ("true", "on", "false", "off"):
+            options[name] = value.lower() in ("true", "on")
+        elif value.lower() == "none":
+            options[name] = None
+        elif value.isdigit():
+            options[name] = int(value)
+        else:
+            raise SystemExit(f"--variants: {name}={value!r}: expected an integer, true/false or none")
     return options
 
 
@@ -66,7 +76,8 @@ def call(arguments: dict, options: dict | None = None) -> tuple[torch.Tensor, to
         return rejection_sample(**arguments)
     names = ("target_logits", "draft_tokens", "draft_logits", "temperature", "seed", "method",
              "synthetic_conditional_rates")
-    return launch(validate_inputs(*(arguments.get(name) for name in names)), **options)
+    inputs = validate_inputs(*(arguments.get(name) for name in names))
+    return launch(inputs, plan_for(inputs, **options))
 
 
 @dataclass
@@ -212,8 +223,8 @@ def main() -> None:
     parser.add_argument("--vocabs", nargs="+", type=int, default=[32000, 128256, 151936])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--variants", nargs="+", default=["default"],
-                        help="launcher knobs per variant, e.g. default 'num_warps=4,stages=2' 'bulk_copies=off' "
-                             f"(knobs: {', '.join(LAUNCH_KNOBS)}); each must give the default's tokens")
+                        help="plan overrides per variant, e.g. default 'aligned=false' 'pass_a_warps=8,stages=2' "
+                             f"(fields: {', '.join(KNOBS)}); each must give the default's tokens")
     parser.add_argument("--no-files", action="store_true", help="print only (variant comparisons)")
     parser.add_argument("--profile", action="store_true", help="also print each kernel's device time (torch.profiler)")
     args = parser.parse_args()
