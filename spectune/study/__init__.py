@@ -10,23 +10,32 @@ from spectune.study._document import SimulationEvaluator, document_fingerprint, 
 from spectune.study._objective import Evaluator, StudyObjective
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._recommend import (
+    MAX_REFINEMENT,
     BucketChoice,
     ComboScore,
     Recommendation,
+    TieSet,
+    bucket_tie_set,
     choose_in_bucket,
+    format_ks,
     is_tie,
     merge_schedule,
+    monotone_ks,
+    precision_requests,
     recommend,
 )
 from spectune.study._records import Evaluation, SearchState, comparison_noise, evaluate_metrics
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
-from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
+from spectune.study._space import REFINE_FACTOR, Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
 from spectune.study._storage import describe_storage, open_storage, open_study
-from spectune.study._structured import next_k, structured_converged, structured_next_point
+from spectune.study._structured import REFINE_BUDGET, next_k, structured_converged, structured_next_point, structured_next_points
 
 __all__ = [
     "EXHAUSTIVE_LIMIT",
+    "MAX_REFINEMENT",
+    "REFINE_BUDGET",
+    "REFINE_FACTOR",
     "BucketChoice",
     "Candidate",
     "Combo",
@@ -45,20 +54,25 @@ __all__ = [
     "StudyProgress",
     "StudyRun",
     "StudySpace",
+    "TieSet",
     "TrialRecord",
     "bucket_ranges",
+    "bucket_tie_set",
     "choose_in_bucket",
     "describe_storage",
     "document_fingerprint",
     "comparison_noise",
     "evaluate_metrics",
+    "format_ks",
     "is_tie",
     "load_outcome",
     "merge_schedule",
+    "monotone_ks",
     "next_k",
     "open_storage",
     "open_study",
     "outcome_of",
+    "precision_requests",
     "recommend",
     "resolve_strategy",
     "run_study",
@@ -67,4 +81,5 @@ __all__ = [
     "space_from_document",
     "structured_converged",
     "structured_next_point",
+    "structured_next_points",
 ]

@@ -35,7 +35,7 @@ from spectune.study._storage import (
     open_study,
     prepare_study,
 )
-from spectune.study._structured import structured_converged, structured_next_point
+from spectune.study._structured import REFINE_BUDGET, structured_converged, structured_next_point
 
 __all__ = ["EXHAUSTIVE_LIMIT", "StudyProgress", "StudyRun", "resolve_strategy", "run_study"]
 
@@ -72,6 +72,7 @@ class _WorkerSpec:
     seed: int
     keep_combos: int
     optuna_verbosity: int
+    refine_budget: float = REFINE_BUDGET
 
 
 def resolve_strategy(space: StudySpace, choice: StrategyChoice) -> Strategy:
@@ -91,6 +92,7 @@ def run_study(
     workers: int = 1,
     seed: int = 0,
     keep_combos: int = 2,
+    refine_budget: float = REFINE_BUDGET,
     progress: Callable[[StudyProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> StudyRun:
@@ -109,7 +111,7 @@ def run_study(
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
-    spec = _WorkerSpec(space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity())
+    spec = _WorkerSpec(space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity(), refine_budget)
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
     opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
     try:
@@ -146,7 +148,9 @@ def _worker_loop(
     keep_going: Callable[[], bool] = lambda: True,
 ) -> int:
     """Run trials until the study is done (or ``keep_going`` says stop); return how many this worker completed."""
-    study.sampler = SpectuneSampler(spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos)
+    study.sampler = SpectuneSampler(
+        spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget
+    )
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
     idle_prunes = 0
@@ -180,10 +184,11 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
             return "wait"  # the others' running trials may still fail and leave work
     if spec.strategy == "tpe":
         return "run"
-    if spec.strategy == "structured" and spec.n_trials is None and structured_converged(state, keep_combos=spec.keep_combos):
+    search = {"keep_combos": spec.keep_combos, "refine_budget": spec.refine_budget}
+    if spec.strategy == "structured" and spec.n_trials is None and structured_converged(state, **search):
         return "stop"
     has_free = (
-        structured_next_point(state, keep_combos=spec.keep_combos) is not None
+        structured_next_point(state, **search) is not None
         if spec.strategy == "structured"
         else bool(state.free_points())
     )

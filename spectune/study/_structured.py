@@ -2,98 +2,161 @@
 
 Throughput is separable by bucket (each bucket is its own closed-loop simulation) and, along K,
 close to unimodal: it rises while drafts are accepted often enough to pay for themselves and falls
-once verification stops being free. So instead of a black-box search over (bucket, combo, K):
+once verification stops being free. Near its top it is often a plateau, and a tie goes to the
+smaller K, so a bucket is *settled* when its best K is bracketed (both neighbours known) and the
+smallest K that ties with the best has been evaluated along with the K just below it, which does not
+tie (the plateau's low end). So instead of a black-box search over (bucket, combo, K):
 
 1. at the representative (most common) bucket, search K for the first combo with a golden-section-like
    bracket search (K = 0, speculation off, is the shared left end of every curve), then for every
    other combo by hill-climbing from the first one's optimum (combos of a method peak at similar K);
 2. keep the ``keep_combos`` best combos there;
-3. for each kept combo, walk outwards bucket by bucket, starting each bucket's K search at the
-   neighbouring bucket's optimum (towards larger batches, at the smallest K that ties with it) and
-   hill-climbing one step at a time (preferring smaller K at larger batch sizes, where the optimum
-   moves down);
-4. with budget left, do the same for the other combos, then fill the rest of the space nearest the
-   known optima first.
+3. for each kept combo, settle the representative bucket, then walk outwards in both directions
+   bucket by bucket, starting each bucket's K search at the settled neighbour's optimum (towards
+   larger batches, at the smallest K that ties with it) and hill-climbing one step at a time
+   (preferring smaller K at larger batch sizes, where the optimum moves down);
+4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
+   the recommendation open (``_recommend.precision_requests``), within ``refine_budget``;
+5. with budget left (``n_trials``), fill the rest of the space nearest the known optima.
 
-Every decision is a pure function of the ``SearchState`` read from storage, so the search resumes
-after a crash and runs unchanged with many workers: a point held by a running trial is skipped and
-the next useful point is proposed instead.
+``structured_next_points`` returns every point the search needs now -- the independent steps of all
+searches in flight (the screening of every combo, each kept combo's two directions, every refinement)
+-- so that they can be simulated together; a step that depends on another's result is not in the list
+until that result is known. Every decision is a pure function of the ``SearchState`` read from
+storage, so the search resumes after a crash and runs unchanged with many workers: a point held by a
+running trial is left out, and a worker with nothing to take waits for the others' results.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
-from spectune.study._recommend import choose_in_bucket
+from spectune.study._recommend import choose_in_bucket, is_tie, precision_requests
 from spectune.study._records import SearchState
 from spectune.study._space import OFF, Point, StudySpace
 
-__all__ = ["next_k", "structured_converged", "structured_next_point"]
+__all__ = ["REFINE_BUDGET", "next_k", "structured_converged", "structured_next_point", "structured_next_points"]
 
 _GOLDEN_STEP = 0.382  # fraction of a bracket side probed next (1 - 1/phi)
+# Adaptive precision may spend this share of the search's own simulations (a refined simulation
+# counts as many simulations as it has times the requests).
+REFINE_BUDGET = 0.5
 
 
-def structured_next_point(state: SearchState, *, keep_combos: int) -> Point | None:
-    """The most useful free point, or None when every point is evaluated, held or given up."""
-    for point, _ in _candidates(state, keep_combos):
-        if state.is_free(point):
-            return point
-    return None
+def structured_next_points(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> list[Point]:
+    """Every free point the search needs now, most useful first (deterministic).
+
+    Until the search has converged: the steps of every search in flight whose result no other step in
+    the list waits for (empty while all of them are held by running trials: wait for those). After:
+    the rest of the space in fill order, for a budget (``n_trials``) past convergence.
+    """
+    needed = _needed(state, keep_combos, refine_budget)
+    if needed:
+        return [p for p in needed if state.is_free(p)]
+    return [p for p in _fill_order(state, _rank_at(state, state.space.batch_sizes[state.space.representative_bucket()])) if state.is_free(p)]
 
 
-def structured_converged(state: SearchState, *, keep_combos: int) -> bool:
-    """True once screening and the kept combos' per-bucket searches have all settled."""
-    return all(not is_core or state.is_settled(point) for point, is_core in _candidates(state, keep_combos))
+def structured_next_point(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> Point | None:
+    """The most useful free point, or None when nothing is free (all evaluated, held or given up)."""
+    points = structured_next_points(state, keep_combos=keep_combos, refine_budget=refine_budget)
+    return points[0] if points else None
 
 
-def _candidates(state: SearchState, keep_combos: int) -> Iterator[tuple[Point, bool]]:
-    """Points in priority order, each with whether it belongs to the core search (steps 1-3)."""
+def structured_converged(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> bool:
+    """True once screening, the kept combos' settled buckets and the refinements are all done."""
+    return not _needed(state, keep_combos, refine_budget)
+
+
+def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[Point]:
+    """Unsettled points the search needs now, in priority order (duplicates removed)."""
     space = state.space
     rep = space.representative_bucket()
     rep_batch_size = space.batch_sizes[rep]
-    outward = _outward_order(len(space.batch_sizes), rep)
-    middle = _middle_k(space)
-
-    yield Point(rep_batch_size, OFF, 0), True
-    anchor: int | None = None  # the first fully searched combo's best K: where the others start
-    for combo in space.combos:
-        if anchor is None:
-            point = _curve_step(state, combo.label, rep_batch_size, start=middle, warm=False, prefer_lower=False)
-            if point is None:
-                anchor = _best_k(state, combo.label, rep_batch_size)
-        else:
-            point = _curve_step(state, combo.label, rep_batch_size, start=anchor, warm=True, prefer_lower=False)
-        if point is not None:
-            yield point, True
-    for index in outward[1:]:
-        yield Point(space.batch_sizes[index], OFF, 0), True
-
-    ranking = _rank_at(state, rep_batch_size)
-    for position, label in enumerate(ranking):
-        for point in _bucket_chain(state, label, rep, outward):
-            yield point, position < keep_combos
-    yield from ((point, False) for point in _fill_order(state, ranking, outward))
+    needed = [Point(rep_batch_size, OFF, 0)]
+    needed += _screening_steps(state, rep_batch_size)
+    needed += [Point(b, OFF, 0) for b in space.batch_sizes if b != rep_batch_size]
+    needed = [p for p in needed if not state.is_settled(p)]
+    if not needed:
+        for label in _rank_at(state, rep_batch_size)[:keep_combos]:
+            needed += _chain_steps(state, label, rep)
+    if not needed:
+        needed = _refinement_steps(state, refine_budget)
+    return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
 
 
-def _bucket_chain(state: SearchState, label: str, rep: int, outward: list[int]) -> Iterator[Point]:
-    """One combo's K search at every bucket, each warm-started from its neighbour towards ``rep``."""
+def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
+    """The first combo's cold K search; once it is bracketed, every other combo's, warm from its optimum."""
     space = state.space
-    for index in outward[1:]:
-        neighbour = index - 1 if index > rep else index + 1
-        # Going up in batch size the optimum moves down: start from the smallest K that ties with the
-        # neighbour's best; going down it moves up: start from the neighbour's best itself.
-        start = _best_k(state, label, space.batch_sizes[neighbour], smallest_tie=index > rep)
-        if start is None:
-            start = _middle_k(space)
-        point = _curve_step(state, label, space.batch_sizes[index], start=start, warm=True, prefer_lower=index > rep)
-        if point is not None:
-            yield point
+    first = space.combos[0].label
+    step = _curve_step(state, first, batch_size, start=_middle_k(space), warm=False, prefer_lower=False)
+    if step is not None:
+        return [step]
+    anchor = _best_k(state, first, batch_size)
+    anchor = _middle_k(space) if anchor is None else anchor
+    steps = (_curve_step(state, c.label, batch_size, start=anchor, warm=True, prefer_lower=False) for c in space.combos[1:])
+    return [s for s in steps if s is not None]
 
 
-def _fill_order(state: SearchState, ranking: list[str], outward: list[int]) -> list[Point]:
+def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
+    """One kept combo: settle the representative bucket, then the next unsettled bucket each way."""
+    space = state.space
+    step = _plateau_step(state, label, space.batch_sizes[rep])
+    if step is not None:
+        return [step]
+    steps = []
+    for direction in (1, -1):
+        index = rep + direction
+        while 0 <= index < len(space.batch_sizes):
+            # Going up in batch size the optimum moves down: start from the smallest K that ties with the
+            # neighbour's best; going down it moves up: start from the neighbour's best itself.
+            start = _best_k(state, label, space.batch_sizes[index - direction], smallest_tie=direction > 0)
+            batch_size = space.batch_sizes[index]
+            step = _curve_step(
+                state, label, batch_size, start=_middle_k(space) if start is None else start, warm=True, prefer_lower=direction > 0
+            )
+            step = step or _plateau_step(state, label, batch_size)
+            if step is not None:
+                steps.append(step)
+                break
+            index += direction
+    return steps
+
+
+def _plateau_step(state: SearchState, label: str, batch_size: int) -> Point | None:
+    """The K just below the smallest K tied with the best, when it is not evaluated yet (None: settled)."""
+    space = state.space
+    evaluations = [e for k in space.k_values if (e := state.completed.get(space.point(batch_size, label, k)))]
+    feasible = [e for e in evaluations if e.feasible]
+    if not feasible:
+        return None  # nothing meets the SLOs: the least violating point is the answer, no plateau
+    best = max(feasible, key=lambda e: (e.throughput, -e.point.num_speculative_tokens))
+    lowest = min(e.point.num_speculative_tokens for e in feasible if is_tie(best, e))
+    ks = space.k_values
+    if lowest == ks[0]:
+        return None
+    below = space.point(batch_size, label, ks[ks.index(lowest) - 1])
+    return None if state.is_settled(below) else below
+
+
+def _refinement_steps(state: SearchState, refine_budget: float) -> list[Point]:
+    """The refined points of every group ``precision_requests`` asks for that fits the budget, whole."""
+    spent = sum(p.requests_factor for p in [*state.completed, *state.claimed] if p.refinement)
+    allowance = refine_budget * sum(1 for p in state.completed if not p.refinement) - spent
+    steps: list[Point] = []
+    for group in precision_requests(state.space, state.completed):
+        todo = [p for p in group if not state.is_settled(p)]
+        cost = sum(p.requests_factor for p in todo if p not in state.claimed)
+        if cost > allowance:
+            continue
+        allowance -= cost
+        steps += todo
+    return steps
+
+
+def _fill_order(state: SearchState, ranking: list[str]) -> list[Point]:
     """Every remaining point: best-ranked combos first, buckets outwards, K nearest the known optimum."""
     space = state.space
+    outward = _outward_order(len(space.batch_sizes), space.representative_bucket())
     rank_of = {label: i for i, label in enumerate(ranking)}
     bucket_rank = {space.batch_sizes[index]: i for i, index in enumerate(outward)}
 
