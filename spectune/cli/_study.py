@@ -180,6 +180,7 @@ def run(
             space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
             n_trials=n_trials or document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
+            **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
         )  # fmt: skip
     except KeyboardInterrupt:
         close()

@@ -5,11 +5,11 @@
 rates, for checking on a GPU), ``sglang.txt`` (server flags), ``trials.csv`` and ``report.html``.
 """
 
-from spectune.export._artefacts import json_text, recommended_yaml, write_artefacts
+from spectune.export._artefacts import bucket_comments, json_text, recommended_yaml, write_artefacts
 from spectune.export._report import pareto_front, report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
-from spectune.export._svg import Series, chart_svg, nice_ticks
-from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, trials_csv
+from spectune.export._svg import Band, Series, chart_svg, nice_ticks
+from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, tie_cell, trials_csv
 from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
@@ -21,8 +21,10 @@ from spectune.export._vllm import (
 __all__ = [
     "SGLANG_ALGORITHMS",
     "TRIAL_COLUMNS",
+    "Band",
     "Series",
     "SyntheticForm",
+    "bucket_comments",
     "chart_svg",
     "json_text",
     "nice_ticks",
@@ -34,6 +36,7 @@ __all__ = [
     "sglang_flags",
     "simulated_acceptance_rates",
     "summary_rows",
+    "tie_cell",
     "trials_csv",
     "vllm_speculative_config",
     "vllm_synthetic_config",

@@ -121,12 +121,12 @@ class TieSet:
         return max(0.0, (best - self.member(k).throughput) / best) if best > 0 else 0.0
 
     def describe(self) -> str:
-        """E.g. 'K 4-8 within 0.9%' (K 0 is 'off')."""
+        """E.g. 'K 4-8 within 0.9%', 'K 5 alone within 0.5% at 4x requests' (K 0 is speculation off)."""
         if not self.feasible:
             return f"K {format_ks(self.ks)} (no K meets the SLOs)"
-        if len(self.members) == 1:
-            return f"K {format_ks(self.ks)} alone within {self.tolerance:.1%}"
-        return f"K {format_ks(self.ks)} within {self.tolerance:.1%}"
+        alone = " alone" if len(self.members) == 1 else ""
+        precision = f" at {self.best.point.requests_factor}x requests" if self.refinement else ""
+        return f"K {format_ks(self.ks)}{alone} within {self.tolerance:.1%}{precision}"
 
 
 def format_ks(ks: Sequence[int]) -> str:
