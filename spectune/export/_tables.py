@@ -90,6 +90,8 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     for choice in recommendation.choices:
         evaluation = choice.evaluation
         off = outcome.completed.get(Point(choice.batch_size, "off", 0))
+        if evaluation is not None:  # K = 0 on the same requests when the tie set was simulated again with more
+            off = outcome.completed.get(Point(choice.batch_size, "off", 0, evaluation.point.refinement), off)
         metrics = evaluation.metrics if evaluation is not None else {}
         gain = ""
         if evaluation is not None and off is not None and off.throughput > 0:
