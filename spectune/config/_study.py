@@ -205,7 +205,8 @@ class StudyTrials(SpectuneModel):
         le=100,
         description="Structured search: work that adaptive precision may add to separate results within noise "
         "that would change the recommendation (tie sets simulated again with 4x, then 16x the requests), as a "
-        "share of the search's own simulations (one with 4x the requests counts 4); 0 turns it off. Default: 0.5.",
+        "share of the search's own work (simulated steps; 4x the requests is about 4x the steps); 0 turns it "
+        "off. Default: 0.5.",
     )
 
 

@@ -16,7 +16,8 @@ tie (the plateau's low end). So instead of a black-box search over (bucket, comb
    larger batches, at the smallest K that ties with it) and hill-climbing one step at a time
    (preferring smaller K at larger batch sizes, where the optimum moves down);
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
-   the recommendation open (``_recommend.precision_requests``), within ``refine_budget``;
+   the recommendation open (``_recommend.precision_requests``), while the work added (simulated
+   steps) stays within ``refine_budget`` times the search's own;
 5. with budget left (``n_trials``), fill the rest of the space nearest the known optima.
 
 ``structured_next_points`` returns every point the search needs now -- the independent steps of all
@@ -30,6 +31,8 @@ running trial is left out, and a worker with nothing to take waits for the other
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from spectune.study._recommend import choose_in_bucket, is_tie, precision_requests
 from spectune.study._records import SearchState
@@ -38,8 +41,8 @@ from spectune.study._space import OFF, Point, StudySpace
 __all__ = ["REFINE_BUDGET", "next_k", "structured_converged", "structured_next_point", "structured_next_points"]
 
 _GOLDEN_STEP = 0.382  # fraction of a bracket side probed next (1 - 1/phi)
-# Adaptive precision may spend this share of the search's own simulations (a refined simulation
-# counts as many simulations as it has times the requests).
+# Adaptive precision may add this share of the search's own work (simulated steps: a simulation with
+# 4x the requests has about 4x the steps).
 REFINE_BUDGET = 0.5
 
 
@@ -140,17 +143,32 @@ def _plateau_step(state: SearchState, label: str, batch_size: int) -> Point | No
 
 def _refinement_steps(state: SearchState, refine_budget: float) -> list[Point]:
     """The refined points of every group ``precision_requests`` asks for that fits the budget, whole."""
-    spent = sum(p.requests_factor for p in [*state.completed, *state.claimed] if p.refinement)
-    allowance = refine_budget * sum(1 for p in state.completed if not p.refinement) - spent
+    spent = sum(_work(state, p) for p in [*state.completed, *state.claimed] if p.refinement)
+    allowance = refine_budget * sum(_work(state, p) for p in state.completed if not p.refinement) - spent
     steps: list[Point] = []
     for group in precision_requests(state.space, state.completed):
         todo = [p for p in group if not state.is_settled(p)]
-        cost = sum(p.requests_factor for p in todo if p not in state.claimed)
+        cost = sum(_work(state, p) for p in todo if p not in state.claimed)
         if cost > allowance:
             continue
         allowance -= cost
         steps += todo
     return steps
+
+
+def _work(state: SearchState, point: Point) -> float:
+    """A simulation's work in simulated steps (what its time grows with), deterministic unlike its wall
+    time; one not run yet: its first pass's times its requests factor. 1 without the counter."""
+    evaluation = state.completed.get(point)
+    if evaluation is not None:
+        return _steps(evaluation.metrics)
+    base = state.completed.get(point.base)
+    return point.requests_factor * (_steps(base.metrics) if base is not None else 1.0)
+
+
+def _steps(metrics: Mapping[str, Any]) -> float:
+    steps = metrics.get("simulated_steps")
+    return float(steps) if isinstance(steps, (int, float)) and not isinstance(steps, bool) and steps > 0 else 1.0
 
 
 def _fill_order(state: SearchState, ranking: list[str]) -> list[Point]:
