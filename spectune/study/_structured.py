@@ -54,9 +54,10 @@ def structured_next_points(state: SearchState, *, keep_combos: int, refine_budge
     the rest of the space in fill order, for a budget (``n_trials``) past convergence.
     """
     needed = _needed(state, keep_combos, refine_budget)
-    if needed:
-        return [p for p in needed if state.is_free(p)]
-    return [p for p in _fill_order(state, _rank_at(state, state.space.batch_sizes[state.space.representative_bucket()])) if state.is_free(p)]
+    if not needed:
+        ranking = _rank_at(state, state.space.batch_sizes[state.space.representative_bucket()])
+        needed = _fill_order(state, ranking)
+    return [p for p in needed if state.is_free(p)]
 
 
 def structured_next_point(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> Point | None:
