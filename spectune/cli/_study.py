@@ -62,12 +62,17 @@ def locate_study(target: str, *, storage: str | None, out: Path | None) -> tuple
     return target, resolve_storage(target, option=storage, document_storage=None, document_dir=None, out=out)
 
 
+def _console() -> Console:
+    """Standard output; piped, it has no terminal width to respect, so tables are not wrapped at 80 columns."""
+    return Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
 def _table(rows: list[dict[str, str]]) -> Table:
     """Rows of strings as a table; the 'note' column only when some row has a note."""
     columns = [c for c in rows[0] if c != "note" or any(r.get("note") for r in rows)] if rows else []
     table = Table(show_edge=True)
     for column in columns:
-        table.add_column(column, justify="left" if column in ("note", "config") else "right")
+        table.add_column(column, justify="left" if column in ("note", "config", "tie set") else "right")
     for row in rows:
         table.add_row(*(row[c] for c in columns))
     return table
@@ -160,7 +165,7 @@ def run(
     out_dir = _out_dir(document.name, out)
     storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
     space = space_from_document(document)
-    console = Console(soft_wrap=True, highlight=False)
+    console = _console()
     from spectune.study import describe_storage, resolve_strategy
 
     strategy = resolve_strategy(space, chosen)
@@ -218,7 +223,7 @@ def show(
     states: dict[str, int] = {}
     for trial in outcome.trials:
         states[trial.state.lower()] = states.get(trial.state.lower(), 0) + 1
-    console = Console(soft_wrap=True, highlight=False)
+    console = _console()
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no trials"
     console.print(f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points")
     print_summary(console, outcome)

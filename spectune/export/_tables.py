@@ -105,7 +105,7 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                 "vs K=0": gain or "-",
                 "TPOT p99 ms": _fixed(metrics, "tpot_p99_ms"),
                 "SLOs": ("met" if evaluation.feasible else "missed") if evaluation is not None else "-",
-                "tied": tie_cell(choice),
+                "tie set": tie_cell(choice),
                 "note": choice.note or "",
             }
         )

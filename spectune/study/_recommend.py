@@ -22,6 +22,7 @@ precision; comparisons are always between simulations of the same requests.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ class TieSet:
     members: tuple[Evaluation, ...]
     refinement: int
     feasible: bool
+    unsimulated_below: int | None = None  # the K just below the first pass's smallest tie, when never simulated
 
     @property
     def ks(self) -> tuple[int, ...]:
@@ -121,12 +123,14 @@ class TieSet:
         return max(0.0, (best - self.member(k).throughput) / best) if best > 0 else 0.0
 
     def describe(self) -> str:
-        """E.g. 'K 4-8 within 0.9%', 'K 5 alone within 0.5% at 4x requests' (K 0 is speculation off)."""
+        """E.g. 'K 4-8 within 0.9%', 'K 5 alone within 0.5% at 4x requests', 'K 5-6 within 2.6% (K 4 not
+        simulated)' (the search stops below where the table could use; K 0 is speculation off)."""
         if not self.feasible:
             return f"K {format_ks(self.ks)} (no K meets the SLOs)"
         alone = " alone" if len(self.members) == 1 else ""
         precision = f" at {self.best.point.requests_factor}x requests" if self.refinement else ""
-        return f"K {format_ks(self.ks)}{alone} within {self.tolerance:.1%}{precision}"
+        below = f" (K {self.unsimulated_below} not simulated)" if self.unsimulated_below is not None else ""
+        return f"K {format_ks(self.ks)}{alone} within {self.tolerance:.1%}{precision}{below}"
 
 
 def format_ks(ks: Sequence[int]) -> str:
@@ -146,6 +150,9 @@ def bucket_tie_set(space: StudySpace, label: str, batch_size: int, completed: Ma
     if not evaluations:
         return None
     members, best, feasible = _ties(evaluations)
+    ks = space.k_values
+    lowest = ks.index(min(e.point.num_speculative_tokens for e in members))
+    unsimulated = lowest > 0 and space.point(batch_size, label, ks[lowest - 1]) not in completed
     refinement = 0
     while refinement < MAX_REFINEMENT:
         refined = [completed.get(e.point.refined(refinement + 1)) for e in members]
@@ -154,7 +161,7 @@ def bucket_tie_set(space: StudySpace, label: str, batch_size: int, completed: Ma
         refinement += 1
         members, best, feasible = _ties([e for e in refined if e is not None])
     members.sort(key=lambda e: e.point.num_speculative_tokens)
-    return TieSet(best, tuple(members), refinement, feasible)
+    return TieSet(best, tuple(members), refinement, feasible, ks[lowest - 1] if unsimulated and feasible else None)
 
 
 def monotone_ks(allowed: Sequence[Sequence[int]]) -> list[int]:
@@ -365,7 +372,7 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
         if ties is None or not ties.noise_only or ties.refinement >= MAX_REFINEMENT:
             continue
         certain = [e for e in ties.members if e not in ties.noise_only]
-        narrowed = TieSet(ties.best, tuple(certain), ties.refinement, ties.feasible)
+        narrowed = dataclasses.replace(ties, members=tuple(certain))
         if _schedule_ks([narrowed if j == i else t for j, t in enumerate(tie_sets)]) != table:
             groups.append([e.point.refined(ties.refinement + 1) for e in ties.members])
     return groups

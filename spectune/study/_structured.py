@@ -5,7 +5,9 @@ close to unimodal: it rises while drafts are accepted often enough to pay for th
 once verification stops being free. Near its top it is often a plateau, and a tie goes to the
 smaller K, so a bucket is *settled* when its best K is bracketed (both neighbours known) and the
 smallest K that ties with the best has been evaluated along with the K just below it, which does not
-tie (the plateau's low end). So instead of a black-box search over (bucket, combo, K):
+tie (the plateau's low end) -- below the smaller batch sizes' tables only down to the smallest K
+tied at the next larger batch size: a K below it would make the table rise there. So instead of a
+black-box search over (bucket, combo, K):
 
 1. at the representative (most common) bucket, search K for the first combo with a golden-section-like
    bracket search (K = 0, speculation off, is the shared left end of every curve), then for every
@@ -118,7 +120,10 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
             step = _curve_step(
                 state, label, batch_size, start=_middle_k(space) if start is None else start, warm=True, prefer_lower=direction > 0
             )
-            step = step or _plateau_step(state, label, batch_size)
+            # Towards smaller batches the table may not fall below the larger neighbour's K (it would rise
+            # there), so the plateau matters only down to the smallest K tied at that neighbour.
+            floor = 0 if direction > 0 else _lowest_tie(state, label, space.batch_sizes[index - direction])
+            step = step or _plateau_step(state, label, batch_size, floor=floor or 0)
             if step is not None:
                 steps.append(step)
                 break
@@ -126,20 +131,27 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
     return steps
 
 
-def _plateau_step(state: SearchState, label: str, batch_size: int) -> Point | None:
-    """The K just below the smallest K tied with the best, when it is not evaluated yet (None: settled)."""
+def _plateau_step(state: SearchState, label: str, batch_size: int, *, floor: int = 0) -> Point | None:
+    """The K just below the smallest K tied with the best, when it is not evaluated yet and not below
+    ``floor`` (None: the bucket is settled)."""
+    lowest = _lowest_tie(state, label, batch_size)
+    ks = state.space.k_values
+    if lowest is None or lowest == ks[0] or lowest <= floor:
+        return None
+    below = state.space.point(batch_size, label, ks[ks.index(lowest) - 1])
+    return None if state.is_settled(below) else below
+
+
+def _lowest_tie(state: SearchState, label: str, batch_size: int) -> int | None:
+    """The smallest evaluated K tied with the best (first pass); None when nothing meets the SLOs (the
+    least violating point is the answer: no plateau) or nothing is evaluated."""
     space = state.space
     evaluations = [e for k in space.k_values if (e := state.completed.get(space.point(batch_size, label, k)))]
     feasible = [e for e in evaluations if e.feasible]
     if not feasible:
-        return None  # nothing meets the SLOs: the least violating point is the answer, no plateau
-    best = max(feasible, key=lambda e: (e.throughput, -e.point.num_speculative_tokens))
-    lowest = min(e.point.num_speculative_tokens for e in feasible if is_tie(best, e))
-    ks = space.k_values
-    if lowest == ks[0]:
         return None
-    below = space.point(batch_size, label, ks[ks.index(lowest) - 1])
-    return None if state.is_settled(below) else below
+    best = max(feasible, key=lambda e: (e.throughput, -e.point.num_speculative_tokens))
+    return min(e.point.num_speculative_tokens for e in feasible if is_tie(best, e))
 
 
 def _refinement_steps(state: SearchState, refine_budget: float) -> list[Point]:
