@@ -5,9 +5,9 @@ close to unimodal: it rises while drafts are accepted often enough to pay for th
 once verification stops being free. Near its top it is often a plateau, and a tie goes to the
 smaller K, so a bucket is *settled* when its best K is bracketed (both neighbours known) and the
 smallest K that ties with the best has been evaluated along with the K just below it, which does not
-tie (the plateau's low end) -- below the smaller batch sizes' tables only down to the smallest K
-tied at the next larger batch size: a K below it would make the table rise there. So instead of a
-black-box search over (bucket, combo, K):
+tie (the plateau's low end) -- at the smaller batch sizes only down to the smallest K tied at the next
+larger one: a K below it would make the table rise there -- and the K just above the largest tie.
+So instead of a black-box search over (bucket, combo, K):
 
 1. at the representative (most common) bucket, search K for the first combo with a golden-section-like
    bracket search (K = 0, speculation off, is the shared left end of every curve), then for every
@@ -122,8 +122,8 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
             )
             # Towards smaller batches the table may not fall below the larger neighbour's K (it would rise
             # there), so the plateau matters only down to the smallest K tied at that neighbour.
-            floor = 0 if direction > 0 else _lowest_tie(state, label, space.batch_sizes[index - direction])
-            step = step or _plateau_step(state, label, batch_size, floor=floor or 0)
+            ties = _tie_range(state, label, space.batch_sizes[index - direction]) if direction < 0 else None
+            step = step or _plateau_step(state, label, batch_size, floor=ties[0] if ties else 0)
             if step is not None:
                 steps.append(step)
                 break
@@ -132,26 +132,30 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
 
 
 def _plateau_step(state: SearchState, label: str, batch_size: int, *, floor: int = 0) -> Point | None:
-    """The K just below the smallest K tied with the best, when it is not evaluated yet and not below
-    ``floor`` (None: the bucket is settled)."""
-    lowest = _lowest_tie(state, label, batch_size)
-    ks = state.space.k_values
-    if lowest is None or lowest == ks[0] or lowest <= floor:
+    """The K just below the smallest K tied with the best (not below ``floor``), then the K just above
+    the largest, when not evaluated yet; None: the bucket is settled. Above: near the top a noisy dip
+    can hide a better K behind a tied neighbour from the hill-climb."""
+    ties = _tie_range(state, label, batch_size)
+    if ties is None:
         return None
-    below = state.space.point(batch_size, label, ks[ks.index(lowest) - 1])
-    return None if state.is_settled(below) else below
+    ks = state.space.k_values
+    lowest, highest = ks.index(ties[0]), ks.index(ties[1])
+    neighbours = ([ks[lowest - 1]] if lowest > 0 and ties[0] > floor else []) + ([ks[highest + 1]] if highest + 1 < len(ks) else [])
+    points = (state.space.point(batch_size, label, k) for k in neighbours)
+    return next((p for p in points if not state.is_settled(p)), None)
 
 
-def _lowest_tie(state: SearchState, label: str, batch_size: int) -> int | None:
-    """The smallest evaluated K tied with the best (first pass); None when nothing meets the SLOs (the
-    least violating point is the answer: no plateau) or nothing is evaluated."""
+def _tie_range(state: SearchState, label: str, batch_size: int) -> tuple[int, int] | None:
+    """The smallest and largest evaluated K tied with the best (first pass); None when nothing meets the
+    SLOs (the least violating point is the answer: no plateau) or nothing is evaluated."""
     space = state.space
     evaluations = [e for k in space.k_values if (e := state.completed.get(space.point(batch_size, label, k)))]
     feasible = [e for e in evaluations if e.feasible]
     if not feasible:
         return None
     best = max(feasible, key=lambda e: (e.throughput, -e.point.num_speculative_tokens))
-    return min(e.point.num_speculative_tokens for e in feasible if is_tie(best, e))
+    tied = [e.point.num_speculative_tokens for e in feasible if is_tie(best, e)]
+    return min(tied), max(tied)
 
 
 def _refinement_steps(state: SearchState, refine_budget: float) -> list[Point]:
