@@ -61,7 +61,7 @@ def is_tie(best: Evaluation, other: Evaluation) -> bool:
     return other.throughput >= best.throughput - tie_tolerance(best, other)
 
 
-def _tied_by_noise_only(best: Evaluation, other: Evaluation) -> bool:
+def tied_by_noise_only(best: Evaluation, other: Evaluation) -> bool:
     """Tied, but further below the best than the 0.5 % floor: more precision could tell them apart."""
     return is_tie(best, other) and other.throughput < best.throughput - TIE_RELATIVE * abs(best.throughput)
 
@@ -115,7 +115,7 @@ class TieSet:
     @property
     def noise_only(self) -> tuple[Evaluation, ...]:
         """Members tied with the best only because of the noise (further than 0.5 % below it)."""
-        return tuple(e for e in self.members if _tied_by_noise_only(self.best, e))
+        return tuple(e for e in self.members if tied_by_noise_only(self.best, e))
 
     def shortfall(self, k: int) -> float:
         """How far K's throughput is below the best's, relative to the best (0 for the best)."""
@@ -293,7 +293,7 @@ def _combo_gap(space: StudySpace, top: ComboScore, other: ComboScore, completed:
     gap = variance = weight_sum = 0.0
     shares = []
     for weight, mine, theirs in zip(space.weights, top.choices, other.choices):
-        pair = _common_precision(mine.evaluation, theirs.evaluation, completed)
+        pair = common_precision(mine.evaluation, theirs.evaluation, completed)
         if pair is None:
             shares.append(0.0)
             continue
@@ -308,9 +308,11 @@ def _combo_gap(space: StudySpace, top: ComboScore, other: ComboScore, completed:
     return gap / weight_sum, math.sqrt(variance) / weight_sum, [x / weight_sum**2 for x in shares]
 
 
-def _common_precision(
+def common_precision(
     a: Evaluation | None, b: Evaluation | None, completed: Mapping[Point, Evaluation]
 ) -> tuple[Evaluation, Evaluation] | None:
+    """Two points' evaluations at the highest precision both reached (the same requests); None unless
+    both are feasible with a positive throughput."""
     if a is None or b is None:
         return None
     level = min(a.point.refinement, b.point.refinement)
@@ -362,7 +364,7 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
         if gap > TIE_RELATIVE and _combo_tie(gap, stderr):
             order = sorted(range(len(shares)), key=lambda i: (-shares[i], i))
             for i in order:
-                group = _refine_pair(top.choices[i].ties, winner.choices[i].ties)
+                group = refine_pair(top.choices[i].ties, winner.choices[i].ties)
                 if shares[i] > 0 and group:
                     groups.append(group)
                     break
@@ -378,7 +380,7 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
     return groups
 
 
-def _refine_pair(a: TieSet | None, b: TieSet | None) -> list[Point]:
+def refine_pair(a: TieSet | None, b: TieSet | None) -> list[Point]:
     """Refine whichever of two tie sets is at the lower precision (both when equal), so they meet."""
     if a is None or b is None:
         return []

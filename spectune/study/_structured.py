@@ -12,7 +12,8 @@ So instead of a black-box search over (bucket, combo, K):
 1. at the representative (most common) bucket, search K for the first combo with a golden-section-like
    bracket search (K = 0, speculation off, is the shared left end of every curve), then for every
    other combo by hill-climbing from the first one's optimum (combos of a method peak at similar K);
-2. keep the ``keep_combos`` best combos there;
+2. keep the ``keep_combos`` best combos there, and any other within noise of the last of them (after
+   adaptive precision, below, when the noise alone decides);
 3. for each kept combo, settle the representative bucket, then walk outwards in both directions
    bucket by bucket, starting each bucket's K search at the settled neighbour's optimum (towards
    larger batches, at the smallest K that ties with it) and hill-climbing one step at a time
@@ -33,10 +34,18 @@ running trial is left out, and a worker with nothing to take waits for the other
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from spectune.study._recommend import choose_in_bucket, is_tie, precision_requests
+from spectune.study._recommend import (
+    bucket_tie_set,
+    choose_in_bucket,
+    common_precision,
+    is_tie,
+    precision_requests,
+    refine_pair,
+    tied_by_noise_only,
+)
 from spectune.study._records import SearchState
 from spectune.study._space import OFF, Point, StudySpace
 
@@ -83,10 +92,12 @@ def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[
     needed += [Point(b, OFF, 0) for b in space.batch_sizes if b != rep_batch_size]
     needed = [p for p in needed if not state.is_settled(p)]
     if not needed:
-        for label in _rank_at(state, rep_batch_size)[:keep_combos]:
+        kept, contest = _kept_combos(state, rep_batch_size, keep_combos, lambda group: _refinement_steps(state, refine_budget, [group]))
+        needed = contest
+        for label in kept if not contest else ():
             needed += _chain_steps(state, label, rep)
     if not needed:
-        needed = _refinement_steps(state, refine_budget)
+        needed = _refinement_steps(state, refine_budget, precision_requests(state.space, state.completed))
     return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
 
 
@@ -158,12 +169,35 @@ def _tie_range(state: SearchState, label: str, batch_size: int) -> tuple[int, in
     return min(tied), max(tied)
 
 
-def _refinement_steps(state: SearchState, refine_budget: float) -> list[Point]:
-    """The refined points of every group ``precision_requests`` asks for that fits the budget, whole."""
+def _kept_combos(
+    state: SearchState, batch_size: int, keep_combos: int, refine: Callable[[list[Point]], list[Point]]
+) -> tuple[list[str], list[Point]]:
+    """(combos to follow, points to refine first). The ``keep_combos`` best at the bucket, and every next
+    one that ties with the last of them: a tie through noise alone is refined first (``refine`` returns
+    the group's points to run, empty when past the budget or the last precision), else both are kept."""
+    space = state.space
+    ranked = _rank_at(state, batch_size)
+    kept = ranked[:keep_combos]
+    last = bucket_tie_set(space, kept[-1], batch_size, state.completed) if kept else None
+    for label in ranked[keep_combos:]:
+        other = bucket_tie_set(space, label, batch_size, state.completed)
+        pair = common_precision(last.best, other.best, state.completed) if last and other else None
+        if pair is None or not is_tie(*pair):
+            break
+        if last is not None and other is not None and tied_by_noise_only(*pair):
+            steps = refine(refine_pair(last, other))
+            if steps:
+                return kept, steps
+        kept.append(label)
+    return kept, []
+
+
+def _refinement_steps(state: SearchState, refine_budget: float, groups: list[list[Point]]) -> list[Point]:
+    """The refined points of every group (most decisive first) that fits the budget, whole."""
     spent = sum(_work(state, p) for p in [*state.completed, *state.claimed] if p.refinement)
     allowance = refine_budget * sum(_work(state, p) for p in state.completed if not p.refinement) - spent
     steps: list[Point] = []
-    for group in precision_requests(state.space, state.completed):
+    for group in groups:
         todo = [p for p in group if not state.is_settled(p)]
         cost = sum(_work(state, p) for p in todo if p not in state.claimed)
         if cost > allowance:
@@ -268,11 +302,15 @@ def next_k(values: dict[int, float], ks: tuple[int, ...], *, start: int, warm: b
 
 
 def _rank_at(state: SearchState, batch_size: int) -> list[str]:
-    """Combo labels by their best score at one bucket; unevaluated combos last, document order on ties."""
+    """Combo labels by their best score at one bucket (at the precision their tie sets reached; K = 0
+    counts only for combos never simulated with K >= 1); unevaluated combos last, document order on ties."""
     scored = []
     for order, combo in enumerate(state.space.combos):
         values = {k: v for k, v in _curve(state, combo.label, batch_size).items() if k > 0}
         best = max(values.values()) if values else -math.inf
+        ties = bucket_tie_set(state.space, combo.label, batch_size, state.completed) if values else None
+        if ties is not None and ties.refinement and ties.feasible:
+            best = ties.best.score
         scored.append((-best, order, combo.label))
     return [label for _, _, label in sorted(scored)]
 

@@ -217,3 +217,21 @@ def test_workers_share_a_refining_search_without_simulating_a_point_twice(tmp_pa
     simulated = Counter(line.split(" ", 1)[1] for line in calls.read_text().splitlines())
     assert max(simulated.values()) == 1 and any("requests x4" in key for key in simulated)
     assert run_study(space, evaluator, fingerprint(), storage=storage, strategy="structured", keep_combos=2, refine_budget=2.0).completed_trials == 0
+
+
+def test_screening_keeps_a_combo_tied_with_the_last_kept_one_or_refines_them_apart():
+    space = make_space(batch_sizes=(1, 8, 64), max_k=3, methods=("eagle3",))
+    space = dataclasses.replace(space, combos=space.combos[:1] + space.combos[2:3])  # standard/greedy, block/greedy
+    curve = {0: 400.0, 1: 700.0, 2: 1000.0, 3: 900.0}
+    curves = {}
+    for batch_size in space.batch_sizes:
+        curves[(EAGLE, batch_size)] = curve
+        curves[("eagle3/block/greedy", batch_size)] = {k: v * 1.01 for k, v in curve.items()}
+    evaluator = PlantedEvaluator(curves, noise=0.006)  # 1 % apart: tied at first, told apart at 4x requests
+    tied = _search(space, evaluator, keep_combos=1, refine_budget=0.0)
+    followed = {p.combo for p in tied.completed if p.batch_size != 8 and not p.is_off}
+    assert followed == {EAGLE, "eagle3/block/greedy"}  # within noise of the kept one: followed too
+    refined = _search(space, evaluator, keep_combos=1, refine_budget=2.0)
+    assert {p for p in refined.completed if p.refinement} >= {Point(8, EAGLE, 2, 1), Point(8, "eagle3/block/greedy", 2, 1)}
+    followed = {p.combo for p in refined.completed if p.batch_size != 8 and not p.is_off}
+    assert followed == {"eagle3/block/greedy"}  # told apart at the screening bucket: only the faster one
