@@ -22,6 +22,9 @@ __all__ = [
     "DEFAULT_TILE",
     "LOGIT_DTYPES",
     "METHODS",
+    "METHOD_BLOCK",
+    "METHOD_STANDARD",
+    "METHOD_SYNTHETIC",
     "PURPOSE_RESIDUAL",
     "PURPOSE_VERIFY",
     "VerifyInputs",
@@ -30,6 +33,10 @@ __all__ = [
 
 Method = Literal["standard", "block", "synthetic"]
 METHODS: tuple[str, ...] = ("standard", "block", "synthetic")
+# The kernels' METHOD code of each method: its index in METHODS.
+METHOD_STANDARD = 0
+METHOD_BLOCK = 1
+METHOD_SYNTHETIC = 2
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # Vocabulary tile: the unit of the two-level sampler (choose a tile by its mass, then a token in

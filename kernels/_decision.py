@@ -7,14 +7,19 @@ emitted token by choosing a tile by mass and re-reading only that tile. Draft-lo
 max(p - q, 0) need global normalisers, so those requests are handed to pass B
 (``_residual_kernel.py``) with a plan.
 
-Method codes (constexpr METHOD): 0 standard, 1 block, 2 synthetic.
+Kernel arguments are ``_arguments``' named tuples; METHOD is one of ``_contract``'s METHOD_* codes.
+Values over a request block are [B] (B = BLOCK_R), over its rows [B, ROWS] (ROWS = ROWS_PAD), over
+their tiles [B, ROWS, TILES] (TILES = TILES_PAD).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import triton
 import triton.language as tl
 
+from . import _contract as contract
 from ._sampling import (
     LOG_RATIO_CLAMP,
     first_max_in_tile,
@@ -26,31 +31,68 @@ from ._sampling import (
     zero_after,
 )
 
-METHOD_STANDARD: tl.constexpr = tl.constexpr(0)
-METHOD_BLOCK: tl.constexpr = tl.constexpr(1)
-METHOD_SYNTHETIC: tl.constexpr = tl.constexpr(2)
-PURPOSE_VERIFY: tl.constexpr = tl.constexpr(0)
+
+class TargetRows(NamedTuple):
+    """The target rows' softmax normalisers, from pass A's tile statistics."""
+
+    tile_max: tl.tensor  # float32 [B, ROWS, TILES], -inf where unwritten
+    reference: tl.tensor  # float32 [B, ROWS]: the row max (0 for a row without a finite logit)
+    mass: tl.tensor  # float32 [B, ROWS]: sum_v 2**((l_v - reference) * scale)
+    tile_weight: tl.tensor  # float32 [B, ROWS, TILES]: each tile's part of the mass
+
+
+class DraftRows(NamedTuple):
+    """The draft rows' normalisers (zeros without draft logits)."""
+
+    reference: tl.tensor  # float32 [B, ROWS]
+    mass: tl.tensor  # float32 [B, ROWS]
+
+
+class Greedy(NamedTuple):
+    """Each row's argmax: the first index of the row maximum, in the first tile that reaches it."""
+
+    first_tile: tl.tensor  # int32 [B, ROWS]
+    row_max: tl.tensor  # float32 [B, ROWS]
+    argmax: tl.tensor  # int64 [B, ROWS] from the tiles' stored argmaxes (small grid), else zeros
+
+
+class Draws(NamedTuple):
+    """What a row's emitted token is drawn from besides the normalisers."""
+
+    tile_u: tl.tensor  # float32 [B, ROWS]: the uniform that chooses the target tile
+    excluded_sums: tl.tensor  # float32 [B, ROWS]: one-hot drafts, the draft's tile mass without it
+    tile_tokens: tl.tensor  # int32 [B, ROWS, TILES]: small grid, each tile's own draw (greedy: argmax)
+    excluded_tokens: tl.tensor  # int32 [B, ROWS]: small grid, the draft's tile's draw without it
+
+
+class Verdict(NamedTuple):
+    """Acceptance: tau and, for draft-logit residuals, pass B's plan."""
+
+    tau: tl.tensor  # int32 [B]: accepted drafts (the emitted token's row)
+    deferred: tl.tensor  # bool [B]: sampled requests whose draft-logit residual pass B computes
+    plan_lo: tl.tensor  # int32 [B]: the first row pass B needs (-1 = none)
+    plan_hi: tl.tensor  # int32 [B]: the last
+    prefix: tl.tensor  # float32 [B, ROWS]: block verification's prefix ratios, else 1
+
+
+class Acceptance(NamedTuple):
+    drafts: tl.tensor  # int64 [B, ROWS]: the draft tokens (-1 past K)
+    num_valid: tl.tensor  # int32 [B]: drafts before the first placeholder
+    target: TargetRows
+    draft: DraftRows
+    greedy: Greedy
+    draws: Draws
+    verdict: Verdict
 
 
 @triton.jit
 def _decide_kernel(
-    target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-    tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k,
+    logits, inputs, work, sizes, outputs,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
-    """The decision as its own launch (grid: request blocks), after an unfused ``_verify_kernel``."""
-    _decide(
-        tl.program_id(0), target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-        at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-        tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-        target_stride_r, target_stride_k,
-        METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
-    )
+    """The decision as its own launch (grid: request blocks), after ``_verify_kernel``."""
+    _decide(tl.program_id(0), logits, inputs, work, sizes, outputs, METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD)
 
 
 @triton.jit
@@ -75,70 +117,38 @@ def _prob_at(at, mask, reference, mass, scale):
 
 @triton.jit
 def _acceptance(
-    requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, tile_token_ptr, excluded_token_ptr,
-    draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-    num_drafts, vocab, num_tiles,
+    requests, live, sampled, scale, seed, inputs, work, sizes,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
 ):
-    """Per-row normalisers from pass A's tile statistics, acceptance, tau, and the pass-B plan.
+    """Per-row normalisers from pass A's tile statistics, acceptance, tau and the pass-B plan
+    (an ``Acceptance``).
 
     Greedy acceptance needs each row's argmax: with TILE_TOKENS (the small-grid kernel) pass A
-    stored every tile's first argmax (greedy) or race winner (sampled) in tile_token, returned as
-    ``tile_tokens`` [B, ROWS, TILES] with the one-hot residual's winners ``excluded_tokens``
-    [B, ROWS], and the argmax is read from there (``argmax``, int64 [B, ROWS]); otherwise pass A
-    stored where the draft's own tile first reaches its max (draft_first_max) and ``argmax`` is
-    zeros (the caller re-reads the argmax tile of row tau).
-    Returns, over rows [B, ROWS] and tiles [B, ROWS, TILES]: drafts, num_valid [B], tile_max,
-    reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi (the target
-    draw's tile uniform and race key), excluded_sums, then
-    tau [B], deferred [B] (sampled requests whose draft-logit residual pass B must compute), plan_lo
-    and plan_hi [B] (the rows it needs, -1 = none), prefix (block prefix ratios, else 1), the
-    draft rows' reference and mass (zeros without draft logits), tile_tokens and excluded_tokens.
+    stored every tile's first argmax (greedy) or race winner (sampled) in tile_token, and the
+    argmax is read from there; otherwise pass A stored where the draft's own tile first reaches its
+    max (draft_first_max) and ``greedy.argmax`` is zeros (the caller re-reads the argmax tile of
+    row tau).
     """
     rows = tl.arange(0, ROWS_PAD)
-    tiles = tl.arange(0, TILES_PAD)
-    num_rows = num_drafts + 1
-    row_index = requests[:, None] * num_rows + rows[None, :]  # [B, ROWS]
-    row_live = live[:, None] & (rows[None, :] < num_rows)
-    index3 = row_index[:, :, None] * num_tiles + tiles[None, None, :]
-    mask3 = row_live[:, :, None] & (tiles[None, None, :] < num_tiles)
-    draft_row = live[:, None] & (rows[None, :] < num_drafts)
+    num_drafts = sizes.num_drafts
+    row_index, index3, mask3, draft_row = _row_indices(requests, live, sizes, ROWS_PAD, TILES_PAD)
     sampled_draft = draft_row & sampled[:, None]
     # Every load first, masked by what is known before any of them returns: a reduction (a
-    # bar.sync) between two loads keeps the second from being issued early, and v9's one-hot
-    # decider waited on seven dependent waves of loads (``compile_check.py --resources``).
+    # bar.sync) between two loads keeps the second from being issued early (``compile_check.py
+    # --resources`` counts the waves of loads after the small grid's ticket).
     # Rows whose draft turns out invalid read values nothing uses (``valid`` masks them below).
-    drafts = tl.load(draft_tokens_ptr + requests[:, None] * num_drafts + rows[None, :], mask=draft_row, other=-1)
-    tile_max = tl.load(tile_max_ptr + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
-    tile_sum = tl.load(tile_sum_ptr + index3, mask=mask3 & sampled[:, None, None], other=0.0, cache_modifier=".cg")
-    tile_tokens = tl.zeros((BLOCK_R, ROWS_PAD, TILES_PAD), dtype=tl.int32)
-    excluded_tokens = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int32)
-    draft_first = tl.full((BLOCK_R, ROWS_PAD), -1, tl.int32)
-    if TILE_TOKENS:
-        # With draft logits this runs before the residuals, and the decider reloads the sampled
-        # rows' draws after its ticket: only greedy rows' are needed now (fewer registers live).
-        token_mask = mask3 & ~sampled[:, None, None] if HAS_DRAFT else mask3
-        tile_tokens = tl.load(tile_token_ptr + index3, mask=token_mask, other=0, cache_modifier=".cg")
-        if not HAS_DRAFT:
-            excluded_tokens = tl.load(excluded_token_ptr + row_index, mask=sampled_draft, other=0, cache_modifier=".cg")
-    else:
-        draft_first = tl.load(draft_first_max_ptr + row_index, mask=draft_row & ~sampled[:, None], other=-1,
-                              cache_modifier=".cg")
-    at = tl.load(at_draft_ptr + row_index, mask=sampled_draft, other=float("-inf"), cache_modifier=".cg")
-    excluded_sums = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
-    if not HAS_DRAFT:  # every row's mass without its draft token, loaded now rather than after tau is known
-        excluded_sums = tl.load(excluded_sum_ptr + row_index, mask=sampled_draft, other=0.0, cache_modifier=".cg")
+    drafts = tl.load(inputs.draft_tokens + requests[:, None] * num_drafts + rows[None, :], mask=draft_row, other=-1)
+    tile_max = tl.load(work.tile_max + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
+    tile_sum = tl.load(work.tile_sum + index3, mask=mask3 & sampled[:, None, None], other=0.0, cache_modifier=".cg")
+    tile_tokens, excluded_tokens, draft_first, at, excluded_sums = _load_draft_token_statistics(
+        work, row_index, index3, mask3, draft_row, sampled, sampled_draft, HAS_DRAFT, BLOCK_R, ROWS_PAD, TILES_PAD,
+        TILE_TOKENS,
+    )
     if HAS_DRAFT:
-        d_index3 = (requests[:, None, None] * num_drafts + rows[None, :, None]) * num_tiles + tiles[None, None, :]
-        d_mask3 = sampled_draft[:, :, None] & (tiles[None, None, :] < num_tiles)
-        d_tile_max = tl.load(draft_tile_max_ptr + d_index3, mask=d_mask3, other=float("-inf"), cache_modifier=".cg")
-        d_tile_sum = tl.load(draft_tile_sum_ptr + d_index3, mask=d_mask3, other=0.0, cache_modifier=".cg")
-        d_at = tl.load(draft_at_draft_ptr + requests[:, None] * num_drafts + rows[None, :], mask=sampled_draft,
-                       other=float("-inf"), cache_modifier=".cg")
-    if METHOD == METHOD_SYNTHETIC:
-        rates = tl.load(rates_ptr + rows, mask=rows < num_drafts, other=0.0)
+        d_tile_max, d_tile_sum, d_at = _load_draft_statistics(work, requests, sampled_draft, sizes, ROWS_PAD, TILES_PAD)
+    if METHOD == contract.METHOD_SYNTHETIC:
+        rates = tl.load(inputs.rates + rows, mask=rows < num_drafts, other=0.0)
     # ptxas still issues a load late if its value is needed late: tie the row loads into the first
     # reduction's input (exactly zero), so that all are issued before it stalls on the statistics.
     late = zero_after(at)
@@ -148,20 +158,12 @@ def _acceptance(
         late += zero_after(excluded_sums) + zero_after(excluded_tokens)
     tile_max = tile_max + late[:, :, None]
 
-    valid = draft_row & (drafts >= 0) & (drafts < vocab)
+    valid = draft_row & (drafts >= 0) & (drafts < sizes.vocab)
     excluded_sums = tl.where(valid & sampled[:, None], excluded_sums, 0.0)
     num_valid = tl.min(tl.where(valid, ROWS_PAD, rows[None, :]), axis=1)
     reference, mass, tile_weight = _row_normalisers(tile_max, tile_sum, scale)
-    # Greedy: the argmax is the first index of the row maximum, in the first tile that reaches it.
-    row_max = tl.max(tile_max, axis=2)
-    first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
-    argmax = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int64)
-    if TILE_TOKENS:
-        at_first = tiles[None, None, :] == first_tile[:, :, None]
-        argmax = tl.sum(tl.where(at_first, tile_tokens, 0), axis=2).to(tl.int64)
-        greedy_accepted = valid & (drafts == argmax)
-    else:
-        greedy_accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
+    greedy, greedy_accepted = _greedy_acceptance(tile_max, tile_tokens, draft_first, drafts, valid,
+                                                 TILE, BLOCK_R, ROWS_PAD, TILES_PAD, TILE_TOKENS)
 
     prob = _prob_at(at, valid & sampled[:, None], reference, mass, scale)
     ratio = prob
@@ -174,65 +176,155 @@ def _acceptance(
 
     seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
     rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
-    accept_u, tile_u, key_lo, key_hi = row_draws(seeds2, rows2, PURPOSE_VERIFY)
-    if METHOD == METHOD_SYNTHETIC:
+    accept_u, tile_u, key_lo, key_hi = row_draws(seeds2, rows2, contract.PURPOSE_VERIFY)
+    if METHOD == contract.METHOD_SYNTHETIC:
         accepted = valid & (accept_u < rates[None, :])
     else:
         accepted = tl.where(sampled[:, None], valid & (accept_u < ratio), greedy_accepted)
-    if METHOD != METHOD_BLOCK or HAS_DRAFT:  # (block verification with one-hot drafts takes tau below)
+    if METHOD != contract.METHOD_BLOCK or HAS_DRAFT:  # (block verification with one-hot drafts takes tau below)
         tau = tl.min(tl.where(accepted, ROWS_PAD, rows[None, :]), axis=1)
     else:
         tau = tl.zeros((BLOCK_R,), tl.int32)
-    deferred = requests < 0  # no request goes to pass B unless a draft-logit residual needs it
-    plan_lo = tl.full((BLOCK_R,), -1, tl.int32)
-    plan_hi = tl.full((BLOCK_R,), -1, tl.int32)
-    prefix = tl.full((BLOCK_R, ROWS_PAD), 1.0, tl.float32)
-    if METHOD == METHOD_BLOCK:
-        # Prefix ratios: s_k = min(s_(k-1) r_(k-1), 1), s_0 = 1, over the valid rows.
-        earlier = rows[None, :, None] > rows[None, None, :]  # [1, k, j]: j < k
-        at_end = rows[None, :] == num_valid[:, None]
+    verdict = Verdict(tau, requests < 0, tl.full((BLOCK_R,), -1, tl.int32), tl.full((BLOCK_R,), -1, tl.int32),
+                      tl.full((BLOCK_R, ROWS_PAD), 1.0, tl.float32))
+    if METHOD == contract.METHOD_BLOCK:
         if HAS_DRAFT:
-            log_ratio = tl.log2(tl.where(ratio > 0, ratio, 1.0))
-            log_ratio = tl.where(ratio > 0, tl.minimum(log_ratio, LOG_RATIO_CLAMP), -LOG_RATIO_CLAMP)
-            log_step = tl.where(rows[None, :] < num_valid[:, None], log_ratio, 0.0)
-            # Sums and running maxima over at most ROWS_PAD rows, as [B, ROWS, ROWS] masked reductions.
-            exclusive = tl.sum(tl.where(earlier, log_step[:, None, :], 0.0), axis=2)
-            not_later = rows[None, :, None] >= rows[None, None, :]
-            log_prefix = exclusive - tl.max(tl.where(not_later, exclusive[:, None, :], float("-inf")), axis=2)
-            prefix = tl.exp2(log_prefix)
-            prefix_at_end = tl.sum(tl.where(at_end, prefix, 0.0), axis=1)
-            u_at_end = tl.sum(tl.where(at_end, accept_u, 0.0), axis=1)
-            top_passes = (num_valid >= 1) & (u_at_end < prefix_at_end)
-            deferred = sampled & (num_valid >= 1) & ~top_passes
-            lo = tl.max(tl.where((rows[None, :] < num_valid[:, None]) & (log_prefix == 0.0), rows[None, :], 0), axis=1)
-            plan_lo = tl.where(deferred, lo, -1)
-            plan_hi = tl.where(deferred, num_valid - 1, -1)
-            tau = tl.where(sampled, tl.where(top_passes, num_valid, 0), tau)
+            verdict = _block_verdict_draft_logits(ratio, accept_u, num_valid, sampled, tau, ROWS_PAD)
         else:
-            # One-hot drafts: q(x) = 1, so every ratio is p(x) <= 1 and s_k is the product of the
-            # earlier rows' probabilities: one masked product, no logarithms and no running maximum.
-            # Greedy requests ride on the same product: their step is 1 for an accepted draft and 0
-            # from the first rejection on, so s_k > 0 exactly while every earlier draft was accepted.
-            step = tl.where(rows[None, :] < num_valid[:, None], tl.minimum(prob, 1.0), 1.0)
-            step = tl.where(sampled[:, None], step, greedy_accepted.to(tl.float32))
-            prefix = tl.reduce(tl.where(earlier, step[:, None, :], 1.0), 2, _product)
-            # Row k passes when u_k < h_k = Z / (Z + 1 - s_k), Z = s_k (1 - p_k), the residual's mass
-            # (u_k < s_k at the top row): compared as u (Z + 1 - s_k) < Z, without a division.
-            residual = prefix * (1.0 - prob)
-            denominator = residual + 1.0 - prefix
-            below = tl.where(denominator > 0, accept_u * denominator < residual, True)
-            below = tl.where(at_end, accept_u < prefix, below)
-            passes = (rows[None, :] >= 1) & (rows[None, :] <= num_valid[:, None]) & below
-            passes = tl.where(sampled[:, None], passes, prefix > 0)  # 0 past row n: its step is 0
-            tau = tl.max(tl.where(passes, rows[None, :], 0), axis=1)
+            verdict = _block_verdict_one_hot(prob, accept_u, num_valid, sampled, greedy_accepted, verdict, ROWS_PAD)
     elif HAS_DRAFT:
         deferred = sampled & (tau < num_valid)
         plan_lo = tl.where(deferred, tau, -1)
-        plan_hi = plan_lo
-    return (
-        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, argmax, tile_u, key_lo, key_hi,
-        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass, tile_tokens, excluded_tokens,
+        verdict = Verdict(tau, deferred, plan_lo, plan_lo, verdict.prefix)
+    return Acceptance(
+        drafts, num_valid, TargetRows(tile_max, reference, mass, tile_weight), DraftRows(d_reference, d_mass), greedy,
+        Draws(tile_u, excluded_sums, tile_tokens, excluded_tokens), verdict,
     )
+
+
+@triton.jit
+def _row_indices(requests, live, sizes, ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
+    """Where a request block's rows sit in the per-row buffers ([B, ROWS]) and their tiles in the
+    per-tile ones (index and mask [B, ROWS, TILES]), and which rows are draft rows ([B, ROWS])."""
+    rows = tl.arange(0, ROWS_PAD)
+    tiles = tl.arange(0, TILES_PAD)
+    num_rows = sizes.num_drafts + 1
+    row_index = requests[:, None] * num_rows + rows[None, :]
+    row_live = live[:, None] & (rows[None, :] < num_rows)
+    index3 = row_index[:, :, None] * sizes.num_tiles + tiles[None, None, :]
+    mask3 = row_live[:, :, None] & (tiles[None, None, :] < sizes.num_tiles)
+    draft_row = live[:, None] & (rows[None, :] < sizes.num_drafts)
+    return row_index, index3, mask3, draft_row
+
+
+@triton.jit
+def _load_draft_token_statistics(
+    work, row_index, index3, mask3, draft_row, sampled, sampled_draft, HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
+):
+    """What pass A stored about each row's draft token: with TILE_TOKENS the tiles' draws
+    (``tile_tokens``) and the one-hot residual's winners (``excluded_tokens``), else where the
+    draft's tile first reaches its max (``draft_first``); the draft's target logit (``at``) and
+    its tile's mass without it (``excluded_sums``, one-hot drafts)."""
+    tile_tokens = tl.zeros((BLOCK_R, ROWS_PAD, TILES_PAD), dtype=tl.int32)
+    excluded_tokens = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int32)
+    draft_first = tl.full((BLOCK_R, ROWS_PAD), -1, tl.int32)
+    if TILE_TOKENS:
+        # With draft logits this runs before the residuals, and the decider reloads the sampled
+        # rows' draws after its ticket: only greedy rows' are needed now (fewer registers live).
+        token_mask = mask3 & ~sampled[:, None, None] if HAS_DRAFT else mask3
+        tile_tokens = tl.load(work.tile_token + index3, mask=token_mask, other=0, cache_modifier=".cg")
+        if not HAS_DRAFT:
+            excluded_tokens = tl.load(work.excluded_token + row_index, mask=sampled_draft, other=0, cache_modifier=".cg")
+    else:
+        draft_first = tl.load(work.draft_first_max + row_index, mask=draft_row & ~sampled[:, None], other=-1,
+                              cache_modifier=".cg")
+    at = tl.load(work.at_draft + row_index, mask=sampled_draft, other=float("-inf"), cache_modifier=".cg")
+    excluded_sums = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
+    if not HAS_DRAFT:  # every row's mass without its draft token, loaded now rather than after tau is known
+        excluded_sums = tl.load(work.excluded_sum + row_index, mask=sampled_draft, other=0.0, cache_modifier=".cg")
+    return tile_tokens, excluded_tokens, draft_first, at, excluded_sums
+
+
+@triton.jit
+def _load_draft_statistics(work, requests, sampled_draft, sizes, ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
+    """The draft rows' tile maxima and sums [B, ROWS, TILES] and the draft token's draft logit [B, ROWS]."""
+    rows = tl.arange(0, ROWS_PAD)
+    tiles = tl.arange(0, TILES_PAD)
+    d_index3 = (requests[:, None, None] * sizes.num_drafts + rows[None, :, None]) * sizes.num_tiles + tiles[None, None, :]
+    d_mask3 = sampled_draft[:, :, None] & (tiles[None, None, :] < sizes.num_tiles)
+    d_tile_max = tl.load(work.draft_tile_max + d_index3, mask=d_mask3, other=float("-inf"), cache_modifier=".cg")
+    d_tile_sum = tl.load(work.draft_tile_sum + d_index3, mask=d_mask3, other=0.0, cache_modifier=".cg")
+    d_at = tl.load(work.draft_at_draft + requests[:, None] * sizes.num_drafts + rows[None, :], mask=sampled_draft,
+                   other=float("-inf"), cache_modifier=".cg")
+    return d_tile_max, d_tile_sum, d_at
+
+
+@triton.jit
+def _greedy_acceptance(tile_max, tile_tokens, draft_first, drafts, valid, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+                       ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr):
+    """Each row's argmax (a ``Greedy``) and whether a valid draft equals it ([B, ROWS])."""
+    tiles = tl.arange(0, TILES_PAD)
+    row_max = tl.max(tile_max, axis=2)
+    first_tile = tl.min(tl.where(tile_max == row_max[:, :, None], tiles[None, None, :], TILES_PAD), axis=2)
+    argmax = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.int64)
+    if TILE_TOKENS:
+        at_first = tiles[None, None, :] == first_tile[:, :, None]
+        argmax = tl.sum(tl.where(at_first, tile_tokens, 0), axis=2).to(tl.int64)
+        accepted = valid & (drafts == argmax)
+    else:
+        accepted = valid & ((drafts // TILE) == first_tile) & (draft_first == drafts)
+    return Greedy(first_tile, row_max, argmax), accepted
+
+
+@triton.jit
+def _block_verdict_draft_logits(ratio, accept_u, num_valid, sampled, tau, ROWS_PAD: tl.constexpr):
+    """Block verification with draft logits: prefix ratios s_k = min(s_(k-1) r_(k-1), 1), s_0 = 1,
+    over the valid rows; a request whose top step fails is deferred to pass B over rows lo..n-1."""
+    rows = tl.arange(0, ROWS_PAD)
+    earlier = rows[None, :, None] > rows[None, None, :]  # [1, k, j]: j < k
+    at_end = rows[None, :] == num_valid[:, None]
+    log_ratio = tl.log2(tl.where(ratio > 0, ratio, 1.0))
+    log_ratio = tl.where(ratio > 0, tl.minimum(log_ratio, LOG_RATIO_CLAMP), -LOG_RATIO_CLAMP)
+    log_step = tl.where(rows[None, :] < num_valid[:, None], log_ratio, 0.0)
+    # Sums and running maxima over at most ROWS_PAD rows, as [B, ROWS, ROWS] masked reductions.
+    exclusive = tl.sum(tl.where(earlier, log_step[:, None, :], 0.0), axis=2)
+    not_later = rows[None, :, None] >= rows[None, None, :]
+    log_prefix = exclusive - tl.max(tl.where(not_later, exclusive[:, None, :], float("-inf")), axis=2)
+    prefix = tl.exp2(log_prefix)
+    prefix_at_end = tl.sum(tl.where(at_end, prefix, 0.0), axis=1)
+    u_at_end = tl.sum(tl.where(at_end, accept_u, 0.0), axis=1)
+    top_passes = (num_valid >= 1) & (u_at_end < prefix_at_end)
+    deferred = sampled & (num_valid >= 1) & ~top_passes
+    lo = tl.max(tl.where((rows[None, :] < num_valid[:, None]) & (log_prefix == 0.0), rows[None, :], 0), axis=1)
+    plan_lo = tl.where(deferred, lo, -1)
+    plan_hi = tl.where(deferred, num_valid - 1, -1)
+    tau = tl.where(sampled, tl.where(top_passes, num_valid, 0), tau)
+    return Verdict(tau, deferred, plan_lo, plan_hi, prefix)
+
+
+@triton.jit
+def _block_verdict_one_hot(prob, accept_u, num_valid, sampled, greedy_accepted, verdict, ROWS_PAD: tl.constexpr):
+    """Block verification with one-hot drafts: q(x) = 1, so every ratio is p(x) <= 1 and s_k is the
+    product of the earlier rows' probabilities: one masked product, no logarithms and no running
+    maximum. Greedy requests ride on the same product: their step is 1 for an accepted draft and 0
+    from the first rejection on, so s_k > 0 exactly while every earlier draft was accepted."""
+    rows = tl.arange(0, ROWS_PAD)
+    earlier = rows[None, :, None] > rows[None, None, :]  # [1, k, j]: j < k
+    at_end = rows[None, :] == num_valid[:, None]
+    step = tl.where(rows[None, :] < num_valid[:, None], tl.minimum(prob, 1.0), 1.0)
+    step = tl.where(sampled[:, None], step, greedy_accepted.to(tl.float32))
+    prefix = tl.reduce(tl.where(earlier, step[:, None, :], 1.0), 2, _product)
+    # Row k passes when u_k < h_k = Z / (Z + 1 - s_k), Z = s_k (1 - p_k), the residual's mass
+    # (u_k < s_k at the top row): compared as u (Z + 1 - s_k) < Z, without a division.
+    residual = prefix * (1.0 - prob)
+    denominator = residual + 1.0 - prefix
+    below = tl.where(denominator > 0, accept_u * denominator < residual, True)
+    below = tl.where(at_end, accept_u < prefix, below)
+    passes = (rows[None, :] >= 1) & (rows[None, :] <= num_valid[:, None]) & below
+    passes = tl.where(sampled[:, None], passes, prefix > 0)  # 0 past row n: its step is 0
+    tau = tl.max(tl.where(passes, rows[None, :], 0), axis=1)
+    return Verdict(tau, verdict.deferred, verdict.plan_lo, verdict.plan_hi, prefix)
 
 
 @triton.jit
@@ -242,74 +334,67 @@ def _product(a, b):
 
 @triton.jit
 def _decide(
-    block, target_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr, plan_ptr, row_info_ptr,
-    tokens_ptr, num_tokens_ptr, num_requests, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k,
+    block, logits, inputs, work, sizes, outputs,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
     """Acceptance and the emitted token for one block of requests (vectorised over rows and tiles)."""
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    live = requests < num_requests
+    live = requests < sizes.num_requests
     rows = tl.arange(0, ROWS_PAD)
-    temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
+    temperature = tl.load(inputs.temperature + requests, mask=live, other=0.0)
     sampled = live & (temperature > 0)
     scale = temperature_scale(temperature)
-    seed = tl.load(seed_ptr + requests, mask=live, other=0)
-    (
-        drafts, num_valid, tile_max, reference, mass, tile_weight, first_tile, row_max, _, tile_u, key_lo, key_hi,
-        excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass, _, _,
-    ) = _acceptance(
-        requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-        tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_first_max_ptr, draft_first_max_ptr,
-        draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-        num_drafts, vocab, num_tiles, METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False,
-    )
+    seed = tl.load(inputs.seed + requests, mask=live, other=0)
+    decision = _acceptance(requests, live, sampled, scale, seed, inputs, work, sizes,
+                           METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False)
+    verdict = decision.verdict
+    target = decision.target
 
     # Round-trip tau through memory: a fresh value keeps the compiler from giving the tile re-read
-    # below a replicated layout (block verification: a 16 KB stack frame per thread; standard: no
-    # stack, but skipping the trip measured this decision 12 -> 25 µs at R=256, K=7).
-    tl.store(plan_ptr + requests * 2, tau, mask=live)
+    # below a replicated layout (a stack frame per thread, or a slower decision: see the tuning
+    # table in benchmarks/README.md).
+    tl.store(work.plan + requests * 2, verdict.tau, mask=live)
     tl.debug_barrier()
-    tau = tl.load(plan_ptr + requests * 2, mask=live, other=0)
+    tau = tl.load(work.plan + requests * 2, mask=live, other=0)
     tl.debug_barrier()
     at_tau = rows[None, :] == tau[:, None]
-    row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
+    row_offset = requests * logits.target_stride_r + tau.to(tl.int64) * logits.target_stride_k
     emitted = tl.zeros((BLOCK_R,), dtype=tl.int64)
     greedy = live & ~sampled
     if tl.max(greedy.to(tl.int32)) > 0:
-        tile_tau = tl.sum(tl.where(at_tau, first_tile, 0), axis=1)
+        tile_tau = tl.sum(tl.where(at_tau, decision.greedy.first_tile, 0), axis=1)
         greedy_token = first_max_in_tile(
-            target_ptr, row_offset, tile_tau, tl.sum(tl.where(at_tau, row_max, 0.0), axis=1), greedy, vocab, TILE,
+            logits.target, row_offset, tile_tau, tl.sum(tl.where(at_tau, decision.greedy.row_max, 0.0), axis=1), greedy,
+            sizes.vocab, TILE,
         )
         emitted = tl.where(greedy, greedy_token, emitted)
-    drawn = sampled & ~deferred
+    drawn = sampled & ~verdict.deferred
     if tl.max(drawn.to(tl.int32)) > 0:
         sampled_token = _emit_from_target(
-            target_ptr, requests, seed, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-            tile_u, excluded_sums, scale, drawn,
-            vocab, target_stride_r, target_stride_k, HAS_DRAFT, TILE, TILES_PAD,
+            logits, requests, seed, tau, at_tau, decision.num_valid, decision.drafts, target,
+            decision.draws.tile_u, decision.draws.excluded_sums, scale, drawn, sizes.vocab, HAS_DRAFT, TILE, TILES_PAD,
         )
         emitted = tl.where(drawn, sampled_token, emitted)
-    write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live & ~deferred, num_drafts, ROWS_PAD)
+    write_tokens(outputs.tokens, outputs.num_tokens, requests, decision.drafts, tau, emitted, live & ~verdict.deferred,
+                 sizes.num_drafts, ROWS_PAD)
     if HAS_DRAFT:
-        tl.store(plan_ptr + requests * 2, plan_lo, mask=live)
-        tl.store(plan_ptr + requests * 2 + 1, plan_hi, mask=live)
-        if tl.max(deferred.to(tl.int32)) > 0:
-            _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix, d_reference, d_mass)
+        tl.store(work.plan + requests * 2, verdict.plan_lo, mask=live)
+        tl.store(work.plan + requests * 2 + 1, verdict.plan_hi, mask=live)
+        if tl.max(verdict.deferred.to(tl.int32)) > 0:
+            _store_row_info(work.row_info, requests, rows, verdict.deferred, sizes.num_drafts, target, decision.draft,
+                            verdict.prefix)
 
 
 @triton.jit
-def _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, reference, mass, prefix, d_reference, d_mass):
+def _store_row_info(row_info_ptr, requests, rows, deferred, num_drafts, target, draft, prefix):
     """For pass B: per draft row, the target and draft (reference max, log2 mass) and the prefix ratio."""
     base = (requests[:, None] * num_drafts + rows[None, :]) * 5
     mask = deferred[:, None] & (rows[None, :] < num_drafts)
-    tl.store(row_info_ptr + base, reference, mask=mask)
-    tl.store(row_info_ptr + base + 1, _log2_mass(mass), mask=mask)
-    tl.store(row_info_ptr + base + 2, d_reference, mask=mask)
-    tl.store(row_info_ptr + base + 3, _log2_mass(d_mass), mask=mask)
+    tl.store(row_info_ptr + base, target.reference, mask=mask)
+    tl.store(row_info_ptr + base + 1, _log2_mass(target.mass), mask=mask)
+    tl.store(row_info_ptr + base + 2, draft.reference, mask=mask)
+    tl.store(row_info_ptr + base + 3, _log2_mass(draft.mass), mask=mask)
     tl.store(row_info_ptr + base + 4, prefix, mask=mask)
 
 
@@ -346,12 +431,11 @@ def _log2_mass(mass):
 
 @triton.jit
 def _emit_from_target(
-    target_ptr, requests, seed, tau, at_tau, num_valid, drafts, tile_max, reference, tile_weight,
-    tile_u, excluded_sums, scale, active,
-    vocab, target_stride_r, target_stride_k, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr,
-    TILES_PAD: tl.constexpr,
+    logits, requests, seed, tau, at_tau, num_valid, drafts, target, tile_u, excluded_sums, scale, active, vocab,
+    HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
-    """Token at row tau from the plain target, or (one-hot drafts, tau < n) the target without x_tau.
+    """Token at row tau from the plain target (``target``: its ``TargetRows``), or (one-hot drafts,
+    tau < n) the target without x_tau.
 
     A residual without mass falls back to the plain target; a row without mass gives token 0. The
     race key is drawn for row tau from the seed (int64 [B]) rather than selected out of the
@@ -360,11 +444,11 @@ def _emit_from_target(
     """
     tiles = tl.arange(0, TILES_PAD)
     at_tau3 = at_tau[:, :, None]
-    weights = tl.sum(tl.where(at_tau3, tile_weight, 0.0), axis=1)  # [B, TILES]
-    maxima = tl.max(tl.where(at_tau3, tile_max, float("-inf")), axis=1)
-    ref_tau = tl.sum(tl.where(at_tau, reference, 0.0), axis=1)
+    weights = tl.sum(tl.where(at_tau3, target.tile_weight, 0.0), axis=1)  # [B, TILES]
+    maxima = tl.max(tl.where(at_tau3, target.tile_max, float("-inf")), axis=1)
+    ref_tau = tl.sum(tl.where(at_tau, target.reference, 0.0), axis=1)
     tile_u_tau = tl.sum(tl.where(at_tau, tile_u, 0.0), axis=1)
-    _, _, key_lo_tau, key_hi_tau = row_draws(seed, tau, PURPOSE_VERIFY)
+    _, _, key_lo_tau, key_hi_tau = row_draws(seed, tau, contract.PURPOSE_VERIFY)
     excluded = tl.full(tau.shape, -1, tl.int64)
     if not HAS_DRAFT:
         draft_tau = tl.sum(tl.where(at_tau, drafts, 0), axis=1)
@@ -380,9 +464,9 @@ def _emit_from_target(
         excluded = tl.where(use_residual, draft_tau, -1)
     chosen = inverse_cdf(weights, tile_u_tau, tiles)
     chosen_max = tl.max(tl.where(tiles[None, :] == chosen[:, None], maxima, float("-inf")), axis=1)
-    row_offset = requests * target_stride_r + tau.to(tl.int64) * target_stride_k
+    row_offset = requests * logits.target_stride_r + tau.to(tl.int64) * logits.target_stride_k
     token = sample_in_tile(
-        target_ptr, row_offset, chosen, chosen_max, scale, excluded, key_lo_tau, key_hi_tau, active & (chosen >= 0),
+        logits.target, row_offset, chosen, chosen_max, scale, excluded, key_lo_tau, key_hi_tau, active & (chosen >= 0),
         vocab, TILE,
     )
     return tl.where(chosen >= 0, token, 0)

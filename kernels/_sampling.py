@@ -19,6 +19,8 @@ import os
 import triton
 import triton.language as tl
 
+from ._contract import DEFAULT_TILE
+
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 # +inf logits become this (they then hold all the mass), and 1 / T is capped at MAX_INV_TEMPERATURE,
 # so (l - max) * log2(e) / T stays finite for any sane logits (no inf - inf, no 0 * inf).
@@ -31,7 +33,7 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 # Below this v, -ln(1 - v) comes from its series (1 - v would round away the small v).
 SERIES_BELOW: tl.constexpr = tl.constexpr(0.015625)
 # Tokens a re-read tile's race takes at a time (see sample_in_tile): the default tile in one.
-RACE_CHUNK: tl.constexpr = tl.constexpr(4096)
+RACE_CHUNK: tl.constexpr = tl.constexpr(DEFAULT_TILE)
 # |log2 a| clamp for block verification's prefix ratios (saturates long before; avoids inf - inf).
 LOG_RATIO_CLAMP: tl.constexpr = tl.constexpr(1.0e4)
 
@@ -219,11 +221,9 @@ def sample_in_tile(
     scale: float32 [B] = log2(e) / T; excluded: int64 [B] token given zero weight (-1 = none);
     key_lo, key_hi: uint32 [B], the race's key; active: bool [B]. Returns int64 [B] token ids.
     The race runs over the tile in chunks of RACE_CHUNK (the winner of a whole tile in registers,
-    bit for bit; a larger ``tile_size`` takes several). The default tile of 4096 is one chunk:
-    with the noise laid out by the load (``detached``) it needs 48-119 registers, and on the H200
-    it beat chunks of 1024 at every point measured (R=64, K=3 one-hot 50.6 -> 45.3 µs, R=256,
-    K=7 draft logits 506.5 -> 501.5) and chunks of 2048 at all but block verification at R=16.
-    Software-pipelined chunk loads were 10-90% slower.
+    bit for bit; a larger ``tile_size`` takes several). The default tile is one chunk: with the
+    noise laid out by the load (``detached``) it needs 48-119 registers, and it measured faster
+    than smaller chunks (the tuning table in benchmarks/README.md, ``RACE_CHUNK``).
     """
     CHUNK: tl.constexpr = RACE_CHUNK if RACE_CHUNK < TILE else TILE
     row_offset = detached(row_offset)

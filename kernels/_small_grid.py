@@ -24,9 +24,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._decision import (
-    METHOD_BLOCK, PURPOSE_VERIFY, _acceptance, _load_row_info, _log2_mass, _planned_tiles, _store_row_info,
-)
+from . import _contract as contract
+from ._decision import _acceptance, _load_row_info, _log2_mass, _planned_tiles, _store_row_info
 from ._sampling import (
     detached,
     inverse_cdf,
@@ -43,109 +42,69 @@ from ._sampling import (
 )
 from ._verify_kernel import _draft_tile_statistics, _tile_mass_checked, _tile_max
 
-PURPOSE_RESIDUAL: tl.constexpr = tl.constexpr(1)
-
-
 @triton.jit
 def _small_grid_kernel(
-    target_ptr, draft_logits_ptr, draft_tokens_ptr, temperature_ptr, seed_ptr, rates_ptr,
-    tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
-    plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr, counter_ptr, tokens_ptr, num_tokens_ptr,
-    num_requests, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+    logits, inputs, work, counter_ptr, sizes, outputs,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, STAGE: tl.constexpr,
 ):
+    """STAGE 0: the whole call. With draft logits under the interpreter, STAGE 1 runs up to the
+    barrier (statistics) and STAGE 2 after it (the tile read again; residuals and the decision)."""
     block = tl.program_id(0)
     row = tl.program_id(1)
     tile = tl.program_id(2)
     parties = tl.num_programs(1) * tl.num_programs(2)
     counters = counter_ptr + block * 4  # ticket, barrier arrivals, barrier generation
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    live = requests < num_requests
-    temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
+    live = requests < sizes.num_requests
+    temperature = tl.load(inputs.temperature + requests, mask=live, other=0.0)
     sampled = live & (temperature > 0)
     scale = temperature_scale(temperature)
-    seed = tl.load(seed_ptr + requests, mask=live, other=0)
+    seed = tl.load(inputs.seed + requests, mask=live, other=0)
     row_ids = tl.full((BLOCK_R,), 0, tl.int32) + row
-    draft = tl.load(draft_tokens_ptr + requests * num_drafts + row, mask=live & (row < num_drafts), other=-1)
+    draft = tl.load(inputs.draft_tokens + requests * sizes.num_drafts + row, mask=live & (row < sizes.num_drafts), other=-1)
     vocab_ids = tile * TILE + tl.arange(0, TILE)
-    mask = live[:, None] & (vocab_ids < vocab)[None, :]
-    offsets = requests[:, None] * target_stride_r + row * target_stride_k + vocab_ids[None, :]
-    logits = tl.load(target_ptr + offsets, mask=mask, other=float("-inf")).to(tl.float32)
-    d_logits = logits
+    mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
+    offsets = requests[:, None] * logits.target_stride_r + row * logits.target_stride_k + vocab_ids[None, :]
+    values = tl.load(logits.target + offsets, mask=mask, other=float("-inf")).to(tl.float32)
+    d_values = values
     if HAS_DRAFT:  # greedy requests and the bonus row read no draft logits
-        d_mask = mask & (sampled & (row < num_drafts))[:, None]
-        d_offsets = requests[:, None] * draft_stride_r + row * draft_stride_k + vocab_ids[None, :]
-        d_logits = tl.load(draft_logits_ptr + d_offsets, mask=d_mask, other=float("-inf")).to(tl.float32)
+        d_mask = mask & (sampled & (row < sizes.num_drafts))[:, None]
+        d_offsets = requests[:, None] * logits.draft_stride_r + row * logits.draft_stride_k + vocab_ids[None, :]
+        d_values = tl.load(logits.draft + d_offsets, mask=d_mask, other=float("-inf")).to(tl.float32)
     if STAGE != 2:
         # With fp32 draft logits the race's noise, which needs no logits, is made while both tiles'
-        # loads are in flight (R=1, standard: K=3 12.5 -> 12.1 µs, K=7 17.5 -> 16.4); one-hot and
-        # 16-bit logits measured slower that way (one-hot K=3 +0.45 µs; bf16 draft K=7 +0.6 µs).
-        EARLY_NOISE: tl.constexpr = HAS_DRAFT and target_ptr.dtype.element_ty == tl.float32
+        # loads are in flight; one-hot and 16-bit logits measured slower that way.
+        EARLY_NOISE: tl.constexpr = HAS_DRAFT and logits.target.dtype.element_ty == tl.float32
         noise = tl.zeros((BLOCK_R, TILE), tl.float32)
         if EARLY_NOISE:
             if tl.max(sampled.to(tl.int32)) > 0:
-                noise = _tile_noise(seed, row_ids, vocab_ids, logits)
+                noise = _tile_noise(seed, row_ids, vocab_ids, values)
                 # + (noise - noise), exactly 0 (the noise is finite): ptxas otherwise starts the
                 # tile's reductions first and stalls on the load before any noise is made.
-                logits = logits + (noise - noise)
-        _tile_draws(
-            logits, d_logits, noise, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-            at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
-            requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
-            num_drafts, vocab, num_tiles, HAS_DRAFT, EARLY_NOISE, TILE,
-        )
+                values = values + (noise - noise)
+        _tile_draws(values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row, tile, draft,
+                    HAS_DRAFT, EARLY_NOISE, TILE)
     if HAS_DRAFT:
         if STAGE == 0:
             tl.debug_barrier()
             _barrier(counters + 1, counters + 2, parties)
         if STAGE != 1:
-            (
-                drafts, num_valid, tile_max, reference, mass, tile_weight, _, _, argmax, tile_u, _, _,
-                excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, d_reference, d_mass, tile_tokens, excluded_tokens,
-            ) = _acceptance(
-                requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-                tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, excluded_token_ptr,
-                draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-                num_drafts, vocab, num_tiles, METHOD, True, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
-            )
-            # fp32 tiles read the plan and the row normalisers back from memory, 16-bit ones take them
-            # from registers: measured both ways at R = 1 (standard draft, K=3 / 7: fp32 11.9 / 16.5 µs
-            # read back against 12.6 / 16.4; bf16 12.1 / 16.6 against 11.5 / 15.2).
-            READ_BACK: tl.constexpr = target_ptr.dtype.element_ty == tl.float32
-            if READ_BACK:  # every program of the block stores the same plan and normalisers
-                tl.store(plan_ptr + requests * 2, plan_lo, mask=live)
-                tl.store(plan_ptr + requests * 2 + 1, plan_hi, mask=live)
-                _store_row_info(row_info_ptr, requests, tl.arange(0, ROWS_PAD), deferred, num_drafts, reference, mass,
-                                prefix, d_reference, d_mass)
-                tl.debug_barrier()
-            _tile_residual(
-                logits, d_logits, plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr, plan_lo, plan_hi,
-                reference, mass, d_reference, d_mass, prefix,
-                requests, live, scale, seed, row_ids, row, tile, mask, num_drafts, num_tiles, TILE, ROWS_PAD, READ_BACK,
-            )
+            decision = _acceptance(requests, live, sampled, scale, seed, inputs, work, sizes,
+                                   METHOD, True, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True)
+            # fp32 tiles read the plan and the row normalisers back from memory, 16-bit ones take
+            # them from registers (each measured the faster at R = 1).
+            READ_BACK: tl.constexpr = logits.target.dtype.element_ty == tl.float32
+            _tile_residual(values, d_values, decision, work, sizes, requests, live, scale, seed, row_ids, row, tile, mask,
+                           READ_BACK, TILE, ROWS_PAD)
     if STAGE != 1:  # the last program of the request block to take a ticket decides
         tl.debug_barrier()
         if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
             if not HAS_DRAFT:  # (with draft logits every program derived acceptance after the barrier)
-                (
-                    drafts, num_valid, tile_max, reference, _, tile_weight, _, _, argmax, tile_u, _, _,
-                    excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, _, _, tile_tokens, excluded_tokens,
-                ) = _acceptance(
-                    requests, live, sampled, scale, seed, draft_tokens_ptr, rates_ptr,
-                    tile_max_ptr, tile_sum_ptr, tile_token_ptr, tile_token_ptr, excluded_token_ptr,
-                    draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-                    num_drafts, vocab, num_tiles, METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True,
-                )
-            _decide_small(
-                requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
-                argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, tile_tokens, excluded_tokens,
-                tile_token_ptr, residual_mass_ptr, residual_token_ptr,
-                tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
-                METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD,
-            )
+                decision = _acceptance(requests, live, sampled, scale, seed, inputs, work, sizes,
+                                       METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True)
+            _decide_small(requests, live, sampled, scale, seed, decision, work, sizes, outputs,
+                          METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD)
             tl.atomic_xchg(counters, 0, sem="relaxed")
 
 
@@ -169,10 +128,8 @@ def _barrier(arrivals_ptr, generation_ptr, parties):
 
 @triton.jit
 def _tile_draws(
-    logits, d_logits, noise, tile_max_ptr, tile_sum_ptr, tile_token_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, excluded_token_ptr, draft_at_draft_ptr,
-    requests, live, sampled, scale, seed, row_ids, row, tile, draft, vocab_ids, mask,
-    num_drafts, vocab, num_tiles, HAS_DRAFT: tl.constexpr, EARLY_NOISE: tl.constexpr, TILE: tl.constexpr,
+    values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row, tile, draft,
+    HAS_DRAFT: tl.constexpr, EARLY_NOISE: tl.constexpr, TILE: tl.constexpr,
 ):
     """This tile's statistics, as pass A stores them, and the token it draws for each request.
 
@@ -180,88 +137,95 @@ def _tile_draws(
     under row ``row``'s key. In the draft token's tile also the draft's logit and, for one-hot
     drafts, the mass and the winner without it (excluded_*).
     """
-    per_row = requests * (num_drafts + 1) + row
-    stat = per_row * num_tiles + tile
-    in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
-    logits, tile_max = _tile_max(logits)
-    tl.store(tile_max_ptr + stat, tile_max, mask=live)
+    row_ids = tl.full((requests.shape[0],), 0, tl.int32) + row
+    vocab_ids = tile * TILE + tl.arange(0, TILE)
+    mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
+    per_row = requests * (sizes.num_drafts + 1) + row
+    stat = per_row * sizes.num_tiles + tile
+    in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < sizes.vocab)
+    values, tile_max = _tile_max(values)
+    tl.store(work.tile_max + stat, tile_max, mask=live)
     greedy = live & ~sampled
     if tl.max(greedy.to(tl.int32)) > 0:  # as first_max_in_tile finds it on a re-read
-        first = tl.min(tl.where(mask & (sanitize(logits) == tile_max[:, None]), vocab_ids[None, :], vocab), axis=1)
-        tl.store(tile_token_ptr + stat, first, mask=greedy)
+        first = tl.min(tl.where(mask & (sanitize(values) == tile_max[:, None]), vocab_ids[None, :], sizes.vocab), axis=1)
+        tl.store(work.tile_token + stat, first, mask=greedy)
     if tl.max(sampled.to(tl.int32)) > 0:
-        logits, weights, mass = _tile_mass_checked(logits, tile_max, scale)
-        tl.store(tile_sum_ptr + stat, mass, mask=sampled)
+        values, weights, mass = _tile_mass_checked(values, tile_max, scale)
+        tl.store(work.tile_sum + stat, mass, mask=sampled)
         if not EARLY_NOISE:
-            noise = _tile_noise(seed, row_ids, vocab_ids, logits)
+            noise = _tile_noise(seed, row_ids, vocab_ids, values)
         reference = tl.where(tile_max == float("-inf"), 0.0, tile_max)
-        log_weights = (logits - reference[:, None]) * scale[:, None]  # as sample_in_tile weighs a re-read
+        log_weights = (values - reference[:, None]) * scale[:, None]  # as sample_in_tile weighs a re-read
         keys = race_keys_from_noise(log_weights, noise)
-        tl.store(tile_token_ptr + stat, tile * TILE + race_winner(keys), mask=sampled)
+        tl.store(work.tile_token + stat, tile * TILE + race_winner(keys), mask=sampled)
         drawn_here = sampled & in_tile
         if tl.max(drawn_here.to(tl.int32)) > 0:  # the draft token's own tile
             hit = vocab_ids[None, :] == draft[:, None]
-            tl.store(at_draft_ptr + per_row, tl.max(tl.where(hit, logits, float("-inf")), axis=1), mask=drawn_here)
+            tl.store(work.at_draft + per_row, tl.max(tl.where(hit, values, float("-inf")), axis=1), mask=drawn_here)
             if not HAS_DRAFT:  # a rejected one-hot draft's residual: the tile without it
                 inner = race_winner(tl.where(hit, float("-inf"), keys))
-                tl.store(excluded_sum_ptr + per_row, tl.sum(tl.where(hit, 0.0, weights), axis=1), mask=drawn_here)
-                tl.store(excluded_token_ptr + per_row, tile * TILE + inner, mask=drawn_here)
+                tl.store(work.excluded_sum + per_row, tl.sum(tl.where(hit, 0.0, weights), axis=1), mask=drawn_here)
+                tl.store(work.excluded_token + per_row, tile * TILE + inner, mask=drawn_here)
         if HAS_DRAFT:
-            if row < num_drafts:
-                _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests,
-                                       row, tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles)
+            if row < sizes.num_drafts:
+                _draft_tile_statistics(d_values, work, sizes, requests, row, tile, vocab_ids, sampled, scale, draft, in_tile)
 
 
 @triton.jit
-def _tile_noise(seed, row_ids, vocab_ids, logits):
-    """The plain target's race noise over this tile (shaped as ``logits`` [B, TILE]), under row_ids' key."""
-    _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_VERIFY)
-    return race_noise(tl.broadcast_to(vocab_ids[None, :], logits.shape), key_lo, key_hi)
+def _tile_noise(seed, row_ids, vocab_ids, values):
+    """The plain target's race noise over this tile (shaped as ``values`` [B, TILE]), under row_ids' key."""
+    _, _, key_lo, key_hi = row_draws(seed, row_ids, contract.PURPOSE_VERIFY)
+    return race_noise(tl.broadcast_to(vocab_ids[None, :], values.shape), key_lo, key_hi)
 
 
 @triton.jit
 def _tile_residual(
-    logits, d_logits, plan_ptr, row_info_ptr, residual_mass_ptr, residual_token_ptr, plan_lo, plan_hi,
-    reference, mass, d_reference, d_mass, prefix,
-    requests, live, scale, seed, row_ids, row, tile, mask, num_drafts, num_tiles, TILE: tl.constexpr,
-    ROWS_PAD: tl.constexpr, READ_BACK: tl.constexpr,
+    values, d_values, decision, work, sizes, requests, live, scale, seed, row_ids, row, tile, mask,
+    READ_BACK: tl.constexpr, TILE: tl.constexpr, ROWS_PAD: tl.constexpr,
 ):
     """This tile's residual max(s p - q, 0) at row ``row`` where a request's plan holds the row: its
-    mass and its draw. The plan and the row's normalisers come from ``_acceptance`` ([B] and
-    [B, ROWS]) either read back from memory (READ_BACK: ``plan``, ``row_info``) or rebuilt from
-    scalars (``detached``). Taken straight from the statistics' layout, they would spread it to the
-    tile, which the compiler replicated (17 KB of stack a thread)."""
-    if READ_BACK:
-        lo = tl.load(plan_ptr + requests * 2, mask=live, other=-1)
-        hi = tl.load(plan_ptr + requests * 2 + 1, mask=live, other=-1)
+    mass and its draw. The plan and the row's normalisers come from ``decision`` (``_acceptance``'s,
+    [B] and [B, ROWS]) either read back from memory (READ_BACK, for fp32 tiles: ``plan``,
+    ``row_info``) or rebuilt from scalars (``detached``, 16-bit). Taken straight from the
+    statistics' layout, they would spread it to the tile, which the compiler replicated (17 KB of
+    stack a thread)."""
+    verdict = decision.verdict
+    if READ_BACK:  # every program of the block stores the same plan and normalisers
+        tl.store(work.plan + requests * 2, verdict.plan_lo, mask=live)
+        tl.store(work.plan + requests * 2 + 1, verdict.plan_hi, mask=live)
+        _store_row_info(work.row_info, requests, tl.arange(0, ROWS_PAD), verdict.deferred, sizes.num_drafts,
+                        decision.target, decision.draft, verdict.prefix)
+        tl.debug_barrier()
+        lo = tl.load(work.plan + requests * 2, mask=live, other=-1)
+        hi = tl.load(work.plan + requests * 2 + 1, mask=live, other=-1)
     else:
-        lo = detached(plan_lo)
-        hi = detached(plan_hi)
+        lo = detached(verdict.plan_lo)
+        hi = detached(verdict.plan_hi)
     needs = live & (lo >= 0) & (lo <= row) & (row <= hi)
     if tl.max(needs.to(tl.int32)) > 0:
         if READ_BACK:
             target_ref, target_log_mass, draft_ref, draft_log_mass, row_prefix = _load_row_info(
-                row_info_ptr, requests, row, num_drafts, needs,
+                work.row_info, requests, row, sizes.num_drafts, needs,
             )
         else:
             at_row = tl.arange(0, ROWS_PAD)[None, :] == row
-            target_ref = detached(tl.sum(tl.where(at_row, reference, 0.0), axis=1))
-            target_log_mass = detached(tl.sum(tl.where(at_row, _log2_mass(mass), 0.0), axis=1))
-            draft_ref = detached(tl.sum(tl.where(at_row, d_reference, 0.0), axis=1))
-            draft_log_mass = detached(tl.sum(tl.where(at_row, _log2_mass(d_mass), 0.0), axis=1))
-            row_prefix = detached(tl.sum(tl.where(at_row, prefix, 0.0), axis=1))
+            target_ref = detached(tl.sum(tl.where(at_row, decision.target.reference, 0.0), axis=1))
+            target_log_mass = detached(tl.sum(tl.where(at_row, _log2_mass(decision.target.mass), 0.0), axis=1))
+            draft_ref = detached(tl.sum(tl.where(at_row, decision.draft.reference, 0.0), axis=1))
+            draft_log_mass = detached(tl.sum(tl.where(at_row, _log2_mass(decision.draft.mass), 0.0), axis=1))
+            row_prefix = detached(tl.sum(tl.where(at_row, verdict.prefix, 0.0), axis=1))
         active = mask & needs[:, None]  # other requests' logits stay out of the exponentials
-        logits = tl.where(active, logits, float("-inf"))
-        d_logits = tl.where(active, d_logits, float("-inf"))
+        values = tl.where(active, values, float("-inf"))
+        d_values = tl.where(active, d_values, float("-inf"))
         weights = residual_weights(
-            logits, d_logits, active, target_ref, target_log_mass, draft_ref, draft_log_mass, row_prefix, scale,
+            values, d_values, active, target_ref, target_log_mass, draft_ref, draft_log_mass, row_prefix, scale,
         )
-        out = (requests * num_drafts + row) * num_tiles + tile
-        tl.store(residual_mass_ptr + out, tl.sum(weights, axis=1), mask=needs)
-        _, _, key_lo, key_hi = row_draws(seed, row_ids, PURPOSE_RESIDUAL)
+        out = (requests * sizes.num_drafts + row) * sizes.num_tiles + tile
+        tl.store(work.residual_mass + out, tl.sum(weights, axis=1), mask=needs)
+        _, _, key_lo, key_hi = row_draws(seed, row_ids, contract.PURPOSE_RESIDUAL)
         vocab_ids = tl.broadcast_to((tile * TILE + tl.arange(0, TILE))[None, :], weights.shape)
         inner = race_winner(race_keys(log2_weights(weights), vocab_ids, key_lo, key_hi))
-        tl.store(residual_token_ptr + out, tile * TILE + inner, mask=needs)
+        tl.store(work.residual_token + out, tile * TILE + inner, mask=needs)
 
 
 @triton.jit
@@ -276,9 +240,7 @@ def _choose_tiles(weights, uniform, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexp
 
 @triton.jit
 def _decide_small(
-    requests, live, sampled, scale, seed, drafts, num_valid, tile_max, reference, tile_weight,
-    argmax, tile_u, excluded_sums, tau, deferred, plan_lo, plan_hi, prefix, tile_tokens, excluded_tokens,
-    tile_token_ptr, residual_mass_ptr, residual_token_ptr, tokens_ptr, num_tokens_ptr, num_drafts, num_tiles,
+    requests, live, sampled, scale, seed, decision, work, sizes, outputs,
     METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
@@ -291,57 +253,51 @@ def _decide_small(
     """
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
+    verdict = decision.verdict
+    tau = verdict.tau  # (defined before row_tokens: the order of values the branch below yields)
+    tile_tokens = decision.draws.tile_tokens
     if HAS_DRAFT:  # the draws and the residuals, loaded before any reduction (see _acceptance)
-        num_rows = num_drafts + 1
-        index3 = (requests[:, None] * num_rows + rows[None, :])[:, :, None] * num_tiles + tiles[None, None, :]
-        mask3 = (live[:, None] & (rows[None, :] < num_rows))[:, :, None] & (tiles[None, None, :] < num_tiles)
-        tile_tokens = tl.load(tile_token_ptr + index3, mask=mask3, other=0, cache_modifier=".cg")
-        residual_mass, residual_tokens = _residual_loads(
-            requests, deferred, plan_lo, plan_hi, residual_mass_ptr, residual_token_ptr, num_drafts, num_tiles,
-            ROWS_PAD, TILES_PAD,
-        )
-    weights = tile_weight
+        num_rows = sizes.num_drafts + 1
+        index3 = (requests[:, None] * num_rows + rows[None, :])[:, :, None] * sizes.num_tiles + tiles[None, None, :]
+        mask3 = (live[:, None] & (rows[None, :] < num_rows))[:, :, None] & (tiles[None, None, :] < sizes.num_tiles)
+        tile_tokens = tl.load(work.tile_token + index3, mask=mask3, other=0, cache_modifier=".cg")
+        _, index3, mask3 = _planned_tiles(requests, verdict.deferred, verdict.plan_lo, verdict.plan_hi, sizes.num_drafts,
+                                          sizes.num_tiles, ROWS_PAD, TILES_PAD)
+        residual_mass = tl.load(work.residual_mass + index3, mask=mask3, other=0.0, cache_modifier=".cg")
+        residual_tokens = tl.load(work.residual_token + index3, mask=mask3, other=0, cache_modifier=".cg")
+    weights = decision.target.tile_weight
     own = tl.full((BLOCK_R, ROWS_PAD), -1, tl.int32)
     if not HAS_DRAFT:  # a rejected one-hot draft: the target without the draft token
-        exclude = sampled[:, None] & (rows[None, :] < num_valid[:, None])
-        own = tl.where(exclude, drafts // TILE, -1).to(tl.int32)
+        exclude = sampled[:, None] & (rows[None, :] < decision.num_valid[:, None])
+        own = tl.where(exclude, decision.drafts // TILE, -1).to(tl.int32)
         own3 = tiles[None, None, :] == own[:, :, None]
-        own_max = tl.max(tl.where(own3, tile_max, float("-inf")), axis=2)
-        own_weight = tl.where(own_max == float("-inf"), 0.0, excluded_sums * tl.exp2((own_max - reference) * scale[:, None]))
+        own_max = tl.max(tl.where(own3, decision.target.tile_max, float("-inf")), axis=2)
+        own_weight = tl.where(own_max == float("-inf"), 0.0,
+                              decision.draws.excluded_sums * tl.exp2((own_max - decision.target.reference) * scale[:, None]))
         without = tl.where(own3, own_weight[:, :, None], weights)
         use_residual = exclude & (tl.sum(without, axis=2) > 0)
         weights = tl.where(use_residual[:, :, None], without, weights)
         own = tl.where(use_residual, own, -1)
-    chosen = _choose_tiles(weights, tile_u, BLOCK_R, ROWS_PAD, TILES_PAD)
+    chosen = _choose_tiles(weights, decision.draws.tile_u, BLOCK_R, ROWS_PAD, TILES_PAD)
     row_tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2)
-    row_tokens = tl.where(chosen == own, excluded_tokens, row_tokens)
+    row_tokens = tl.where(chosen == own, decision.draws.excluded_tokens, row_tokens)
     row_tokens = tl.where(chosen >= 0, row_tokens, 0).to(tl.int64)
     if HAS_DRAFT:
-        if tl.max(deferred.to(tl.int32)) > 0:
+        if tl.max(verdict.deferred.to(tl.int32)) > 0:
             residual_tau, residual_row_tokens = _residual_choice(
-                deferred, seed, plan_lo, plan_hi, prefix, row_tokens, residual_mass, residual_tokens,
-                METHOD, BLOCK_R, ROWS_PAD, TILES_PAD,
+                verdict, seed, row_tokens, residual_mass, residual_tokens, METHOD, BLOCK_R, ROWS_PAD, TILES_PAD,
             )
-            tau = tl.where(deferred, residual_tau, tau)
-            row_tokens = tl.where(deferred[:, None], residual_row_tokens, row_tokens)
+            tau = tl.where(verdict.deferred, residual_tau, tau)
+            row_tokens = tl.where(verdict.deferred[:, None], residual_row_tokens, row_tokens)
     at_tau = rows[None, :] == tau[:, None]
-    emitted = tl.sum(tl.where(at_tau, tl.where(sampled[:, None], row_tokens, argmax), 0), axis=1)
-    write_tokens(tokens_ptr, num_tokens_ptr, requests, drafts, tau, emitted, live, num_drafts, ROWS_PAD)
-
-
-@triton.jit
-def _residual_loads(requests, deferred, plan_lo, plan_hi, residual_mass_ptr, residual_token_ptr, num_drafts, num_tiles,
-                    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
-    """The residual masses and draws [B, ROWS, TILES] the programs stored for the planned rows."""
-    _, index3, mask3 = _planned_tiles(requests, deferred, plan_lo, plan_hi, num_drafts, num_tiles, ROWS_PAD, TILES_PAD)
-    tile_mass = tl.load(residual_mass_ptr + index3, mask=mask3, other=0.0, cache_modifier=".cg")
-    tile_tokens = tl.load(residual_token_ptr + index3, mask=mask3, other=0, cache_modifier=".cg")
-    return tile_mass, tile_tokens
+    emitted = tl.sum(tl.where(at_tau, tl.where(sampled[:, None], row_tokens, decision.greedy.argmax), 0), axis=1)
+    write_tokens(outputs.tokens, outputs.num_tokens, requests, decision.drafts, tau, emitted, live, sizes.num_drafts,
+                 ROWS_PAD)
 
 
 @triton.jit
 def _residual_choice(
-    deferred, seed, plan_lo, plan_hi, prefix, target_tokens, tile_mass, tile_tokens,
+    verdict, seed, target_tokens, tile_mass, tile_tokens,
     METHOD: tl.constexpr, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
     """tau of a deferred request (block: the largest planned row whose uniform is below h) and, per
@@ -349,18 +305,19 @@ def _residual_choice(
     falls back to the plain target's token (``target_tokens`` [B, ROWS])."""
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
-    planned = deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= plan_hi[:, None])
+    plan_lo = verdict.plan_lo
+    planned = verdict.deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= verdict.plan_hi[:, None])
     seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
     rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
     tau = plan_lo
-    if METHOD == METHOD_BLOCK:
-        accept_u, _, _, _ = row_draws(seeds2, rows2, PURPOSE_VERIFY)
+    if METHOD == contract.METHOD_BLOCK:
+        accept_u, _, _, _ = row_draws(seeds2, rows2, contract.PURPOSE_VERIFY)
         mass = tl.sum(tile_mass, axis=2)
-        denominator = mass + 1.0 - prefix
+        denominator = mass + 1.0 - verdict.prefix
         threshold = tl.where(denominator > 0, mass / tl.where(denominator > 0, denominator, 1.0), 1.0)
         passes = planned & (rows[None, :] > plan_lo[:, None]) & (accept_u < threshold)
         tau = tl.max(tl.where(passes, rows[None, :], plan_lo[:, None]), axis=1)
-    choice_u, _, _, _ = row_draws(seeds2, rows2, PURPOSE_RESIDUAL)
+    choice_u, _, _, _ = row_draws(seeds2, rows2, contract.PURPOSE_RESIDUAL)
     chosen = _choose_tiles(tile_mass, choice_u, BLOCK_R, ROWS_PAD, TILES_PAD)
     tokens = tl.sum(tl.where(tiles[None, None, :] == chosen[:, :, None], tile_tokens, 0), axis=2).to(tl.int64)
     return tau, tl.where(chosen >= 0, tokens, target_tokens)

@@ -1,9 +1,8 @@
 """Pass A: one read of every logit into per-tile statistics (grids too large for ``_small_grid.py``).
 
-Grid ``(cdiv(R, BLOCK_R), K+1 (+K with SPLIT_DRAFT), cdiv(num_tiles, TILES_PER_PROGRAM))``: a
+Grid ``(cdiv(R, BLOCK_R), K+1 (+K with draft logits), cdiv(num_tiles, TILES_PER_PROGRAM))``: a
 program reduces TILES_PER_PROGRAM vocabulary tiles of one row in turn, for ``BLOCK_R`` requests:
-a target row and, without SPLIT_DRAFT, the matching draft row beside it; with SPLIT_DRAFT the
-draft rows are the grid's rows K+1.. and each program streams one row only. It stores each
+a target row or, with draft logits, a draft row (the grid's rows K+1..). It stores each
 tile's statistics -- max, sum of 2**((l - max) * log2(e)/T), the draft token's logit and the
 tile's mass without it, and for greedy requests where the draft's tile first reaches its max.
 Tiles come through plain loads or, with USE_TMA, bulk copies into shared memory pipelined STAGES
@@ -27,79 +26,54 @@ def _tile_mass(logits, tile_max, scale):
 
 @triton.jit
 def _verify_kernel(
-    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, temperature_ptr,
-    tile_max_ptr, tile_sum_ptr, draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr,
-    at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-    num_requests, num_drafts, vocab, num_tiles,
-    target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
+    logits, target_desc, draft_desc, inputs, work, sizes,
     HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr, SPLIT_DRAFT: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
 ):
+    """Grid rows 0..K are the target rows; with draft logits rows K+1.. are the draft rows, each
+    read by programs of its own (greedy requests never read draft logits)."""
     block = tl.program_id(0)
     row = tl.program_id(1)
     chunk = tl.program_id(2)
+    descriptors = (target_desc, draft_desc)
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    live = requests < num_requests
-    temperature = tl.load(temperature_ptr + requests, mask=live, other=0.0)
+    live = requests < sizes.num_requests
+    temperature = tl.load(inputs.temperature + requests, mask=live, other=0.0)
     sampled = live & (temperature > 0)
-    # With SPLIT_DRAFT the grid's rows K+1.. are the draft rows, each read by programs of its own;
-    # greedy requests never read draft logits.
-    if (row > num_drafts) & SPLIT_DRAFT:
+    if (row > sizes.num_drafts) & HAS_DRAFT:
         if tl.max(sampled.to(tl.int32)) > 0:
-            _row_statistics(
-                target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
-                draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
-                draft_at_draft_ptr, block, row - num_drafts - 1, chunk, requests, live, temperature,
-                num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                False, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
-            )
+            _row_statistics(logits, descriptors, inputs, work, sizes, block, row - sizes.num_drafts - 1, chunk, requests,
+                            temperature, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
     else:
-        _row_statistics(
-            target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
-            draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
-            draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
-            num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT and not SPLIT_DRAFT, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA,
-        )
+        _row_statistics(logits, descriptors, inputs, work, sizes, block, row, chunk, requests,
+                        temperature, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
 
 
 @triton.jit
 def _row_statistics(
-    target_ptr, draft_logits_ptr, target_desc, draft_desc, draft_tokens_ptr, tile_max_ptr, tile_sum_ptr,
-    draft_first_max_ptr, draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr,
-    draft_at_draft_ptr, block, row, chunk, requests, live, temperature,
-    num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-    HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
+    logits, descriptors, inputs, work, sizes, block, row, chunk, requests, temperature,
+    DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
     TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
 ):
-    """This program's tiles of one row: target row ``row`` (with its draft row when HAS_DRAFT) or,
-    DRAFT_ONLY, draft row ``row`` alone."""
+    """This program's tiles of one row: target row ``row`` or, DRAFT_ONLY, draft row ``row``.
+    ``descriptors``: the target's and the draft's bulk-copy descriptors (read with USE_TMA)."""
+    live = requests < sizes.num_requests
     sampled = live & (temperature > 0)
     scale = temperature_scale(temperature)
-    is_draft_row = row < num_drafts
-    draft = tl.load(draft_tokens_ptr + requests * num_drafts + row, mask=live & is_draft_row, other=-1)
-    per_row = requests * (num_drafts + 1) + row
+    is_draft_row = row < sizes.num_drafts
+    draft = tl.load(inputs.draft_tokens + requests * sizes.num_drafts + row, mask=live & is_draft_row, other=-1)
+    per_row = requests * (sizes.num_drafts + 1) + row
     if TILES_PER_PROGRAM == 1:
-        _tile_statistics(
-            target_ptr, draft_logits_ptr, target_desc, draft_desc, tile_max_ptr, tile_sum_ptr, draft_first_max_ptr,
-            draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-            block, row, chunk, requests, live, sampled, scale, is_draft_row, draft, per_row,
-            num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-            HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
-        )
+        _tile_statistics(logits, descriptors, work, sizes, block, row, chunk, requests, sampled, scale, draft, per_row,
+                         DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
     else:
         # The tiles of one row in turn; with bulk copies and STAGES > 1 the next tiles are copied
         # into shared memory while this one is reduced, so loads in flight hold no registers.
         first_tile = chunk * TILES_PER_PROGRAM
-        last_tile = tl.minimum(first_tile + TILES_PER_PROGRAM, num_tiles)
+        last_tile = tl.minimum(first_tile + TILES_PER_PROGRAM, sizes.num_tiles)
         for tile in tl.range(first_tile, last_tile, num_stages=STAGES):
-            _tile_statistics(
-                target_ptr, draft_logits_ptr, target_desc, draft_desc, tile_max_ptr, tile_sum_ptr, draft_first_max_ptr,
-                draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-                block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
-                num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-                HAS_DRAFT, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA,
-            )
+            _tile_statistics(logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft,
+                             per_row, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
 
 
 @triton.jit
@@ -147,62 +121,50 @@ def _tile_mass_checked(values, tile_max, scale):
 
 @triton.jit
 def _tile_statistics(
-    target_ptr, draft_logits_ptr, target_desc, draft_desc, tile_max_ptr, tile_sum_ptr, draft_first_max_ptr,
-    draft_tile_max_ptr, draft_tile_sum_ptr, at_draft_ptr, excluded_sum_ptr, draft_at_draft_ptr,
-    block, row, tile, requests, live, sampled, scale, is_draft_row, draft, per_row,
-    num_drafts, vocab, num_tiles, target_stride_r, target_stride_k, draft_stride_r, draft_stride_k,
-    HAS_DRAFT: tl.constexpr, DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    USE_TMA: tl.constexpr,
+    logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft, per_row,
+    DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr, USE_TMA: tl.constexpr,
 ):
-    """Statistics of one tile of one row (and of its draft row): see the module docstring."""
+    """Statistics of one tile of one row: see the module docstring."""
+    target_desc, draft_desc = descriptors
+    live = requests < sizes.num_requests
     vocab_ids = tile * TILE + tl.arange(0, TILE)
-    mask = live[:, None] & (vocab_ids < vocab)[None, :]
-    in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < vocab)
+    mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
+    in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < sizes.vocab)
     if DRAFT_ONLY:
-        d_logits = _load_tile(draft_logits_ptr, draft_desc, block, row, tile, requests, mask & sampled[:, None],
-                              draft_stride_r, draft_stride_k, TILE, BLOCK_R, USE_TMA)
-        _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests, row,
-                               tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles)
+        d_logits = _load_tile(logits.draft, draft_desc, block, row, tile, requests, mask & sampled[:, None],
+                              logits.draft_stride_r, logits.draft_stride_k, TILE, BLOCK_R, USE_TMA)
+        _draft_tile_statistics(d_logits, work, sizes, requests, row, tile, vocab_ids, sampled, scale, draft, in_tile)
     else:
-        logits = _load_tile(target_ptr, target_desc, block, row, tile, requests, mask,
-                            target_stride_r, target_stride_k, TILE, BLOCK_R, USE_TMA)
-        if HAS_DRAFT:  # issued before the target's reductions, so both are in flight together
-            d_mask = mask & (sampled & is_draft_row)[:, None]
-            d_logits = _load_tile(draft_logits_ptr, draft_desc, block, row, tile, requests, d_mask,
-                                  draft_stride_r, draft_stride_k, TILE, BLOCK_R, USE_TMA)
-        logits, tile_max = _tile_max(logits)
-        stat = per_row * num_tiles + tile
-        tl.store(tile_max_ptr + stat, tile_max, mask=live)
+        values = _load_tile(logits.target, target_desc, block, row, tile, requests, mask,
+                            logits.target_stride_r, logits.target_stride_k, TILE, BLOCK_R, USE_TMA)
+        values, tile_max = _tile_max(values)
+        stat = per_row * sizes.num_tiles + tile
+        tl.store(work.tile_max + stat, tile_max, mask=live)
         greedy_here = live & ~sampled & in_tile
         if tl.max(greedy_here.to(tl.int32)) > 0:  # greedy: where does the draft's tile reach its maximum first?
-            first = tl.min(tl.where(logits == tile_max[:, None], vocab_ids[None, :], vocab), axis=1)
-            tl.store(draft_first_max_ptr + per_row, first, mask=greedy_here)
+            first = tl.min(tl.where(values == tile_max[:, None], vocab_ids[None, :], sizes.vocab), axis=1)
+            tl.store(work.draft_first_max + per_row, first, mask=greedy_here)
         if tl.max(sampled.to(tl.int32)) > 0:
-            logits, _, mass = _tile_mass_checked(logits, tile_max, scale)
-            tl.store(tile_sum_ptr + stat, mass, mask=sampled)
+            values, _, mass = _tile_mass_checked(values, tile_max, scale)
+            tl.store(work.tile_sum + stat, mass, mask=sampled)
             if tl.max((sampled & in_tile).to(tl.int32)) > 0:  # the draft token's own tile
                 hit = vocab_ids[None, :] == draft[:, None]
-                at_draft = tl.max(tl.where(hit, logits, float("-inf")), axis=1)
+                at_draft = tl.max(tl.where(hit, values, float("-inf")), axis=1)
                 # The weights again (one tile in num_tiles): keeping them live cost registers.
-                excluded = tl.sum(tl.where(hit, 0.0, _tile_mass(logits, tile_max, scale)), axis=1)
-                tl.store(at_draft_ptr + per_row, at_draft, mask=sampled & in_tile)
-                tl.store(excluded_sum_ptr + per_row, excluded, mask=sampled & in_tile)
-            if HAS_DRAFT:
-                if is_draft_row:
-                    _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests,
-                                           row, tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles)
+                excluded = tl.sum(tl.where(hit, 0.0, _tile_mass(values, tile_max, scale)), axis=1)
+                tl.store(work.at_draft + per_row, at_draft, mask=sampled & in_tile)
+                tl.store(work.excluded_sum + per_row, excluded, mask=sampled & in_tile)
 
 
 @triton.jit
-def _draft_tile_statistics(d_logits, draft_tile_max_ptr, draft_tile_sum_ptr, draft_at_draft_ptr, requests, row,
-                           tile, vocab_ids, sampled, scale, draft, in_tile, num_drafts, num_tiles):
+def _draft_tile_statistics(d_logits, work, sizes, requests, row, tile, vocab_ids, sampled, scale, draft, in_tile):
     """A draft tile's max and mass (sampled requests), and the draft token's own logit in its tile."""
     d_values, d_max = _tile_max(d_logits)
     _, _, d_mass = _tile_mass_checked(d_values, d_max, scale)
-    d_stat = (requests * num_drafts + row) * num_tiles + tile
-    tl.store(draft_tile_max_ptr + d_stat, d_max, mask=sampled)
-    tl.store(draft_tile_sum_ptr + d_stat, d_mass, mask=sampled)
+    d_stat = (requests * sizes.num_drafts + row) * sizes.num_tiles + tile
+    tl.store(work.draft_tile_max + d_stat, d_max, mask=sampled)
+    tl.store(work.draft_tile_sum + d_stat, d_mass, mask=sampled)
     if tl.max((sampled & in_tile).to(tl.int32)) > 0:
         hit = vocab_ids[None, :] == draft[:, None]
         d_at_draft = tl.max(tl.where(hit, d_values, float("-inf")), axis=1)
-        tl.store(draft_at_draft_ptr + requests * num_drafts + row, d_at_draft, mask=sampled & in_tile)
+        tl.store(work.draft_at_draft + requests * sizes.num_drafts + row, d_at_draft, mask=sampled & in_tile)

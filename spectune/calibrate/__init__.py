@@ -1,4 +1,5 @@
-"""Acceptance profiles from real deployments: vLLM/SGLang logs, Prometheus scrapes, per-request metrics.
+"""Acceptance profiles from real deployments: vLLM/SGLang logs, Prometheus scrapes, per-request metrics,
+and step-time tables with acceptance from ``vllm bench serve`` results.
 
 ``calibrate(paths)`` reads the files (format detected per file), rebuilds per-window counts, pools
 them and bins them by running-request count; ``calibration_profile`` turns the result into a
@@ -9,6 +10,9 @@ them and bins them by running-request count; ``calibration_profile`` turns the r
     Path("profile.yaml").write_text(profile_yaml(profile))
 """
 
+from spectune.calibrate._bench import BenchRun, read_bench_result
+from spectune.calibrate._bench_table import BenchTable, MeasuredStep, bench_table, step_time_csv
+from spectune.calibrate._engine_log import EngineLog, EngineWindow, read_engine_log
 from spectune.calibrate._calibrate import DEFAULT_BIN_EDGES, Calibration, calibrate
 from spectune.calibrate._estimate import AcceptanceEstimate
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
@@ -16,12 +20,21 @@ from spectune.calibrate._profile_writer import calibration_profile, profile_yaml
 
 __all__ = [
     "DEFAULT_BIN_EDGES",
+    "EngineLog",
+    "EngineWindow",
     "LOG_FORMATS",
     "AcceptanceEstimate",
+    "BenchRun",
+    "BenchTable",
     "Calibration",
     "LogFormat",
+    "MeasuredStep",
+    "bench_table",
     "calibrate",
     "calibration_profile",
     "detect_format",
     "profile_yaml",
+    "read_bench_result",
+    "read_engine_log",
+    "step_time_csv",
 ]

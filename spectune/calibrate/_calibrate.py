@@ -6,13 +6,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from spectune.calibrate._bench import read_bench_result
+from spectune.calibrate._bench_table import BenchTable, bench_table
 from spectune.calibrate._estimate import AcceptanceEstimate, estimate_from_counts, estimate_from_lengths
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
 from spectune.calibrate._per_request import read_per_request_jsonl
 from spectune.calibrate._prometheus import read_scrape, windows_between_scrapes
 from spectune.calibrate._sglang_log import infer_sglang_num_positions, read_sglang_log
 from spectune.calibrate._vllm_log import read_vllm_log
-from spectune.calibrate._windows import CountWindow, LengthWindow, SourceWindows
+from spectune.calibrate._windows import MAX_COUNT, CountWindow, LengthWindow, SourceWindows
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem, SpectuneError
 
@@ -34,6 +36,7 @@ class Calibration:
     skipped: tuple[Problem, ...]  # lines not used, as warnings
     notes: tuple[str, ...]  # statements for the profile: assumptions, rounding, what was left out
     model_name: str | None = None
+    bench: BenchTable | None = None  # vllm bench serve results: the step-time table as well
 
 
 def calibrate(
@@ -54,12 +57,15 @@ def calibrate(
     """
     if not paths:
         raise SpectuneError("no input files given")
+    paths = expand_directories(paths)
     _check_options(log_format, num_speculative_tokens, bin_edges)
     formats = {str(path): log_format or detect_format(path) for path in paths}
     if len(set(formats.values())) > 1:
         listing = ", ".join(f"{file}: {fmt}" for file, fmt in formats.items())
         raise SpectuneError(f"the files hold different formats ({listing}); calibrate from one source at a time")
     chosen: LogFormat = next(iter(formats.values()))
+    if chosen == "vllm-bench":
+        return _calibrate_bench(list(paths), bin_edges)
     sources, num_positions = _read(chosen, list(paths), num_speculative_tokens, model_name)
     skipped = tuple(problem for source in sources for problem in source.skipped)
     notes = [note for source in sources for note in source.notes]
@@ -81,6 +87,51 @@ def calibrate(
         skipped=skipped,
         notes=tuple(dict.fromkeys(notes)),
         model_name=model_name,
+    )
+
+
+def expand_directories(paths: Sequence[Path]) -> list[Path]:
+    """Files as given; a directory stands for the ``*.json`` files under it (vllm bench serve's --result-dir)."""
+    expanded: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.json") if p.is_file())
+            if not found:
+                raise DocumentError([Problem(str(path), None, "", "directory holds no *.json files (vllm bench serve --save-result writes them)")])
+            expanded.extend(found)
+        else:
+            expanded.append(path)
+    return expanded
+
+
+def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Calibration:
+    """Step times and acceptance from bench results; acceptance binned by each run's concurrency."""
+    table = bench_table([read_bench_result(path) for path in paths])
+    windows = table.profile_windows()
+    notes = [
+        "From vllm bench serve results: exact counter differences over each run, binned by --max-concurrency. "
+        "If the server ran with rejection_sample_method: synthetic, these rates are the forced ones, not the drafter's."
+    ]
+    ks = sorted({run.num_speculative_tokens for run in table.runs} - {0, table.profile_k or 0})
+    if ks:
+        notes.append(f"Only the K={table.profile_k} runs are pooled here; runs at K={', '.join(map(str, ks))} have fewer positions.")
+    if not windows:
+        overall = AcceptanceEstimate(0, 0, False, (), 1.0, None, None)
+        return Calibration("vllm-bench", tuple(map(str, paths)), 0, overall, (), (), tuple(notes), bench=table)
+    k = table.profile_k or 0
+    for window in windows:
+        _check_counts(window, k)
+    concurrencies = sorted({w.num_running for w in windows if w.num_running is not None})
+    bins = tuple(estimate_from_counts(group, k) for group in _binned(windows, concurrencies)) if bin_edges is not None else ()
+    return Calibration(
+        log_format="vllm-bench",
+        files=tuple(map(str, paths)),
+        num_positions=k,
+        overall=estimate_from_counts(windows, k),
+        bins=bins,
+        skipped=(),
+        notes=tuple(notes),
+        bench=table,
     )
 
 
@@ -164,6 +215,8 @@ def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
             raise DocumentError(
                 [Problem(window.file, window.line, "K", f"the source has {k} draft positions, but K={given} was given (--num-speculative-tokens)")]
             )
+        if k is not None:
+            _check_counts(window, k)
         if first is None:
             first, first_k = window, k
             continue
@@ -185,6 +238,33 @@ def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
     if first is not None and first_k is None:
         raise DocumentError([Problem(first.file, first.line, "K", "the source does not state K; give it with --num-speculative-tokens")])
     return first_k or 0  # 0 only when no window was usable, which the caller reports
+
+
+def _check_counts(window: CountWindow, k: int) -> None:
+    """Counts every format must satisfy: accepted <= draft tokens, drafts <= draft tokens <= K x drafts
+    (a draft proposes 1 to K tokens), per-position counts non-increasing from at most the drafts, all
+    within [0, 2^53]. Whatever breaks one is blamed on the window's file and line."""
+    drafts_low, drafts_high = window.num_drafts_bounds or (window.num_drafts, window.num_drafts)
+    per_position = window.accepted_per_position or ()
+    counts = {"num_drafts": window.num_drafts, "num_draft_tokens": window.num_draft_tokens, "num_accepted_tokens": window.num_accepted_tokens}
+    problems = [f"{name} must be a whole number in [0, 2^53], got {value}" for name, value in counts.items() if not 0 <= value <= MAX_COUNT]
+    if not problems:
+        if window.num_accepted_tokens > window.num_draft_tokens:
+            problems.append(f"accepted tokens ({window.num_accepted_tokens}) exceed draft tokens ({window.num_draft_tokens})")
+        if not drafts_low <= window.num_draft_tokens <= k * drafts_high:
+            problems.append(
+                f"draft tokens ({window.num_draft_tokens}) must lie between the drafts ({window.num_drafts}) and K x drafts "
+                f"({k} x {drafts_high} = {k * drafts_high})"
+            )
+        if per_position and (
+            len(per_position) != k
+            or per_position[0] > drafts_high
+            or min(per_position) < 0
+            or any(later > earlier for earlier, later in zip(per_position, per_position[1:], strict=False))
+        ):
+            problems.append(f"per-position accepted counts {list(per_position)} must be K={k} non-increasing counts from at most the drafts ({drafts_high})")
+    if problems:
+        raise DocumentError([Problem(window.file, window.line, "", f"inconsistent counts: {problem}") for problem in problems])
 
 
 def _k_from_totals(window: CountWindow) -> int | None:

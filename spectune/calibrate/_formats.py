@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
+from spectune.calibrate._bench import looks_like_bench_result
 from spectune.calibrate._lines import iter_lines
 from spectune.calibrate._per_request import PER_REQUEST_KEY
 from spectune.calibrate._prometheus import PROMETHEUS_PREFIX
@@ -15,7 +16,7 @@ from spectune.errors import DocumentError, Problem
 
 __all__ = ["LOG_FORMATS", "LogFormat", "detect_format"]
 
-LogFormat = Literal["vllm-log", "vllm-prometheus", "vllm-per-request", "sglang-log"]
+LogFormat = Literal["vllm-log", "vllm-prometheus", "vllm-per-request", "sglang-log", "vllm-bench"]
 LOG_FORMATS: tuple[str, ...] = LogFormat.__args__  # type: ignore[attr-defined]
 
 _PROMETHEUS_LINE = re.compile(r"^\s*(?:#\s*(?:HELP|TYPE)\s+)?" + re.escape(PROMETHEUS_PREFIX))
@@ -37,6 +38,8 @@ def _telling(text: str) -> LogFormat | None:
 
 def detect_format(path: Path) -> LogFormat:
     """The format of ``path``, from the first line that only one format has; ``DocumentError`` if none does."""
+    if _is_bench_result(path):
+        return "vllm-bench"
     saw_engine_line = saw_sglang_decode = False
     for _, text in iter_lines(path):
         found = _telling(text)
@@ -54,6 +57,18 @@ def detect_format(path: Path) -> LogFormat:
     else:
         hint = (
             "found no vLLM 'SpecDecoding metrics:' line, no SGLang 'Decode batch ... accept len' line, no "
-            f"'{PROMETHEUS_PREFIX}*' Prometheus counter and no JSON line with '{PER_REQUEST_KEY}' metrics"
+            f"'{PROMETHEUS_PREFIX}*' Prometheus counter, no JSON line with '{PER_REQUEST_KEY}' metrics and no "
+            "vllm bench serve result (a JSON object with max_concurrency and mean_tpot_ms)"
         )
     raise DocumentError([Problem(str(path), None, "", f"no usable lines: {hint}")])
+
+
+def _is_bench_result(path: Path) -> bool:
+    """A ``vllm bench serve --save-result`` file: one JSON object (vLLM writes it on one line)."""
+    if path.suffix.lower() != ".json":
+        return False
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            return looks_like_bench_result(handle.read(200_000))
+    except OSError:
+        return False  # iter_lines reports it, located

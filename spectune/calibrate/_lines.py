@@ -6,9 +6,12 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from spectune.errors import DocumentError, Problem
+from spectune._files import iter_bounded_lines
 
-__all__ = ["decimal_half_step", "iter_lines", "split_fields"]
+__all__ = ["MAX_LINE_BYTES", "MAX_LOG_BYTES", "decimal_half_step", "iter_lines", "split_fields"]
+
+MAX_LINE_BYTES = 1024 * 1024  # a log line of vLLM's is under 1 KiB; a per-request JSON line a few KiB
+MAX_LOG_BYTES = 1024**3  # weeks of a server log at INFO level; longer ones are better split
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, links) and lone two-byte escapes.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -16,23 +19,18 @@ _FIELD_START = re.compile(r"^\s*([A-Za-z#][^:]*?)\s*:\s?(.*)$", re.DOTALL)
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text without colour codes or line ending) for each line of ``path``."""
-    file = str(path)
-    try:
-        handle = path.open("r", encoding="utf-8", errors="replace", newline="")
-    except FileNotFoundError:
-        raise DocumentError([Problem(file, None, "", "no such file")]) from None
-    except IsADirectoryError:
-        raise DocumentError([Problem(file, None, "", "is a directory, expected a log or metrics file")]) from None
-    except OSError as err:
-        raise DocumentError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            text = raw.rstrip("\r\n")
-            if "\x1b" in text:
-                text = _ANSI_ESCAPE.sub("", text)
-            # A carriage return mid-line (progress bars) leaves only what was drawn last.
-            yield number, text.rsplit("\r", 1)[-1]
+    """(1-based line number, text without colour codes or line ending) for each line of ``path``.
+
+    Reads are bounded (``MAX_LINE_BYTES`` a line, ``MAX_LOG_BYTES`` in all) whatever ``path`` is: a
+    pipe or ``/dev/zero`` is refused at the limit instead of filling memory.
+    """
+    lines = iter_bounded_lines(path, max_line_bytes=MAX_LINE_BYTES, max_bytes=MAX_LOG_BYTES, expected="a log or metrics file")
+    for number, raw in lines:
+        text = raw.rstrip("\r\n")
+        if "\x1b" in text:
+            text = _ANSI_ESCAPE.sub("", text)
+        # A carriage return mid-line (progress bars) leaves only what was drawn last.
+        yield number, text.rsplit("\r", 1)[-1]
 
 
 def split_fields(text: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spectune.calibrate._lines import iter_lines
-from spectune.calibrate._windows import CountWindow, SourceWindows
+from spectune.calibrate._windows import MAX_COUNT, CountWindow, SourceWindows
 from spectune.errors import DocumentError, Problem
 
 __all__ = ["PER_REQUEST_KEY", "find_spec_metrics", "read_per_request_jsonl"]
@@ -85,8 +85,8 @@ def _whole(metrics: dict[str, Any], key: str, file: str, line: int) -> int | Non
     value = metrics.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != int(value):
-        raise DocumentError([Problem(file, line, f"{PER_REQUEST_KEY}.{key}", f"must be a whole number >= 0, got {value!r}")])
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_COUNT or value != int(value):
+        raise DocumentError([Problem(file, line, f"{PER_REQUEST_KEY}.{key}", f"must be a whole number in [0, 2^53], got {value!r:.40}")])
     return int(value)
 
 
@@ -98,10 +98,10 @@ def _histogram(metrics: Any, file: str, line: int) -> list[int]:
     if (
         not isinstance(histogram, list)
         or len(histogram) < 2
-        or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in histogram)
+        or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h <= MAX_COUNT for h in histogram)
     ):
         raise DocumentError(
-            [Problem(file, line, field, f"must be a list of K+1 >= 2 whole numbers >= 0, got {json.dumps(histogram)[:80]}")]
+            [Problem(file, line, field, f"must be a list of K+1 >= 2 whole numbers in [0, 2^53], got {json.dumps(histogram)[:80]}")]
         )
     return histogram
 

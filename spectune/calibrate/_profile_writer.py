@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from spectune.calibrate._calibrate import Calibration
 from spectune.calibrate._estimate import AcceptanceEstimate
 from spectune.config import AcceptanceProfile
+from spectune.errors import SpectuneError
 
 __all__ = ["calibration_profile", "profile_yaml"]
 
+_OPTION_FIELDS = ("name", "method", "temperature")
 _DIGITS = 6  # rates and errors as written; far below any rounding or sampling error they carry
 
 _FORMAT_NAMES = {
@@ -19,6 +22,7 @@ _FORMAT_NAMES = {
     "vllm-prometheus": "vLLM Prometheus scrapes",
     "vllm-per-request": "vLLM per-request metrics",
     "sglang-log": "SGLang log",
+    "vllm-bench": "vllm bench serve results",
 }
 
 
@@ -88,7 +92,8 @@ def calibration_profile(
     source = f"{_FORMAT_NAMES[calibration.log_format]}: {', '.join(calibration.files)}"
     if calibration.model_name:
         source += f" (model_name {calibration.model_name})"
-    source += f"; {overall.num_windows} windows, K={calibration.num_positions}"
+    unit = "runs" if calibration.log_format == "vllm-bench" else "windows"
+    source += f"; {overall.num_windows} {unit}, K={calibration.num_positions}"
     bins = [
         {"min_running": b.min_running, "max_running": b.max_running, **_measured_fields(b)} for b in calibration.bins
     ]
@@ -102,7 +107,14 @@ def calibration_profile(
         "bins": bins or None,
         "notes": _notes(calibration)[:4000] or None,
     }
-    return AcceptanceProfile.model_validate(_without_none(document))
+    try:
+        return AcceptanceProfile.model_validate(_without_none(document))
+    except ValidationError as err:
+        # Only the options the user chose can make it invalid; name them as options, not as profile fields.
+        for error in err.errors():
+            if error["loc"] and error["loc"][0] in _OPTION_FIELDS:
+                raise SpectuneError(f"--{error['loc'][0]}: {error['msg'].lower()}, got {error['input']!r}") from None
+        raise
 
 
 def _without_none(value: Any) -> Any:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spectune.calibrate._lines import iter_lines
-from spectune.calibrate._windows import CountWindow, SourceWindows
+from spectune.calibrate._windows import MAX_COUNT, CountWindow, SourceWindows
 from spectune.errors import DocumentError, Problem
 
 __all__ = ["PROMETHEUS_PREFIX", "Scrape", "read_scrape", "windows_between_scrapes"]
@@ -85,8 +85,8 @@ def read_scrape(path: Path) -> Scrape:
         if name == _RUNNING_GAUGE:
             running[labels.get("model_name", "")] += value
             continue
-        if abs(value - round(value)) > _INTEGRAL_TOLERANCE or value < 0:
-            raise DocumentError([Problem(file, number, name, f"a counter must be a whole number >= 0, got {match.group(3)}")])
+        if abs(value - round(value)) > _INTEGRAL_TOLERANCE or not 0 <= value <= MAX_COUNT:
+            raise DocumentError([Problem(file, number, name, f"a counter must be a whole number in [0, 2^53], got {match.group(3)}")])
         values[(base, tuple(sorted(labels.items())))] = (value, number)
     return Scrape(file=file, values=values, running=dict(running))
 
@@ -162,6 +162,12 @@ def _differences(earlier: Scrape, later: Scrape, model: str) -> dict[str, dict[s
     return totals
 
 
+def _series_line(scrape: Scrape, name: str, model: str) -> int | None:
+    """The line of the first ``name`` series of ``model`` in ``scrape``."""
+    lines = [line for (series, labels), (_, line) in scrape.values.items() if series == name and dict(labels).get("model_name", "") == model]
+    return min(lines) if lines else None
+
+
 def _show_labels(labels: tuple[tuple[str, str], ...]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else ""
 
@@ -176,6 +182,17 @@ def _window(
     if num_drafts == 0:
         source.skip(None, "vllm:spec_decode_num_drafts", f"no drafts {where}")
         return None
+    if drafted < num_drafts:
+        line = _series_line(later, "vllm:spec_decode_num_draft_tokens", model)
+        raise DocumentError(
+            [
+                Problem(
+                    later.file, line, "vllm:spec_decode_num_draft_tokens",
+                    f"went up by {drafted} {where}, fewer than the drafts ({num_drafts}); every draft proposes at "
+                    "least one token: inconsistent counters",
+                )
+            ]
+        )  # fmt: skip
     per_position_map = totals.get("per_position") or {}
     per_position: tuple[int, ...] | None = None
     if per_position_map:
@@ -214,7 +231,19 @@ def _window(
             source.notes.append(f"Per-position counters {where} sum to {sum(per_position)} vs {accepted} accepted; used the per-position sum.")
             accepted = sum(per_position)
     if accepted > drafted:
-        raise DocumentError([Problem(later.file, None, "vllm:spec_decode_num_accepted_tokens", f"went up by {accepted}, more than draft tokens ({drafted}) {where}")])
+        line = _series_line(later, "vllm:spec_decode_num_accepted_tokens", model)
+        raise DocumentError([Problem(later.file, line, "vllm:spec_decode_num_accepted_tokens", f"went up by {accepted}, more than draft tokens ({drafted}) {where}")])
+    if per_position is not None and drafted > len(per_position) * num_drafts:
+        line = _series_line(later, "vllm:spec_decode_num_draft_tokens", model)
+        raise DocumentError(
+            [
+                Problem(
+                    later.file, line, "vllm:spec_decode_num_draft_tokens",
+                    f"went up by {drafted} {where}, more than K = {len(per_position)} positions x {num_drafts} drafts: "
+                    "inconsistent counters",
+                )
+            ]
+        )  # fmt: skip
     running = later.running.get(model)
     return CountWindow(
         file=later.file,

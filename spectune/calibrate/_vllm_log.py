@@ -22,7 +22,7 @@ from pathlib import Path
 
 from spectune.calibrate._lines import decimal_half_step, iter_lines, split_fields
 from spectune.calibrate._reconstruct import reconstruct_window
-from spectune.calibrate._windows import CountWindow, SourceWindows
+from spectune.calibrate._windows import MAX_COUNT, CountWindow, SourceWindows
 from spectune.errors import DocumentError, Problem
 
 __all__ = ["SPEC_DECODING_MARKER", "read_vllm_log"]
@@ -36,6 +36,14 @@ _LEADING_NUMBER = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)")
 _PER_POSITION = "per-position acceptance rate"
 _MEAN_LENGTH = "mean acceptance length"
 _DRAFT_RATE_KEYS = ("avg draft acceptance rate", "draft acceptance rate")
+
+
+class _Corrupt(Exception):
+    """A value no vLLM writes: the whole line is refused (``DocumentError``), not skipped."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        self.field_name = field_name
+        super().__init__(message)
 
 
 class _SkipLine(Exception):
@@ -63,6 +71,8 @@ def read_vllm_log(path: Path, *, num_speculative_tokens: int | None = None) -> S
             window = _window(fields, source.file, number, num_speculative_tokens, running)
         except _SkipLine as skip:
             source.skip(number, skip.field_name.capitalize(), str(skip))
+        except _Corrupt as corrupt:
+            raise DocumentError([Problem(source.file, number, corrupt.field_name, str(corrupt))]) from None
         else:
             source.count_windows.append(window)
         running = None
@@ -82,18 +92,23 @@ def _tokens(fields: dict[str, str], key: str) -> int:
     match = _TOKENS.match(value)
     if not match:
         raise _SkipLine(key, f"'{key.capitalize()}' must be a whole number of tokens, got {value!r}")
+    if len(match.group(1)) > 16 or int(match.group(1)) > MAX_COUNT:
+        raise _Corrupt(key.capitalize(), f"must be at most 2^53 tokens, got {match.group(1)[:30]}")
     return int(match.group(1))
 
 
 def _number(fields: dict[str, str], key: str) -> tuple[float, float] | None:
-    """(value, half step of its printed precision), or None when the field is absent or 'nan'.
+    """(value, half step of its printed precision), or None when the field is absent (NaN refuses the line).
 
     Only the leading number counts: the last field may carry what a log shipper appended (the rest of
     a Docker JSON log record, for one).
     """
     value = fields.get(key)
-    if value is None or value.strip().lower().startswith("nan"):
+    if value is None:
         return None
+    if value.strip().lower().startswith(("nan", "inf", "-inf")):
+        # vLLM divides by the drafts; a logged window has drafts, so this line was not written by vLLM as is.
+        raise _Corrupt(key.capitalize(), f"must be a finite number in a window with drafts, got {value.strip()[:20]!r}")
     match = _LEADING_NUMBER.match(value)
     if not match:
         raise _SkipLine(key, f"'{key}' must be a number, got {value!r}")

@@ -6,7 +6,11 @@ from dataclasses import dataclass, field
 
 from spectune.errors import Problem
 
-__all__ = ["CountWindow", "LengthWindow", "SourceWindows"]
+__all__ = ["MAX_COUNT", "CountWindow", "LengthWindow", "SourceWindows"]
+
+# The largest count a source may state: exact as a float, and beyond any real server (2^53 tokens at
+# a million tokens a second is 285 years). Larger numbers are corruption, refused at their line.
+MAX_COUNT = 2**53
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from spectune.calibrate import DEFAULT_BIN_EDGES, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
+from spectune._files import check_output_file, write_atomic
+from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
 from spectune.cli._app import app, handle_errors
-from spectune.config import load_document
+from spectune.config import AcceptanceProfile, load_document, parse_mapping_text, read_step_time_table, validate_source
 from spectune.errors import SpectuneError
 
 
@@ -32,7 +34,8 @@ def calibrate_command(
     files: Annotated[
         list[Path],
         typer.Argument(
-            help="vLLM logs, two or more Prometheus scrapes of /metrics (earlier first), vLLM per-request JSON lines, or SGLang logs.",
+            help="vLLM logs, two or more Prometheus scrapes of /metrics (earlier first), vLLM per-request JSON lines, SGLang logs, "
+            "or vllm bench serve --save-result JSON files (a directory stands for the *.json files under it).",
             show_default=False,
         ),
     ],
@@ -52,8 +55,26 @@ def calibrate_command(
         str | None, typer.Option(help="Lower edges of running-request bins, e.g. 1,4,16,64 (default: powers of two).")
     ] = None,
     no_bins: Annotated[bool, typer.Option("--no-bins", help="Do not bin windows by running requests.")] = False,
+    fit_roofline: Annotated[
+        Path | None,
+        typer.Option(help="vLLM logs: also fit the roofline's bandwidth fraction and step overhead to the engine lines, for the "
+                     "deployment of this simulation or study document (hardware, target, drafter)."),
+    ] = None,
+    cost_model_out: Annotated[
+        Path | None, typer.Option("--cost-model", help="With --fit-roofline: where to write the cost_model section (default: cost-model.yaml beside --out).")
+    ] = None,
+    kv_cache_tokens: Annotated[
+        int | None, typer.Option(help="With --fit-roofline: the server's KV cache size in tokens, when the log lacks vLLM's startup line.")
+    ] = None,
+    step_times: Annotated[
+        Path | None,
+        typer.Option(help="vllm bench serve results: where to write the measured step-time table (default: step-times.csv beside --out)."),
+    ] = None,
 ) -> None:
     """Turn real speculative-decoding metrics into an acceptance profile for simulations and studies."""
+    if temperature is not None and not 0.0 <= temperature <= 10.0:  # NaN fails too
+        raise SpectuneError(f"--temperature: must be a number in [0, 10], got {temperature}")
+    check_output_file(out)  # before reading the inputs
     calibration = calibrate(
         files,
         log_format=log_format,  # type: ignore[arg-type] -- checked by calibrate
@@ -61,16 +82,70 @@ def calibrate_command(
         model_name=model,
         bin_edges=_bin_edges(bin_edges, no_bins),
     )
+    if calibration.bench is not None:
+        _write_bench_results(calibration, out, step_times, name or files[0].stem, method, temperature)
+        return
     profile = calibration_profile(calibration, name=name or files[0].stem, method=method, temperature=temperature)
-    header = f"Written by 'spectune calibrate' from {', '.join(calibration.files)}.\nRates are fractions; see 'notes' for how they were obtained."
-    try:
-        out.write_text(profile_yaml(profile, header=header), encoding="utf-8")
-    except OSError as err:
-        raise SpectuneError(f"cannot write {out}: {err.strerror}") from None
-    load_document(out, expect="acceptance_profile")  # the file must pass 'spectune validate' as written
+    _write_profile(calibration, profile, out)
     for problem in calibration.skipped:
         typer.echo(str(problem), err=True)
     _print_summary(calibration, out)
+    if fit_roofline is not None:
+        if calibration.log_format != "vllm-log":
+            raise SpectuneError(f"--fit-roofline reads vLLM server logs, got {calibration.log_format} input")
+        _fit_roofline(calibration, fit_roofline, cost_model_out or out.parent / "cost-model.yaml", kv_cache_tokens)
+
+
+def _write_profile(calibration: Calibration, profile: AcceptanceProfile, out: Path) -> None:
+    header = f"Written by 'spectune calibrate' from {', '.join(calibration.files)}.\nRates are fractions; see 'notes' for how they were obtained."
+    text = profile_yaml(profile, header=header)
+    validate_source(parse_mapping_text(text, str(out)), expect="acceptance_profile")  # it must pass 'spectune validate'
+    write_atomic(out, text)
+
+
+def _write_bench_results(
+    calibration: Calibration, out: Path, step_times: Path | None, name: str, method: str | None, temperature: float | None
+) -> None:
+    table = calibration.bench
+    if table is None:
+        return
+    console = Console(width=110, highlight=False)
+    console.print(f"vllm-bench: {len(table.runs)} runs, K in {{{', '.join(map(str, sorted({r.num_speculative_tokens for r in table.runs})))}}}")
+    console.print(_step_table(table))
+    for point in table.single_concurrency:
+        typer.echo(
+            f"warning: K={point.num_speculative_tokens} was measured at one concurrency only ({point.concurrency}); left out of the "
+            "table, which needs two batch sizes per K to interpolate",
+            err=True,
+        )
+    table_path = step_times if step_times is not None else out.parent / "step-times.csv"
+    if table.points:
+        write_atomic(table_path, step_time_csv(table))
+        read_step_time_table(table_path)  # the table must load as written
+        console.print(f"wrote {table_path}")
+    if calibration.num_positions == 0:
+        console.print("no run had speculative decoding on: no acceptance profile written")
+        return
+    profile = calibration_profile(calibration, name=name, method=method, temperature=temperature)
+    _write_profile(calibration, profile, out)
+    console.print(_position_table(calibration.overall))
+    if calibration.bins:
+        console.print(_bins_table(calibration.bins, by="concurrency"))
+    console.print(f"wrote {out}")
+
+
+def _step_table(table: BenchTable) -> Table:
+    result = Table(title="Measured step times (mean TPOT x tokens after the first / drafts)")
+    for heading in ("concurrency", "K", "runs", "mean batch", "step ms", "acceptance length", "mean ITL / step"):
+        result.add_column(heading, justify="right")
+    for point in (*table.points, *table.single_concurrency):
+        itl = "-" if point.mean_itl_ms is None else f"{point.mean_itl_ms / point.step_time_ms:.2f}"
+        result.add_row(
+            str(point.concurrency), str(point.num_speculative_tokens), str(len(point.files)), f"{point.mean_batch_size:.1f}",
+            f"{point.step_time_ms:.3f}",
+            f"{point.acceptance_length:.3f}", itl,
+        )
+    return result
 
 
 def _plus_minus(value: float, error: float | None) -> str:
@@ -91,9 +166,9 @@ def _position_table(estimate: AcceptanceEstimate) -> Table:
     return table
 
 
-def _bins_table(bins: tuple[AcceptanceEstimate, ...]) -> Table:
-    table = Table(title="By running requests")
-    for heading in ("running", "windows", "drafts", "mean length ± s.e.", "conditional rates"):
+def _bins_table(bins: tuple[AcceptanceEstimate, ...], by: str = "running") -> Table:
+    table = Table(title="By running requests" if by == "running" else "By concurrency")
+    for heading in (by, "windows" if by == "running" else "runs", "drafts", "mean length ± s.e.", "conditional rates"):
         table.add_column(heading, justify="right")
     for b in bins:
         span = str(b.min_running) if b.min_running == b.max_running else f"{b.min_running}-{b.max_running}"
@@ -124,4 +199,47 @@ def _print_summary(calibration: Calibration, out: Path) -> None:
         console.print(_bins_table(calibration.bins))
     if calibration.skipped:
         console.print(f"{len(calibration.skipped)} line(s) skipped (listed above)")
+    console.print(f"wrote {out}")
+
+
+def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
+    """(hardware, target, drafter, cost_model) of a simulation or study document (a study: its first candidate)."""
+    from spectune.config import default_drafter
+
+    model = load_document(path).model
+    if getattr(model, "kind", None) == "simulation":
+        return model.hardware, model.target_model, model.effective_drafter(), model.cost_model
+    if getattr(model, "kind", None) == "study":
+        candidate = model.candidates[0]
+        drafter = candidate.drafter or default_drafter(candidate.speculative.method, model.target_model)
+        return model.hardware, model.target_model, drafter, model.cost_model
+    raise SpectuneError(f"--fit-roofline: {path} must be a simulation or study document, got kind {getattr(model, 'kind', None)!r}")
+
+
+def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_tokens: int | None) -> None:
+    from spectune.cost import StepSample, fit_roofline, fitted_cost_model
+
+    hardware, target, drafter, base = _deployment(document)
+    logs = [read_engine_log(Path(file), kv_cache_tokens=kv_cache_tokens) for file in calibration.files]
+    for log in logs:
+        for problem in log.skipped:
+            typer.echo(str(problem), err=True)
+    steps = [
+        StepSample(w.num_running, w.num_speculative_tokens, w.context_tokens, w.step_time_s, f"{w.file}:{w.line}")
+        for log in logs for w in log.windows
+    ]  # fmt: skip
+    fit = fit_roofline(steps, hardware, target, drafter)
+    config = fitted_cost_model(fit, source=", ".join(calibration.files), base=base)
+    header = (
+        f"# Fitted by 'spectune calibrate --fit-roofline {document}' to {fit.num_steps} decode windows of {', '.join(calibration.files)}.\n"
+        f"# Paste into a simulation or study document of the same deployment ({target.name} on {hardware.gpu.name}).\n"
+    )
+    data = {"cost_model": {"method": "roofline"} | config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)}
+    write_atomic(out, header + yaml.safe_dump(data, sort_keys=False))
+    console = Console(width=110, highlight=False)
+    console.print(
+        f"roofline fitted to {fit.num_steps} decode windows: achievable_bandwidth_fraction {fit.achievable_bandwidth_fraction:.4f} "
+        f"(was {hardware.gpu.achievable_bandwidth_fraction:g}), overhead_s {fit.overhead_s * 1e3:.3f} ms (was {base.overhead_s * 1e3:g} ms); "
+        f"step-time error mean {fit.mean_relative_error:.1%}, max {fit.max_relative_error:.1%} ({fit.worst})"
+    )
     console.print(f"wrote {out}")

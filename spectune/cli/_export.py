@@ -28,13 +28,14 @@ def export(
     ] = "current",
 ) -> None:
     """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv and report.html."""
-    from spectune.export import write_artefacts
+    from spectune.export import check_output_dir, write_artefacts
     from spectune.study import load_outcome
 
     if vllm_synthetic_form not in ("current", "legacy"):
         raise SpectuneError(f"--vllm-synthetic-form: must be 'current' or 'legacy', got {vllm_synthetic_form!r}")
     name, storage_url = locate_study(study, storage=storage, out=None)  # --out is where to write, not where it ran
-    outcome = load_outcome(storage_url, name)
     out_dir = out if out is not None else Path("runs") / name
+    check_output_dir(out_dir)
+    outcome = load_outcome(storage_url, name)
     written = write_artefacts(outcome, out_dir, vllm_synthetic_form=vllm_synthetic_form)  # type: ignore[arg-type]
     typer.echo(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")

@@ -98,7 +98,12 @@ def _table(document: Any, result: Any) -> Table:
         table.add_row("acceptance length", f"{result.mean_acceptance_length:.2f}  (per position: {per_position})")
     shares = ", ".join(f"{name} {share:.0%}" for name, share in result.step_time_share.items() if share >= 0.005)
     table.add_row("step time (mean)", f"{result.mean_step_ms:.2f} ms  ({shares})")
-    table.add_row("batch size (mean)", f"{result.mean_batch_size:.1f}")
+    replicas = f" per replica, {result.num_replicas} replicas" if result.num_replicas > 1 else ""
+    table.add_row("batch size (mean)", f"{result.mean_batch_size:.1f}{replicas}")
+    if result.kv_cache_tokens is not None:
+        bound = (f"  [yellow]bound the batch in {result.kv_cache_bound_steps:,} steps, {result.num_preemptions:,} "
+                 "preemptions[/]" if result.kv_cache_bound_steps else "")
+        table.add_row("KV cache", f"{result.kv_cache_tokens:,} tokens, peak {result.kv_cache_peak_usage:.0%} used{bound}")
     truncated = "  [yellow]stopped at simulation.max_steps[/]" if result.truncated else ""
     table.add_row(
         "simulated",

@@ -69,10 +69,11 @@ def _console() -> Console:
 
 def _table(rows: list[dict[str, str]]) -> Table:
     """Rows of strings as a table; the 'note' column only when some row has a note."""
-    columns = [c for c in rows[0] if c != "note" or any(r.get("note") for r in rows)] if rows else []
+    optional = ("note", "marks")  # shown only when some row has one
+    columns = [c for c in rows[0] if c not in optional or any(r.get(c) for r in rows)] if rows else []
     table = Table(show_edge=True)
     for column in columns:
-        table.add_column(column, justify="left" if column in ("note", "config", "tie set") else "right")
+        table.add_column(column, justify="left" if column in (*optional, "config", "tie set") else "right")
     for row in rows:
         table.add_row(*(row[c] for c in columns))
     return table
@@ -81,6 +82,7 @@ def _table(rows: list[dict[str, str]]) -> Table:
 def print_summary(console: Console, outcome: StudyOutcome) -> None:
     """The recommendation, its per-bucket table and the vLLM flag."""
     from spectune.export import pareto_rows, summary_rows, vllm_speculative_config
+    from spectune.study import provenance_notes, recommendation_provenance
 
     recommendation = outcome.recommendation
     if recommendation is None:
@@ -96,6 +98,8 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
         console.print(_table(pareto_rows(outcome)))
     for note in recommendation.notes:
         console.print(f"note: {note}", markup=False)
+    for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):
+        console.print(f"mark: {note}", markup=False)
     console.print(f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False)
 
 
@@ -116,22 +120,28 @@ def _progress_callback(enabled: bool, console: Console) -> tuple[Callable[[Study
 
 
 class _GracefulStop:
-    """First Ctrl-C: finish the running trial, then stop (and still report). Second: stop now."""
+    """First Ctrl-C: finish the running trials, then stop (and still report). Second: stop now."""
 
     def __init__(self) -> None:
         self.requested = False
         self._previous = signal.signal(signal.SIGINT, self._handle)
 
     def _handle(self, signum: int, frame: object) -> None:
+        import optuna
+
         self.requested = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        typer.echo("stopping after the running trial (Ctrl-C again to stop now)", err=True)
+        # Optuna logs a trial that a second Ctrl-C interrupts with its traceback; the one-line notice suffices.
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        typer.echo("stopping after the running trials (Ctrl-C again to stop now)", err=True)
 
     def __call__(self) -> bool:
         return self.requested
 
     def restore(self) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        # After a first Ctrl-C the command is ending: a second one has nothing left to stop, and would
+        # otherwise interrupt the interpreter's exit.
+        signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
 
 
 @study_app.command("run")
@@ -151,10 +161,12 @@ def run(
     import optuna
 
     from spectune.config import load_document
-    from spectune.export import write_artefacts
-    from spectune.study import load_outcome, run_study
+    from spectune.export import check_output_dir
+    from spectune.study import run_study
     from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
 
+    if n_trials is not None and n_trials < 1:
+        raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')")
     loaded = load_document(study, expect="study")
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
@@ -163,6 +175,7 @@ def run(
         raise SpectuneError(f"--sampler: must be one of auto, structured, exhaustive, tpe, got {sampler!r}")
     chosen: Literal["auto", "structured", "exhaustive", "tpe"] = sampler or document.trials.sampler  # type: ignore[assignment]
     out_dir = _out_dir(document.name, out)
+    check_output_dir(out_dir)  # before the study runs, not after
     storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
     space = space_from_document(document)
     console = _console()
@@ -183,29 +196,38 @@ def run(
     try:
         run = run_study(
             space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
-            n_trials=n_trials or document.trials.n_trials, workers=workers, seed=document.seed,
+            n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
             **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
         )  # fmt: skip
+        close()
+        _report(console, storage_url, space.name, run.completed_trials, started, out_dir)
     except KeyboardInterrupt:
         close()
-        typer.echo("interrupted: the trial that was running is failed and re-run next time; run the same command to resume", err=True)
+        typer.echo("interrupted: a trial that was running is failed and re-run next time; run the same command to resume", err=True)
         raise typer.Exit(code=130) from None
     finally:
         stop.restore()
         close()
-    outcome = load_outcome(storage_url, space.name)
+    if stop.requested:
+        console.print("stopped early (Ctrl-C): run the same command to resume the study")
+        raise typer.Exit(code=130)
+
+
+def _report(console: Console, storage_url: str, name: str, new_trials: int, started: float, out_dir: Path) -> None:
+    """What the study holds now, its recommendation, and its artefacts written to ``out_dir``."""
+    from spectune.export import write_artefacts
+    from spectune.study import load_outcome
+
+    outcome = load_outcome(storage_url, name)
     complete = sum(1 for t in outcome.trials if t.state == "COMPLETE")
     console.print(
-        f"{complete} complete trials ({outcome.num_evaluations} simulations), {run.completed_trials} new in this run "
+        f"{complete} complete trials ({outcome.num_evaluations} simulations), {new_trials} new in this run "
         f"({time.monotonic() - started:.0f} s)"
     )
     print_summary(console, outcome)
     written = write_artefacts(outcome, out_dir)
     console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
-    if stop.requested:
-        console.print("stopped early (Ctrl-C): run the same command to resume the study")
-        raise typer.Exit(code=130)
 
 
 @study_app.command("show")
@@ -227,3 +249,23 @@ def show(
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no trials"
     console.print(f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points")
     print_summary(console, outcome)
+
+
+@study_app.command("repair")
+@handle_errors
+def repair(
+    journal: Annotated[Path, typer.Argument(help="The study's journal file.", show_default=False)],
+) -> None:
+    """Keep every readable record of a damaged journal file, after backing it up to JOURNAL.bak.
+
+    Stop every worker on the journal first.
+    """
+    from spectune.study import repair_journal
+
+    result = repair_journal(str(journal))
+    if result.backup is None:
+        typer.echo(f"{journal}: all {result.kept} records are readable; nothing to repair")
+        return
+    for number, reason in result.dropped:
+        typer.echo(f"{journal}:{number}: dropped ({reason})")
+    typer.echo(f"kept {result.kept} records, dropped {len(result.dropped)} lines; the original is at {result.backup}")

@@ -12,6 +12,7 @@ from spectune.config._documents import (
     load_document,
     validate_source,
 )
+from spectune.config._extrapolation import EXTRAPOLATION_RULES, ExtrapolationRule, extend_conditional, fitted_decay
 from spectune.config._hardware import (
     DRAFTER_PRESET_NAMES,
     GPU_PRESET_NAMES,
@@ -24,6 +25,7 @@ from spectune.config._hardware import (
     default_drafter,
     default_drafter_preset,
     deployment_problems,
+    kv_cache_capacity_tokens,
 )
 from spectune.config._loader import parse_mapping_text, read_mapping
 from spectune.config._overrides import apply_overrides, parse_override
@@ -44,10 +46,18 @@ from spectune.config._rates import (
     unconditional_to_conditional,
 )
 from spectune.config._schema import document_json_schema
-from spectune.config._simulation import AcceptanceSource, SimulationDocument, SimulationOptions
+from spectune.config._simulation import (
+    AcceptanceSource,
+    SimulationDocument,
+    SimulationOptions,
+    drafter_as_configured,
+    drafter_override_problems,
+    dynamic_speculation_off_notice,
+)
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
 from spectune.config._step_times import (
     STEP_TIME_COLUMNS,
+    RooflineFitRecord,
     CostModelConfig,
     StepTimePoint,
     StepTimeTable,
@@ -65,6 +75,10 @@ from spectune.config._workload import (
 )
 
 __all__ = [
+    "EXTRAPOLATION_RULES",
+    "ExtrapolationRule",
+    "extend_conditional",
+    "fitted_decay",
     "AcceptanceSource",
     "SimulationDocument",
     "SimulationOptions",
@@ -99,6 +113,7 @@ __all__ = [
     "StudyDocument",
     "SpectuneModel",
     "STEP_TIME_COLUMNS",
+    "RooflineFitRecord",
     "SpectuneNotice",
     "StepTimePoint",
     "StepTimeTable",
@@ -113,6 +128,10 @@ __all__ = [
     "default_drafter",
     "default_drafter_preset",
     "deployment_problems",
+    "drafter_as_configured",
+    "drafter_override_problems",
+    "dynamic_speculation_off_notice",
+    "kv_cache_capacity_tokens",
     "document_json_schema",
     "find_documents",
     "load_document",

@@ -8,7 +8,9 @@ A file holds one mapping. Without a ``kind`` key it is a bare speculative config
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +97,8 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
         if embedded:
             prefix = (embedded[0],)
             data = _embedded_speculative_config(source, embedded[0])
+        elif "kind" not in source.data:
+            _check_not_a_kindless_document(source)
     if expect is not None and kind != expect:
         line = source.positions.line_of(("kind",))
         raise DocumentError([Problem(source.file, line, "kind", f"expected a {expect} document here, got {kind!r}")])
@@ -111,15 +115,42 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
     for path, message in notices:
         full = _locate_notice(source, prefix + tuple(path))
         line = source.positions.line_of(full)
-        problems.append(Problem(source.file, line, ".".join(map(str, full)), message, severity="warning"))
+        problems.append(Problem(source.file, line, dotted_path(full), message, severity="warning"))
     return LoadedDocument(kind=kind, model=model, notices=problems, source=source)
+
+
+def _field_names(model: type[BaseModel]) -> set[str]:
+    return set(model.model_fields) | {info.alias for info in model.model_fields.values() if info.alias}
+
+
+def _check_not_a_kindless_document(source: SourceMapping) -> None:
+    """A spectune document that lost its ``kind`` line would read as a bare speculative config, and get
+    one 'unknown field' per section; name the missing line instead."""
+    keys = [key for key in source.data if key not in _field_names(SpeculativeConfig)]
+    others = {kind: _field_names(model) for kind, model in DOCUMENT_KINDS.items() if kind != "speculative"}
+    foreign = [key for key in keys if any(key in names for names in others.values())]
+    if not foreign:
+        return
+    guess = max(others, key=lambda kind: sum(key in others[kind] for key in source.data))
+    raise DocumentError(
+        [
+            Problem(
+                source.file, 1, "kind",
+                f"required: without it a file is a bare speculative config, but {', '.join(foreign[:4])} "
+                f"{'are fields' if len(foreign) > 1 else 'is a field'} of spectune documents; add 'kind: {guess}' "
+                f"(kinds: {', '.join(sorted(others))})",
+            )
+        ]
+    )  # fmt: skip
 
 
 def _blame_override(source: SourceMapping, problem: Problem) -> Problem:
     """A problem inside a value that came from ``--set`` is reported against that argument."""
     for path, expression in source.overrides.items():
         dotted = dotted_path(path)
-        if problem.field == dotted or problem.field.startswith((dotted + ".", dotted + "[")):
+        # The override's value, what lies inside it, or a mapping the override created on its way there.
+        created = [dotted_path(path[:end]) for end in range(1, len(path)) if path[:end] not in source.positions.values]
+        if problem.field == dotted or problem.field.startswith((dotted + ".", dotted + "[")) or problem.field in created:
             return Problem(f"--set {expression}", None, problem.field, problem.message, problem.severity)
     return problem
 
@@ -163,6 +194,17 @@ def find_documents(paths: Iterable[Path]) -> tuple[list[Path], list[Problem]]:
             files.extend(found)
         elif path.exists():
             files.append(path)
+        elif path.is_symlink():
+            problems.append(Problem(str(path), None, "", _broken_link(path)))
         else:
             problems.append(Problem(str(path), None, "", "no such file or directory"))
     return files, problems
+
+
+def _broken_link(path: Path) -> str:
+    try:
+        path.stat()
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "symbolic link loop (the link points back to itself)"
+    return f"symbolic link to {os.readlink(path)!r}, which does not exist"

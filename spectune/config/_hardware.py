@@ -14,6 +14,7 @@ achievable fractions of bandwidth and compute are nominal, not measurements: see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -29,6 +30,7 @@ from spectune.config._hardware_presets import (
     DrafterPresetName,
     GpuPresetName,
     TargetModelPresetName,
+    active_mlp_width,
     default_drafter_preset,
     drafting_mode,
     head_drafter_fields,
@@ -49,6 +51,7 @@ __all__ = [
     "default_drafter",
     "default_drafter_preset",
     "deployment_problems",
+    "kv_cache_capacity_tokens",
 ]
 
 DraftingMode = Literal["sequential", "parallel", "lookup"]
@@ -147,6 +150,11 @@ class HardwareConfig(SpectuneModel):
     allreduce_latency_s: float = Field(
         default=5e-6, ge=0, le=1e-2, description="Fixed latency of one tensor-parallel all-reduce (seconds)."
     )
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1,
+        description="vLLM's --gpu-memory-utilization: the fraction of each GPU's memory vLLM may use; what "
+        "weights leave of it holds the KV cache (fraction).",
+    )
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
@@ -181,6 +189,20 @@ class TargetModelSpec(SpectuneModel):
         default=2.0, gt=0, le=8, description="KV-cache storage (bytes/element; bf16 = 2, fp8 = 1)."
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=1024, description="GPUs one model replica spans (GPUs).")
+    num_experts: int = Field(
+        default=0, ge=0, le=65536,
+        description="MoE: routed experts per MoE layer ('num_experts' / 'n_routed_experts'; count, 0 = dense model).",
+    )
+    num_experts_per_tok: int = Field(default=0, ge=0, le=1024, description="MoE: routed experts each token runs through (count).")
+    moe_intermediate_size: int = Field(default=0, ge=0, le=10_000_000, description="MoE: width of one routed expert (elements).")
+    shared_expert_intermediate_size: int = Field(
+        default=0, ge=0, le=10_000_000,
+        description="MoE: total width of the shared experts every token runs through, per MoE layer (elements).",
+    )
+    first_k_dense_replace: int = Field(
+        default=0, ge=0, le=1024,
+        description="MoE: leading layers with a dense MLP of intermediate_size instead of experts (count).",
+    )
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
@@ -201,6 +223,7 @@ class TargetModelSpec(SpectuneModel):
             problems.append(
                 (("tensor_parallel_size",), f"must divide num_attention_heads ({heads}) as vLLM requires, got {tp}")
             )
+        problems += self._moe_problems()
         check_rules(problems)
         estimate = self.estimated_parameters
         if not 0.75 <= self.num_parameters / estimate <= 1.33:
@@ -212,14 +235,63 @@ class TargetModelSpec(SpectuneModel):
             )
         return self
 
+    def _moe_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        if self.num_experts == 0:
+            given = [name for name in ("num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+                                       "first_k_dense_replace") if getattr(self, name)]
+            return [((name,), f"only for an MoE model (num_experts > 0), got {getattr(self, name)} with "
+                     "num_experts 0") for name in given]
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        if not 1 <= self.num_experts_per_tok <= self.num_experts:
+            problems.append((("num_experts_per_tok",), f"must be in [1, num_experts] = [1, {self.num_experts}] for an "
+                             f"MoE model, got {self.num_experts_per_tok}"))
+        if self.moe_intermediate_size < 1:
+            problems.append((("moe_intermediate_size",), f"must be >= 1 for an MoE model, got {self.moe_intermediate_size}"))
+        if self.first_k_dense_replace >= self.num_hidden_layers:
+            problems.append((("first_k_dense_replace",), f"must be < num_hidden_layers ({self.num_hidden_layers}), "
+                             f"got {self.first_k_dense_replace}"))
+        if not problems and self.routed_expert_parameters >= self.num_parameters:
+            problems.append((("num_parameters",), f"must exceed the routed experts' {self.routed_expert_parameters:.3g} "
+                             f"parameters that the MoE shape implies, got {self.num_parameters:.3g}"))
+        return problems
+
+    @property
+    def is_moe(self) -> bool:
+        """The MLP is a mixture of experts."""
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is routed experts (count; 0 for a dense model)."""
+        return self.num_hidden_layers - self.first_k_dense_replace if self.is_moe else 0
+
+    @property
+    def expert_parameters(self) -> float:
+        """Parameters of one routed expert summed over the MoE layers (count): what a pass reads per expert touched."""
+        return float(self.num_moe_layers * 3 * self.hidden_size * self.moe_intermediate_size)
+
+    @property
+    def routed_expert_parameters(self) -> float:
+        """Parameters of all routed experts (count; 0 for a dense model)."""
+        return self.num_experts * self.expert_parameters
+
+    @property
+    def active_parameters(self) -> float:
+        """Parameters one token runs through: everything but the routed experts it skips (count)."""
+        return self.num_parameters - (self.num_experts - self.num_experts_per_tok) * self.expert_parameters
+
     @property
     def estimated_parameters(self) -> float:
-        """Parameters implied by the shapes (dense Llama-style layers, count)."""
-        layer = layer_parameters(
-            self.hidden_size, self.intermediate_size, self.num_attention_heads, self.num_key_value_heads, self.head_dim
+        """Parameters implied by the shapes (Llama-style attention; dense or MoE MLPs; count)."""
+        attention = layer_parameters(
+            self.hidden_size, 0, self.num_attention_heads, self.num_key_value_heads, self.head_dim
         )
+        dense_layers = self.num_hidden_layers - self.num_moe_layers
+        mlp = dense_layers * 3 * self.hidden_size * self.intermediate_size + self.routed_expert_parameters
+        if self.is_moe:  # shared experts and the router
+            mlp += self.num_moe_layers * self.hidden_size * (3 * self.shared_expert_intermediate_size + self.num_experts)
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * layer + embeddings
+        return self.num_hidden_layers * attention + mlp + embeddings
 
     @property
     def lm_head_parameters(self) -> int:
@@ -228,8 +300,10 @@ class TargetModelSpec(SpectuneModel):
 
     @property
     def parameters_read_per_pass(self) -> float:
-        """Parameters one forward reads from HBM: all but an untied embedding table, which is only gathered."""
-        return self.num_parameters - (0 if self.tie_word_embeddings else self.lm_head_parameters)
+        """Parameters one forward reads from HBM whatever its tokens: all but an untied embedding table (only
+        gathered) and the routed experts (read as the tokens touch them; see ``spectune.cost``)."""
+        untied = 0 if self.tie_word_embeddings else self.lm_head_parameters
+        return self.num_parameters - untied - self.routed_expert_parameters
 
     @property
     def kv_cache_bytes_per_token(self) -> float:
@@ -291,9 +365,11 @@ class DrafterSpec(SpectuneModel):
     def _check_mode(self) -> DrafterSpec:
         problems: list[tuple[tuple[str | int, ...], str]] = []
         expected = drafting_mode(self.method)
-        if self.drafting != expected:
+        # a sequential drafter trained for it (P-EAGLE, PARD) drafts in parallel: vLLM's parallel_drafting
+        allowed = (expected, "parallel") if expected == "sequential" else (expected,)
+        if self.drafting not in allowed:
             problems.append(
-                (("drafting",), f"method '{self.method}' drafts as '{expected}', got '{self.drafting}'")
+                (("drafting",), f"method '{self.method}' drafts as {' or '.join(map(repr, allowed))}, got '{self.drafting}'")
             )
         if self.drafting == "lookup":
             if self.num_parameters != 0:
@@ -336,21 +412,24 @@ def default_drafter(method: str, target_model: TargetModelSpec) -> DrafterSpec:
     if mode == "lookup":
         return DrafterSpec.model_validate(method)
     preset = target_model.preset
-    if preset is not None and _has_preset_shape(target_model, preset):
+    if preset is not None and _has_preset_shape(target_model, preset) and (method != "draft_model" or preset in _DRAFT_LLM_TARGETS):
         return DrafterSpec.model_validate(default_drafter_preset(method, preset))
     if method != "draft_model":
         return DrafterSpec.model_validate(head_drafter_fields(method, target_model.model_dump()))
     raise SpectuneError(
         f"no default draft model for target '{target_model.name}' (defaults exist for the presets "
-        f"{', '.join(TARGET_MODEL_PRESETS)} in their preset shape); give the drafter explicitly (preset "
+        f"{', '.join(_DRAFT_LLM_TARGETS)} in their preset shape); give the drafter explicitly (preset "
         "llama-3.2-1b, qwen3-0.6b, qwen3-1.7b, or its shape)"
     )
 
 
 def _has_preset_shape(target_model: TargetModelSpec, preset: str) -> bool:
-    return all(getattr(target_model, name) == TARGET_MODEL_PRESETS[preset][name] for name in _SHAPE_FIELDS)
+    fields = TARGET_MODEL_PRESETS[preset]
+    return all(getattr(target_model, name) == fields[name] for name in _SHAPE_FIELDS) and active_mlp_width(
+        target_model.model_dump()) == active_mlp_width(fields)
 
 
+_DRAFT_LLM_TARGETS = tuple(name for name in TARGET_MODEL_PRESETS if name != "deepseek-v3")
 _SORTED_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "dflash", "dspark", "ngram", "ngram_gpu", "suffix")
 _GB = 1e9
 
@@ -396,7 +475,37 @@ def deployment_problems(
              f"(target at TP {tp}{' plus drafter' if draft_bytes else ''}), more than the {memory / _GB:.0f} GB of "
              f"{hardware.gpu.name}; raise tensor_parallel_size, got {tp}")
         )
+    elif kv_cache_capacity_tokens(hardware, target_model, drafter) < 1:
+        usable = hardware.gpu_memory_utilization * memory
+        problems.append(
+            (hw + ("gpu_memory_utilization",), f"leaves no KV cache: {usable / _GB:.1f} GB per GPU usable, weights "
+             f"take {(target_bytes + draft_bytes) / _GB:.1f} GB (vLLM refuses to start); raise it or "
+             f"target_model.tensor_parallel_size, got {hardware.gpu_memory_utilization}")
+        )
     return problems
+
+
+def kv_cache_capacity_tokens(
+    hardware: HardwareConfig, target_model: TargetModelSpec, drafter: DrafterSpec | None = None
+) -> int:
+    """Tokens one replica's KV cache holds: per GPU, what ``gpu_memory_utilization`` leaves after the weights.
+
+    Every GPU of the replica holds the same blocks (its share of the KV heads of every layer, target and
+    neural drafter), so the GPU with the most weights -- the one running a TP-1 drafter -- sets the
+    capacity. Activations and CUDA graphs are not subtracted: this is an upper bound on what vLLM
+    reports as "GPU KV cache size".
+    """
+    tp = target_model.tensor_parallel_size
+    weights = target_model.num_parameters * target_model.bytes_per_parameter / tp
+    per_token = 2 * target_model.num_hidden_layers * math.ceil(target_model.num_key_value_heads / tp) * (
+        target_model.head_dim * target_model.kv_cache_bytes_per_element)
+    if drafter is not None and drafter.drafting != "lookup":
+        draft_tp = drafter.tensor_parallel_size or tp
+        weights += drafter.num_parameters * drafter.bytes_per_parameter / draft_tp
+        per_token += 2 * drafter.num_hidden_layers * math.ceil(drafter.num_key_value_heads / draft_tp) * (
+            drafter.head_dim * drafter.kv_cache_bytes_per_element)
+    free = hardware.gpu_memory_utilization * hardware.gpu.memory_bytes - weights
+    return max(int(free // per_token), 0)
 
 
 _HEAD_METHODS_NEEDING_TARGET_WIDTH = ("eagle", "eagle3", "mtp", "dflash", "dspark")

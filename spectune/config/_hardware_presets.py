@@ -23,6 +23,7 @@ __all__ = [
     "DrafterPresetName",
     "GpuPresetName",
     "TargetModelPresetName",
+    "active_mlp_width",
     "default_drafter_preset",
     "drafting_mode",
     "layer_parameters",
@@ -68,7 +69,7 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _target(
-    name: str, params: float, layers: int, hidden: int, inter: int, heads: int, vocab: int, tp: int
+    name: str, params: float, layers: int, hidden: int, inter: int, heads: int, vocab: int, tp: int, **shape: Any
 ) -> dict[str, Any]:
     return {
         "name": name,
@@ -82,6 +83,7 @@ def _target(
         "vocab_size": vocab,
         "tie_word_embeddings": False,
         "tensor_parallel_size": tp,
+        **shape,
     }
 
 
@@ -90,6 +92,19 @@ TARGET_MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "llama-3.1-70b": _target("Llama-3.1-70B", 70.55e9, 80, 8192, 28672, 64, 128256, 4),
     "qwen3-8b": _target("Qwen3-8B", 8.19e9, 36, 4096, 12288, 32, 151936, 1),
     "qwen3-32b": _target("Qwen3-32B", 32.76e9, 64, 5120, 25600, 64, 151936, 2),
+    # MoE: 128 routed experts of width 768, 8 per token, in every layer; 4 KV heads.
+    "qwen3-30b-a3b": _target(
+        "Qwen3-30B-A3B", 30.53e9, 48, 2048, 6144, 32, 151936, 1,
+        num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+    ),
+    # MoE: 256 routed experts of width 2048, 8 per token, plus one shared expert, in all but the first 3
+    # layers (dense, width 18432); FP8 weights as released. MLA caches one 576-wide latent per token and
+    # layer, written here as a single K/V head of 288; TP 8 as served on 8 H200s.
+    "deepseek-v3": _target(
+        "DeepSeek-V3", 671e9, 61, 7168, 18432, 128, 129280, 8,
+        num_key_value_heads=1, head_dim=288, bytes_per_parameter=1.0, num_experts=256, num_experts_per_tok=8,
+        moe_intermediate_size=2048, shared_expert_intermediate_size=2048, first_k_dense_replace=3,
+    ),
 }
 
 _DRAFT_LLMS: dict[str, dict[str, Any]] = {
@@ -107,7 +122,7 @@ _DRAFT_LLMS: dict[str, dict[str, Any]] = {
     },
 }
 _DEFAULT_DRAFT_LLM = {"llama-3.1-8b": "llama-3.2-1b", "llama-3.1-70b": "llama-3.2-1b", "qwen3-8b": "qwen3-0.6b",
-                      "qwen3-32b": "qwen3-1.7b"}
+                      "qwen3-32b": "qwen3-1.7b", "qwen3-30b-a3b": "qwen3-0.6b"}
 
 _MODES = {
     "eagle": "sequential", "eagle3": "sequential", "mtp": "sequential", "draft_model": "sequential",
@@ -136,10 +151,22 @@ def layer_parameters(
     return attention + 3 * hidden * intermediate
 
 
+def active_mlp_width(target: dict[str, Any]) -> int:
+    """Width of the MLP one token runs through: the dense MLP, or for MoE its routed and shared experts."""
+    if target.get("num_experts", 0):
+        return (target["num_experts_per_tok"] * target["moe_intermediate_size"]
+                + target.get("shared_expert_intermediate_size", 0))
+    return int(target["intermediate_size"])
+
+
 def head_drafter_fields(method: str, target: dict[str, Any]) -> dict[str, Any]:
-    """The fields of an EAGLE / EAGLE-3 / MTP / DFlash / DSpark drafter sized from ``target``'s shape."""
+    """The fields of an EAGLE / EAGLE-3 / MTP / DFlash / DSpark drafter sized from ``target``'s shape.
+
+    A head on an MoE target is sized as a dense layer of the target's active MLP width (the experts one
+    token runs through); heads carry no expert routing of their own.
+    """
     hidden, vocab = target["hidden_size"], target["vocab_size"]
-    shape = (hidden, target["intermediate_size"], target["num_attention_heads"], target["num_key_value_heads"],
+    shape = (hidden, active_mlp_width(target), target["num_attention_heads"], target["num_key_value_heads"],
              target["head_dim"])
     if method == "eagle3":
         layers, head_vocab = 1, _EAGLE3_DRAFT_VOCAB
@@ -180,7 +207,7 @@ def _drafter_presets() -> dict[str, dict[str, Any]]:
 DRAFTER_PRESETS: dict[str, dict[str, Any]] = _drafter_presets()
 
 GpuPresetName = Literal["h100-sxm", "h200", "a100-80gb", "l40s", "b200"]
-TargetModelPresetName = Literal["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-32b"]
+TargetModelPresetName = Literal["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "deepseek-v3"]
 DrafterPresetName = Literal[tuple(DRAFTER_PRESETS)]  # type: ignore[valid-type]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from spectune._files import read_bounded
 from spectune.errors import DocumentError, Problem
 
 __all__ = ["MAX_DOCUMENT_BYTES", "Positions", "SourceMapping", "dotted_path", "parse_mapping_text", "read_mapping"]
@@ -175,17 +176,7 @@ def parse_mapping_text(text: str, file: str) -> SourceMapping:
 def read_mapping(path: Path) -> SourceMapping:
     """Read ``path`` (.yaml, .yml or .json) as a located mapping; raise ``DocumentError`` on any problem."""
     file = str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise DocumentError([Problem(file, None, "", f"file is {size} bytes; the limit is {MAX_DOCUMENT_BYTES}")])
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DocumentError([Problem(file, None, "", "no such file")]) from None
-    except IsADirectoryError:
-        raise DocumentError([Problem(file, None, "", "is a directory, expected a file")]) from None
-    except OSError as err:
-        raise DocumentError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
+    raw = read_bounded(path, MAX_DOCUMENT_BYTES)  # whatever it is: a pipe or /dev/zero has no size to trust
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:

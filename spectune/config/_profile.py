@@ -3,7 +3,8 @@
 A profile states per-position *conditional* rates (what a rejection kernel applies at each step) or
 vLLM's *unconditional* per-position rates (what vLLM logs; converted on load). ``spectune calibrate``
 writes profiles from real deployments, with the counts behind each rate; simulation and study
-documents reference them. Positions past the profile's last one repeat its last conditional rate.
+documents reference them. Positions past the profile's last one follow an extrapolation rule
+(``spectune.config._extrapolation``): by default they repeat its last conditional rate.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationInfo, model_validator
 
 from spectune.config._base import SpectuneModel, check_rules, notify
+from spectune.config._extrapolation import ExtrapolationRule, extend_conditional
 from spectune.config._rates import conditional_to_unconditional, mean_acceptance_length, unconditional_to_conditional
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 
@@ -77,6 +79,11 @@ class AcceptanceRates(SpectuneModel):
         description="P(drafts 0..i all accepted), per position, as vLLM logs 'Per-position acceptance rate' "
         "(fractions in [0, 1], non-increasing).",
     )
+    extrapolation: ExtrapolationRule = Field(
+        default="repeat_last",
+        description="Conditional rates past the last given position: 'repeat_last' repeats it; 'geometric_decay' "
+        "multiplies it by a per-position ratio fitted to the given rates (capped at 1).",
+    )
 
     @model_validator(mode="after")
     def _one_form(self, info: ValidationInfo) -> AcceptanceRates:
@@ -98,11 +105,16 @@ class AcceptanceRates(SpectuneModel):
         return self
 
     def conditional(self, num_positions: int | None = None) -> list[float]:
-        """Conditional rates, extended to ``num_positions`` by repeating the last one (or cut to it)."""
+        """Conditional rates, extended to ``num_positions`` by the extrapolation rule (or cut to it)."""
         rates = self.conditional_rates if self.conditional_rates is not None else unconditional_to_conditional(self.unconditional_rates or [])
         if num_positions is None:
             return list(rates)
-        return [rates[min(i, len(rates) - 1)] for i in range(num_positions)]
+        return extend_conditional(rates, num_positions, self.extrapolation)
+
+    @property
+    def num_positions_measured(self) -> int:
+        """How many positions the rates give (the rest are extrapolated)."""
+        return len(self.conditional_rates if self.conditional_rates is not None else self.unconditional_rates or [])
 
     def unconditional(self, num_positions: int | None = None) -> list[float]:
         return conditional_to_unconditional(self.conditional(num_positions))

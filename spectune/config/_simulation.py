@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from spectune.config._base import RuleViolations, SpectuneModel, check_rules
+from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
 from spectune.config._profile import AcceptanceProfile, AcceptanceRates, BatchSizeBin
 from spectune.config._speculative import SpeculativeConfig
@@ -17,7 +17,14 @@ from spectune.config._step_times import CostModelConfig
 from spectune.config._workload import WorkloadConfig
 from spectune.errors import DocumentError
 
-__all__ = ["AcceptanceSource", "SimulationDocument", "SimulationOptions"]
+__all__ = [
+    "AcceptanceSource",
+    "SimulationDocument",
+    "SimulationOptions",
+    "drafter_as_configured",
+    "drafter_override_problems",
+    "dynamic_speculation_off_notice",
+]
 
 
 class AcceptanceSource(AcceptanceRates):
@@ -34,6 +41,9 @@ class AcceptanceSource(AcceptanceRates):
     )
     measured_with: Literal["greedy", "probabilistic"] = Field(
         default="greedy", description="Draft sampling under which the rates were measured (a profile says its own)."
+    )
+    measured_temperature: float | None = Field(
+        default=None, ge=0.0, le=10.0, description="Sampling temperature of the measured traffic, if known (a profile says its own)."
     )
     bins: list[BatchSizeBin] | None = Field(
         default=None, description="Rates per range of running requests, used when the batch falls in one."
@@ -59,6 +69,7 @@ class AcceptanceSource(AcceptanceRates):
             raise RuleViolations([(("profile",), f"cannot use it: {p}") for p in err.problems]) from None
         return {
             "measured_with": profile.draft_sample_method,
+            "measured_temperature": profile.temperature,
             **data,
             "profile": str(path),
             "conditional_rates": profile.conditional(),
@@ -78,7 +89,9 @@ class AcceptanceSource(AcceptanceRates):
             edge = bin_.min_running if batch_size < bin_.min_running else bin_.max_running
             return abs(math.log(max(batch_size, 1)) - math.log(max(edge, 1)))
 
-        return min(self.bins, key=distance)
+        chosen = min(self.bins, key=distance)
+        # a bin extrapolates past its positions by the source's rule
+        return chosen if chosen.extrapolation == self.extrapolation else chosen.model_copy(update={"extrapolation": self.extrapolation})
 
 
 class SimulationOptions(SpectuneModel):
@@ -97,6 +110,11 @@ class SimulationOptions(SpectuneModel):
     )
     max_steps: int = Field(default=1_000_000, ge=1, le=100_000_000, description="Stop after this many steps (steps).")
     baseline: bool = Field(default=True, description="Also simulate without speculation, for the speedup.")
+    k_lookup_counts_prefills: bool = Field(
+        default=False,
+        description="Look up num_speculative_tokens_per_batch_size at the decoding plus the still-prefilling requests, "
+        "as vLLM does before PR #51466: shows whether a table threshold near the batch size makes K thrash.",
+    )
     bank_rows: int = Field(
         default=512, ge=16, le=65536,
         description="Calibrated logit rows per (position, temperature); greedy rates are reproduced to 1/bank_rows.",
@@ -130,8 +148,9 @@ class SimulationDocument(SpectuneModel):
     simulation: SimulationOptions = Field(default_factory=SimulationOptions, description="How the simulation runs.")
 
     @model_validator(mode="after")
-    def _fits_together(self) -> SimulationDocument:
+    def _fits_together(self, info: ValidationInfo) -> SimulationDocument:
         problems: list[tuple[tuple[str | int, ...], str]] = []
+        problems += drafter_override_problems(self.speculative, self.drafter, self.target_model.tensor_parallel_size)
         if self.acceptance is None and self.speculative.rejection_sample_method != "synthetic":
             problems.append(
                 (("acceptance",), "required (a profile or per-position rates) unless speculative.rejection_sample_method "
@@ -141,10 +160,62 @@ class SimulationDocument(SpectuneModel):
             problems.append(
                 (("drafter", "method"), f"must match speculative.method ('{self.speculative.method}'), got '{self.drafter.method}'")
             )
-        problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
+        if not problems:
+            problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
+        if self.cost_model.method == "measured" and self.cost_model.step_times is not None:
+            spec = self.speculative
+            table = spec.num_speculative_tokens_per_batch_size if self.num_replicas == 1 else None  # off under DP
+            needed = {spec.num_speculative_tokens, *(row[2] for row in table or ())}
+            needed |= {0} if self.simulation.baseline else set()
+            gap = self.cost_model.step_times.k_coverage_problem(needed)
+            if gap is not None:
+                baseline_gap = 0 in needed and self.cost_model.step_times.num_speculative_tokens_measured()[0] > 0
+                problems.append((("cost_model", "step_times"), gap + (" (K = 0 is the baseline; simulation.baseline: false skips it)" if baseline_gap else "")))
         check_rules(problems)
+        if self.num_replicas > 1 and self.speculative.num_speculative_tokens_per_batch_size:
+            notify(info, ("speculative", "num_speculative_tokens_per_batch_size"), dynamic_speculation_off_notice(
+                self.num_replicas, self.speculative.num_speculative_tokens))
         return self
 
+    @property
+    def num_replicas(self) -> int:
+        """Data-parallel replicas: hardware.num_gpus over the target's tensor parallelism."""
+        return self.hardware.num_gpus // self.target_model.tensor_parallel_size
+
     def effective_drafter(self) -> DrafterSpec:
-        """The drafter given, or the preset for (method, target)."""
-        return self.drafter if self.drafter is not None else default_drafter(self.speculative.method, self.target_model)
+        """The drafter given, or the preset for (method, target), as the speculative config runs it."""
+        drafter = self.drafter if self.drafter is not None else default_drafter(self.speculative.method, self.target_model)
+        return drafter_as_configured(self.speculative, drafter)
+
+
+def drafter_as_configured(speculative: SpeculativeConfig, drafter: DrafterSpec) -> DrafterSpec:
+    """``drafter`` with the speculative config's own say: draft_tensor_parallel_size, parallel_drafting."""
+    update: dict[str, Any] = {}
+    if speculative.draft_tensor_parallel_size is not None:
+        update["tensor_parallel_size"] = speculative.draft_tensor_parallel_size
+    if speculative.parallel_drafting and drafter.drafting == "sequential":
+        update["drafting"] = "parallel"
+    return drafter.model_copy(update=update) if update else drafter
+
+
+def drafter_override_problems(
+    speculative: SpeculativeConfig, drafter: DrafterSpec | None, target_tp: int,
+    *, paths: tuple[str, str] = ("speculative", "drafter"),
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """The speculative config's draft_tensor_parallel_size: 1 or the target's (vLLM's rule), and not at odds
+    with an explicit drafter's tensor_parallel_size."""
+    given = speculative.draft_tensor_parallel_size
+    field = (paths[0], "draft_tensor_parallel_size")
+    if given is None:
+        return []
+    if given not in (1, target_tp):
+        return [(field, f"must be 1 or the target's tensor_parallel_size ({target_tp}) as vLLM requires, got {given}")]
+    if drafter is None or drafter.tensor_parallel_size in (None, given):
+        return []
+    return [(field, f"disagrees with {paths[1]}.tensor_parallel_size ({drafter.tensor_parallel_size}); give one, "
+             f"got {given}")]
+
+
+def dynamic_speculation_off_notice(replicas: int, k: int) -> str:
+    return (f"vLLM disables dynamic speculation under data parallelism ({replicas} replicas): every batch is "
+            f"served, and simulated, with num_speculative_tokens = {k}")

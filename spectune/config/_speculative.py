@@ -4,6 +4,12 @@ A user's existing ``--speculative-config`` JSON validates unchanged; spectune ad
 rules are vLLM 0.33's (``vllm/config/speculative.py``), plus the checks a simulation needs, plus the
 older field forms (``strict``/``probabilistic``, the scalar ``synthetic_acceptance_rate``) that
 vLLM configs of early 2026 still carry.
+
+The per-batch-size K table (``num_speculative_tokens_per_batch_size``) is read as vLLM's dynamic
+speculation reads it (``vllm/v1/spec_decode/dynamic/utils.py``): rows are inclusive ranges, sorted by
+their start; the first must start at batch size 1 and none may overlap (vLLM refuses both); a batch
+size in a gap between rows, or past the last row, takes the previous row's K; and the K scheduled is
+``min(num_speculative_tokens, row K)``. spectune warns where vLLM silently clamps or fills a gap.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ __all__ = [
 
 # Simulation cost grows with K and nobody serves with more; vLLM's V1 buffers stop at 128.
 MAX_NUM_SPECULATIVE_TOKENS = 64
+# vLLM's defaults for a config without K: suffix decoding's tree depth caps K; an MTP checkpoint's
+# n_predict (num_nextn_predict_layers) is 1 in DeepSeek-V3, Qwen3-Next, GLM-4.5 and MiMo.
+SUFFIX_DEFAULT_MAX_TREE_DEPTH = 24
+MTP_DEFAULT_N_PREDICT = 1
 
 Method = Literal["eagle", "eagle3", "mtp", "ngram", "ngram_gpu", "draft_model", "suffix", "dflash", "dspark"]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
@@ -85,7 +95,8 @@ class SpeculativeConfig(SpectuneModel):
         ge=1,
         le=MAX_NUM_SPECULATIVE_TOKENS,
         description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
-        "table it is the largest K in the table, which sizes vLLM's buffers.",
+        "table it caps every row's K and sizes vLLM's buffers. Optional for suffix (default "
+        "suffix_decoding_max_tree_depth, 24) and mtp (default the checkpoint's n_predict, taken as 1).",
     )
     rejection_sample_method: Literal["standard", "block", "synthetic"] = Field(
         default="standard",
@@ -103,8 +114,8 @@ class SpeculativeConfig(SpectuneModel):
         default=None,
         ge=0.0,
         le=1.0,
-        description="Older (March 2026) synthetic form: mean joint acceptance rate p̄ in [0, 1] "
-        "(fraction), turned into conditional rates a0 * gamma^i.",
+        description="Older (March 2026) synthetic form, removed in vLLM 0.33.0: mean joint acceptance rate "
+        "p̄ in [0, 1] (fraction), turned into conditional rates a0 * gamma^i.",
     )
     synthetic_acceptance_rates: list[float] | None = Field(
         default=None,
@@ -119,8 +130,9 @@ class SpeculativeConfig(SpectuneModel):
     num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = Field(
         default=None,
         description="Dynamic speculation: rows [start_bs, end_bs, K] (batch sizes in requests, "
-        "inclusive; K in tokens, 0 = speculation off), sorted and non-overlapping, each K <= "
-        "num_speculative_tokens.",
+        "inclusive; K in tokens, 0 = speculation off), non-overlapping, the first starting at 1. As in "
+        "vLLM, a batch size in a gap or past the last row takes the previous row's K, and the K served "
+        "is min(num_speculative_tokens, row K).",
     )
     draft_tensor_parallel_size: int | None = Field(
         default=None, ge=1, le=64, description="Tensor parallelism of the drafter (GPUs); 1 or the target's."
@@ -138,7 +150,11 @@ class SpeculativeConfig(SpectuneModel):
     code_revision: str | None = Field(default=None, description="Drafter code revision, not simulated.")
     max_model_len: int | None = Field(default=None, ge=1, description="Drafter context limit (tokens).")
     enforce_eager: bool | None = Field(default=None, description="Run the drafter without CUDA graphs.")
-    parallel_drafting: bool | None = Field(default=None, description="Draft all K tokens in one pass.")
+    parallel_drafting: bool | None = Field(
+        default=None,
+        description="Draft all K tokens in one drafter pass (P-EAGLE, PARD; always on for dflash/dspark); "
+        "simulated as one pass.",
+    )
     enable_adaptive_verification: bool | None = Field(
         default=None, description="DSpark confidence-head budget allocation (dspark only)."
     )
@@ -178,6 +194,8 @@ class SpeculativeConfig(SpectuneModel):
             inferred = _infer_method(data["model"])
             data["method"] = inferred
             notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
+        if "num_speculative_tokens" not in data or data["num_speculative_tokens"] is None:
+            _default_num_speculative_tokens(data, info)
         rule = data.get("rejection_sample_method")
         if isinstance(rule, str) and rule in _LEGACY_REJECTION_METHODS:
             draft_sampling = _LEGACY_REJECTION_METHODS[rule]
@@ -284,6 +302,7 @@ class SpeculativeConfig(SpectuneModel):
         return problems
 
     def _check_schedule(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """What vLLM refuses in the K table: empty, bad ranges, K < 0, overlaps, no row starting at 1."""
         rows = self.num_speculative_tokens_per_batch_size
         if rows is None:
             return []
@@ -291,28 +310,76 @@ class SpeculativeConfig(SpectuneModel):
         if not rows:
             return [((field,), "must have at least one [start_bs, end_bs, K] row, got []")]
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        previous_end = 0
         for i, (start, end, k) in enumerate(rows):
             if start < 1:
                 problems.append(((field, i, 0), f"start_bs must be >= 1, got {start}"))
             if end < start:
                 problems.append(((field, i, 1), f"end_bs must be >= start_bs ({start}), got {end}"))
-            if not 0 <= k <= self.num_speculative_tokens:
-                problems.append(
-                    ((field, i, 2), f"K must be in [0, num_speculative_tokens] = [0, {self.num_speculative_tokens}], got {k}")
-                )
-            if i > 0 and start <= previous_end:
+            if k < 0:
+                problems.append(((field, i, 2), f"K must be >= 0 (0 = speculation off), got {k}"))
+        if problems:
+            return problems
+        order = sorted(range(len(rows)), key=lambda i: rows[i][0])  # vLLM sorts rows by start_bs
+        previous: int | None = None
+        for i in order:
+            start = rows[i][0]
+            if previous is not None and start <= rows[previous][1]:
                 problems.append(
                     (
                         (field, i, 0),
-                        f"rows must be sorted and non-overlapping: start_bs must be > {previous_end} "
-                        f"(end of row {i - 1}), got {start}",
+                        f"rows must not overlap: start_bs must be > {rows[previous][1]} (end_bs of row "
+                        f"{previous}, [{rows[previous][0]}, {rows[previous][1]}]), got {start}",
                     )
                 )
-            previous_end = max(previous_end, end)
+            previous = i
+        first = rows[order[0]]
+        if first[0] != 1:
+            problems.append(
+                (
+                    (field, order[0], 0),
+                    "the first row must start at batch size 1 (vLLM refuses a table that leaves small "
+                    f"batches without a K), got {first[0]}",
+                )
+            )
         return problems
 
+    def _advise_schedule(self, info: ValidationInfo) -> None:
+        """Notices where vLLM serves something other than what the table says: clamped K, filled gaps."""
+        rows = self.num_speculative_tokens_per_batch_size
+        if not rows:
+            return
+        field = "num_speculative_tokens_per_batch_size"
+        k_max = self.num_speculative_tokens
+        for i, (start, end, k) in enumerate(rows):
+            if k > k_max:
+                notify(
+                    info,
+                    (field, i, 2),
+                    f"K {k} is above num_speculative_tokens ({k_max}); vLLM serves batch sizes "
+                    f"{start}-{end} with min({k_max}, {k}) = {k_max}",
+                )
+        ordered = sorted(rows)
+        for (_, end, k), (start, _, _) in zip(ordered, ordered[1:]):
+            if start > end + 1:
+                notify(
+                    info,
+                    (field,),
+                    f"batch sizes {end + 1}-{start - 1} fall between rows; vLLM serves them with the "
+                    f"previous row's K, min({k_max}, {k}) = {min(k_max, k)}",
+                )
+
     def _advise(self, info: ValidationInfo) -> None:
+        self._advise_schedule(info)
+        if self.synthetic_acceptance_rate is not None:
+            notify(
+                info,
+                ("synthetic_acceptance_rate",),
+                "deprecated: removed in vLLM 0.33.0 (replaced in April 2026 by synthetic_acceptance_rates or "
+                "synthetic_acceptance_length), so a 0.33 server refuses this config; simulated with the "
+                "March 2026 rule (rates a0 * gamma^i)",
+            )
+        if self.parallel_drafting and self.method in _DISTRIBUTION_FREE_METHODS:
+            notify(info, ("parallel_drafting",), f"'{self.method}' runs no drafter pass; parallel_drafting is ignored")
         if self.rejection_sample_method == "block" and self.method in _DISTRIBUTION_FREE_METHODS:
             notify(
                 info,
@@ -344,11 +411,35 @@ class SpeculativeConfig(SpectuneModel):
         return None
 
     def num_speculative_tokens_for_batch(self, batch_size: int) -> int:
-        """K at a batch size: the schedule row that covers it, else ``num_speculative_tokens``."""
-        for start, end, k in self.num_speculative_tokens_per_batch_size or ():
-            if start <= batch_size <= end:
-                return k
-        return self.num_speculative_tokens
+        """The K vLLM schedules at ``batch_size`` running requests (tokens).
+
+        Without a table, ``num_speculative_tokens``. With one, the last row starting at or below
+        ``batch_size`` gives its K -- also for a batch size in the gap after that row or past the last
+        row -- capped at ``num_speculative_tokens``. A batch size below 1 gets 0 (vLLM's unused index 0).
+        """
+        rows = self.num_speculative_tokens_per_batch_size
+        if not rows:
+            return self.num_speculative_tokens
+        covering = [(start, k) for start, _, k in rows if start <= batch_size]
+        if not covering:
+            return 0
+        return min(self.num_speculative_tokens, max(covering)[1])
+
+
+def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) -> None:
+    """K for a config that gives none, as vLLM defaults it; other methods keep it required."""
+    method = data.get("method")
+    if method == "suffix":
+        depth = data.get("suffix_decoding_max_tree_depth")
+        data["num_speculative_tokens"] = depth if isinstance(depth, int) and depth >= 1 else SUFFIX_DEFAULT_MAX_TREE_DEPTH
+    elif method == "mtp":
+        data["num_speculative_tokens"] = MTP_DEFAULT_N_PREDICT
+        notify(
+            info,
+            ("num_speculative_tokens",),
+            f"not given: vLLM takes the MTP checkpoint's n_predict; spectune assumes {MTP_DEFAULT_N_PREDICT} "
+            "(DeepSeek-V3, Qwen3-Next, GLM-4.5); give num_speculative_tokens if yours differs",
+        )
 
 
 def _infer_method(model: str) -> str:

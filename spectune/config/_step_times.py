@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,13 +20,14 @@ from pydantic import Field, GetJsonSchemaHandler, ValidationInfo, field_validato
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from spectune._files import read_bounded
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import schema_with_name_forms
 from spectune.config._loader import MAX_DOCUMENT_BYTES, read_mapping
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem
 
-__all__ = ["STEP_TIME_COLUMNS", "CostModelConfig", "StepTimePoint", "StepTimeTable", "read_step_time_table"]
+__all__ = ["STEP_TIME_COLUMNS", "CostModelConfig", "RooflineFitRecord", "StepTimePoint", "StepTimeTable", "read_step_time_table"]
 
 STEP_TIME_COLUMNS = ("batch_size", "num_speculative_tokens", "step_time_ms")
 _MAX_BATCH_SIZE = 1_000_000
@@ -62,6 +63,22 @@ class StepTimeTable(SpectuneModel):
     def num_speculative_tokens_measured(self) -> list[int]:
         """The K values the table covers, ascending."""
         return sorted({p.num_speculative_tokens for p in self.points})
+
+    def k_coverage_problem(self, needed: Iterable[int]) -> str | None:
+        """Why the table cannot give step times for every K in ``needed`` (None when it can).
+
+        K is interpolated between measured values, never extrapolated, so ``validate`` refuses what
+        ``simulate`` would refuse at its first step.
+        """
+        measured = self.num_speculative_tokens_measured()
+        outside = sorted(k for k in set(needed) if not measured[0] <= k <= measured[-1])
+        if not outside:
+            return None
+        where = self.file or "the table"
+        return (
+            f"{where} measures K {measured[0]}..{measured[-1]}, but this document needs K {', '.join(map(str, outside))}; "
+            "K is interpolated between measured values, never extrapolated: measure it"
+        )
 
 
 def _point_problems(keys: list[tuple[int, int]], where: Callable[[int], str]) -> list[tuple[int, str]]:
@@ -202,13 +219,7 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     extras: dict[str, Any] = {}
     if suffix == ".csv":
         try:
-            if path.stat().st_size > MAX_DOCUMENT_BYTES:
-                raise DocumentError([Problem(file, None, "", f"file is larger than {MAX_DOCUMENT_BYTES} bytes")])
-            text = path.read_bytes().decode("utf-8-sig")
-        except (FileNotFoundError, IsADirectoryError):
-            raise DocumentError([Problem(file, None, "", "no such file")]) from None
-        except OSError as err:
-            raise DocumentError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
+            text = read_bounded(path, MAX_DOCUMENT_BYTES, expected="a CSV file").decode("utf-8-sig")
         except UnicodeDecodeError as err:
             raise DocumentError([Problem(file, None, "", f"not UTF-8 text (byte {err.start})")]) from None
         rows, problems = _read_csv(text, file)
@@ -225,6 +236,15 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     if problems:
         raise DocumentError(problems)
     return StepTimeTable(file=file, points=[StepTimePoint(**row) for _, row in rows], **extras)
+
+
+class RooflineFitRecord(SpectuneModel):
+    """Where fitted roofline parameters come from and how well they reproduce what they were fitted to."""
+
+    source: str = Field(max_length=2000, description="The log(s) fitted to.")
+    num_windows: int = Field(ge=1, description="Decode windows fitted (count).")
+    mean_relative_error: float = Field(ge=0, description="Mean |fitted - measured| / measured step time (fraction).")
+    max_relative_error: float = Field(ge=0, description="Largest |fitted - measured| / measured step time (fraction).")
 
 
 class CostModelConfig(SpectuneModel):
@@ -250,6 +270,26 @@ class CostModelConfig(SpectuneModel):
     )
     draft_pass_overhead_s: float = Field(
         default=1e-4, ge=0, le=1, description="roofline: fixed time per neural draft pass (seconds)."
+    )
+    achievable_bandwidth_fraction: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Fraction of peak HBM bandwidth the deployment's decode kernels reach, overriding the GPU's "
+        "(fraction); fitted to a server log by 'spectune calibrate --fit-roofline'.",
+    )
+    fit: RooflineFitRecord | None = Field(
+        default=None, description="How achievable_bandwidth_fraction and overhead_s were fitted (informational)."
+    )
+    zero_k_draft_cost: Literal["none", "draft_prefill", "all_draft_steps"] = Field(
+        default="none",
+        description="What a K = 0 row of a per-batch-size K table costs: 'none' (plain decoding, no drafter pass), "
+        "'draft_prefill' (the drafter still runs one pass to keep its KV cache in sync: vLLM V1, and Model Runner V2 "
+        "with PR #51575) or 'all_draft_steps' (every configured draft step runs and is thrown away: MRV2 before it).",
+    )
+    sampler: Literal["vllm", "spectune"] = Field(
+        default="vllm",
+        description="roofline: whose rejection sampler a step pays for -- 'vllm' (vLLM 0.33's measured times "
+        "per method, interpolated in batch, K and vocabulary) or 'spectune' (spectune's kernels: one read "
+        "of the logits at the GPU's bandwidth).",
     )
 
     @classmethod

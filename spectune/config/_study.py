@@ -297,6 +297,11 @@ class StudyDocument(SpectuneModel):
             problems += self._candidate_problems(i, candidate)
         if not self.combinations():
             problems.append((("search",), "no valid (method, rule, draft sampling) combination is left; see the skipped ones"))
+        if self.cost_model.method == "measured" and self.cost_model.step_times is not None:
+            k_range = self.search.num_speculative_tokens
+            gap = self.cost_model.step_times.k_coverage_problem([0, *range(k_range.min, k_range.max + 1)])
+            if gap is not None:
+                problems.append((("cost_model", "step_times"), gap + " (a study always simulates K = 0 too)"))
         check_rules(problems)
         largest = self.schedule.batch_sizes[-1]
         requests = self.schedule.num_requests(largest, self.workload.num_requests)

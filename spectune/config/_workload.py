@@ -20,7 +20,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, PrivateAttr, Strict, Tag, ValidationInfo, model_validator
 
+from spectune._files import read_bounded
 from spectune.config._base import FieldPath, SpectuneModel, check_rules, notify
+from spectune.errors import DocumentError
 
 __all__ = [
     "MAX_SEQUENCE_TOKENS",
@@ -144,16 +146,12 @@ class LengthsCsv(SpectuneModel):
 
 def _read_trace_text(file: Path) -> tuple[str, str | None]:
     try:
-        size = file.stat().st_size
-        if size > MAX_TRACE_BYTES:
-            return "", f"{file}: file is {size} bytes; the limit is {MAX_TRACE_BYTES}"
-        return file.read_bytes().decode("utf-8-sig"), None
-    except FileNotFoundError:
-        return "", f"no such file: {file}"
-    except IsADirectoryError:
-        return "", f"{file} is a directory, expected a CSV file"
-    except OSError as err:
-        return "", f"cannot read {file}: {err.strerror}"
+        raw = read_bounded(file, MAX_TRACE_BYTES, expected="a CSV file")
+    except DocumentError as err:
+        reason = err.problems[0].message
+        return "", f"no such file: {file}" if reason == "no such file" else f"{file}: {reason}"
+    try:
+        return raw.decode("utf-8-sig"), None
     except UnicodeDecodeError as err:
         return "", f"{file}: not UTF-8 text (byte {err.start})"
 

@@ -7,8 +7,11 @@ between its points. ``CostModel``'s docstring walks through the call order.
 
 from spectune.cost._build import build_cost_model
 from spectune.cost._interface import CostLimits, CostModel, FitReport, HeldOutPoint, OutOfTableRange, StepTime
+from spectune.cost._log_fit import LogFit, StepSample, fit_roofline, fitted_cost_model
 from spectune.cost._measured import MAX_BATCH_EXTRAPOLATION, MeasuredCostModel, StepTimeInterpolator
-from spectune.cost._roofline import RooflineCostModel
+from spectune.cost._roofline import RooflineCostModel, expected_experts_touched
+from spectune.cost._vllm_sampler import SamplerWork, VllmSamplerTimes
+from spectune.cost._zero_row import ZeroRowDraftCostModel, zero_row_draft_time
 
 __all__ = [
     "MAX_BATCH_EXTRAPOLATION",
@@ -16,10 +19,19 @@ __all__ = [
     "CostModel",
     "FitReport",
     "HeldOutPoint",
+    "LogFit",
     "MeasuredCostModel",
     "OutOfTableRange",
     "RooflineCostModel",
+    "SamplerWork",
+    "StepSample",
     "StepTime",
     "StepTimeInterpolator",
+    "VllmSamplerTimes",
+    "ZeroRowDraftCostModel",
     "build_cost_model",
+    "expected_experts_touched",
+    "fit_roofline",
+    "fitted_cost_model",
+    "zero_row_draft_time",
 ]

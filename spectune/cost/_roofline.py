@@ -5,6 +5,11 @@ A forward pass over T = B·q new tokens (B requests, q tokens each, c tokens alr
 - linear layers: max(weight bytes / bandwidth, 2·params·T / FLOP/s) -- weights are read once per pass,
   so the pass is free in T until T reaches the ridge point (≈ 258 tokens on an H100 at the default
   fractions) and linear beyond; this is why the best K falls as the batch grows;
+- MoE: a pass reads the routed experts its T tokens touch. With E experts, k per token and routing
+  taken as uniform, it touches E·(1 − (1 − k/E)^T) of them in expectation (256 experts, top 8: 78% at
+  T = 48); the FLOPs count the k active experts per token. Bytes grow with T long before the ridge
+  point, so an MoE target's verification gets dearer with B·(K+1) where a dense one's is free, and
+  its best K at a large batch differs from its dense twin's;
 - attention: max(B·(c + q)·KV bytes / bandwidth, 4·layers·heads·head_dim·T·(c + (q+1)/2) / FLOP/s) --
   the KV cache is read once per pass however many of a request's tokens query it, so long contexts
   make every step dearer and speculation relatively cheaper (MagicDec);
@@ -17,8 +22,9 @@ replicated when tp exceeds them). One step is
                  then K−1 passes over B tokens; parallel: one pass over B·(K+1); lookup: B × host time;
                  plus draft_pass_overhead_s per neural pass
     verification one target pass over B·(K+1) tokens with logits at every position
-    sampling     the rejection sampler reads B·(K+1)·V fp32 logits once (+ B·K·V_draft with draft
-                 probabilities): bytes / bandwidth
+    sampling     cost_model.sampler 'vllm': vLLM's measured rejection-sampler times (see
+                 ``_vllm_sampler``); 'spectune': the sampler reads B·(K+1)·V fp32 logits once
+                 (+ B·K·V_draft with draft probabilities): bytes / bandwidth
     overhead     overhead_s
 
 The achievable fractions and overheads are nominal: with the defaults, an H100 SXM decoding
@@ -29,7 +35,7 @@ Llama-3.1-8B at batch 1 takes 6.6 ms a step, between the public 6.3 ms (SGLang d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS, CostModelConfig, DrafterSpec, HardwareConfig, TargetModelSpec
 from spectune.cost._interface import (
@@ -39,8 +45,9 @@ from spectune.cost._interface import (
     check_prompt_tokens,
     check_step_arguments,
 )
+from spectune.cost._vllm_sampler import SamplerWork, VllmSamplerTimes
 
-__all__ = ["RooflineCostModel"]
+__all__ = ["RooflineCostModel", "expected_experts_touched"]
 
 _LOGIT_BYTES = 4  # the sampler reads fp32 logits
 _ACTIVATION_BYTES = 2  # bf16 activations in all-reduces
@@ -57,6 +64,17 @@ class _PassShape:
     attention_flops_per_query_key: float
     num_allreduces: int
     allreduce_bytes_per_token: float
+    num_experts: int = 0  # MoE: routed experts per layer (0 = dense)
+    experts_per_token: int = 0
+    expert_bytes: float = 0.0  # one routed expert over all MoE layers, read when any token touches it
+
+
+def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: float) -> float:
+    """Expected distinct experts (of ``num_experts``, ``experts_per_token`` each) that ``tokens`` tokens
+    touch under uniform routing: E·(1 − (1 − k/E)^T) (count; 0 for a dense model)."""
+    if num_experts == 0 or tokens <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** tokens)
 
 
 def _pass_shape(
@@ -76,12 +94,22 @@ def _pass_shape(
 
 
 def _target_shape(target: TargetModelSpec) -> _PassShape:
-    return _pass_shape(
+    tp = target.tensor_parallel_size
+    shape = _pass_shape(
         params_read=target.parameters_read_per_pass, head_params=target.lm_head_parameters,
         bytes_per_param=target.bytes_per_parameter, layers=target.num_hidden_layers,
         heads=target.num_attention_heads, kv_heads=target.num_key_value_heads, head_dim=target.head_dim,
-        hidden=target.hidden_size, kv_bytes_per_element=target.kv_cache_bytes_per_element,
-        tp=target.tensor_parallel_size,
+        hidden=target.hidden_size, kv_bytes_per_element=target.kv_cache_bytes_per_element, tp=tp,
+    )
+    if not target.is_moe:
+        return shape
+    active_experts = target.num_experts_per_tok * target.expert_parameters
+    return replace(
+        shape,
+        body_flops_per_token=shape.body_flops_per_token + 2 * active_experts / tp,
+        num_experts=target.num_experts,
+        experts_per_token=target.num_experts_per_tok,
+        expert_bytes=target.expert_parameters * target.bytes_per_parameter / tp,
     )
 
 
@@ -103,6 +131,8 @@ class RooflineCostModel(CostModel):
         target_model: TargetModelSpec,
         drafter: DrafterSpec | None,
         config: CostModelConfig,
+        *,
+        sampler_work: SamplerWork | None = None,
     ) -> None:
         self._bandwidth = hardware.gpu.effective_bandwidth_bytes_per_s
         self._flops = hardware.gpu.effective_flops
@@ -116,6 +146,12 @@ class RooflineCostModel(CostModel):
             self._draft = _drafter_shape(drafter, drafter.tensor_parallel_size or target_model.tensor_parallel_size)
         self._overhead_s = config.overhead_s
         self._draft_pass_overhead_s = config.draft_pass_overhead_s
+        self._vllm_sampler: VllmSamplerTimes | None = None
+        if config.sampler == "vllm":
+            self._vllm_sampler = VllmSamplerTimes(
+                sampler_work or SamplerWork(), vocab_size=target_model.vocab_size,
+                hbm_bandwidth_bytes_per_s=hardware.gpu.hbm_bandwidth_bytes_per_s,
+            )
 
     @property
     def limits(self) -> CostLimits:
@@ -127,7 +163,7 @@ class RooflineCostModel(CostModel):
         """Seconds for one forward pass of ``requests`` × ``tokens_each`` new tokens over ``context`` cached ones."""
         tokens = requests * tokens_each
         linear = max(
-            shape.weight_bytes / self._bandwidth,
+            (shape.weight_bytes + self._routed_expert_bytes(shape, tokens)) / self._bandwidth,
             (tokens * shape.body_flops_per_token + outputs * shape.head_flops_per_output) / self._flops,
         )
         keys_per_query = context + (tokens_each + 1) / 2  # causal among the new tokens
@@ -139,6 +175,11 @@ class RooflineCostModel(CostModel):
             self._allreduce_latency_s + tokens * shape.allreduce_bytes_per_token / self._link
         )
         return linear + attention + communication
+
+    @staticmethod
+    def _routed_expert_bytes(shape: _PassShape, tokens: float) -> float:
+        """MoE: bytes of the distinct routed experts a pass of ``tokens`` tokens reads (0 for a dense model)."""
+        return expected_experts_touched(shape.num_experts, shape.experts_per_token, tokens) * shape.expert_bytes
 
     def verification_time(self, batch_size: int, num_speculative_tokens: int, context_tokens: float) -> float:
         """One target pass over B·(K+1) tokens with logits at every position (seconds)."""
@@ -162,7 +203,14 @@ class RooflineCostModel(CostModel):
         return first + (k - 1) * later + k * self._draft_pass_overhead_s
 
     def sampling_time(self, batch_size: int, num_speculative_tokens: int, *, draft_probabilities: bool = False) -> float:
-        """One read of the fp32 logits the rejection sampler needs (seconds)."""
+        """The rejection sampler's time (seconds): vLLM's measured sampler, or one read of the fp32 logits
+        the sampler needs (cost_model.sampler: spectune)."""
+        with_draft = draft_probabilities and self._drafter is not None and self._draft is not None
+        if self._vllm_sampler is not None:
+            return self._vllm_sampler.time_s(
+                batch_size, num_speculative_tokens, draft_probabilities=with_draft,
+                draft_vocab_size=self._drafter.vocab_size if with_draft and self._drafter is not None else 0,
+            )
         rows = batch_size * (num_speculative_tokens + 1) * self._vocab_size
         if draft_probabilities and self._drafter is not None and self._draft is not None:
             rows += batch_size * num_speculative_tokens * self._drafter.vocab_size

@@ -2,10 +2,12 @@
 
 ``write_artefacts`` writes ``recommended.yaml`` (passes ``spectune validate``), ``vllm.json``
 (``--speculative-config``), ``vllm-synthetic.json`` (the same with acceptance pinned to the simulated
-rates, for checking on a GPU), ``sglang.txt`` (server flags), ``trials.csv`` and ``report.html``.
+rates, for checking on a GPU), ``sglang.txt`` (server flags), ``measure.sh`` (the GPU measurements that
+check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``.
 """
 
-from spectune.export._artefacts import bucket_comments, json_text, recommended_yaml, write_artefacts
+from spectune.export._artefacts import ARTEFACT_NAMES, bucket_comments, check_output_dir, json_text, recommended_yaml, write_artefacts
+from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_script, measurement_ks
 from spectune.export._report import pareto_front, report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
 from spectune.export._svg import Band, Series, chart_svg, nice_ticks
@@ -19,14 +21,20 @@ from spectune.export._vllm import (
 )
 
 __all__ = [
+    "ARTEFACT_NAMES",
     "SGLANG_ALGORITHMS",
     "TRIAL_COLUMNS",
     "Band",
+    "VLLM_BENCH_SERVE_FLAGS",
+    "VLLM_SERVE_FLAGS",
     "Series",
     "SyntheticForm",
     "bucket_comments",
     "chart_svg",
+    "check_output_dir",
     "json_text",
+    "measure_script",
+    "measurement_ks",
     "nice_ticks",
     "pareto_front",
     "pareto_rows",

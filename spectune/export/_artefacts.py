@@ -1,4 +1,10 @@
-"""Writing every artefact of a study into one folder."""
+"""Writing every artefact of a study into one folder.
+
+Each file is written atomically (a temporary file in the folder, then ``os.replace``), so a crash
+leaves the previous file or the new one and a symbolic link in the folder is replaced, never written
+through. An artefact an earlier export left that this one does not write (another study's
+recommendation, say) is removed, so the folder never mixes two exports.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,18 @@ from typing import Any
 
 import yaml
 
+from spectune._files import check_output_file, write_atomic
 from spectune.errors import SpectuneError
+from spectune.export._measure import measure_script
 from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
 from spectune.export._vllm import SyntheticForm, recommended_speculative_config, vllm_speculative_config, vllm_synthetic_config
-from spectune.study import Recommendation, StudyOutcome
+from spectune.study import Recommendation, StudyOutcome, provenance_notes, recommendation_provenance
 
-__all__ = ["bucket_comments", "json_text", "recommended_yaml", "write_artefacts"]
+__all__ = ["ARTEFACT_NAMES", "bucket_comments", "check_output_dir", "json_text", "recommended_yaml", "write_artefacts"]
+
+ARTEFACT_NAMES = ("recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "measure.sh", "trials.csv", "report.html")
 
 _NUMBER = r"-?[0-9][0-9.eE+-]*"
 _FLAT_LIST = re.compile(rf"\[\s*({_NUMBER}(?:\s*,\s*{_NUMBER})*)\s*\]")
@@ -41,6 +51,7 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
         "(weighted geometric mean over batch-size buckets).",
         *bucket_comments(recommendation),
         *(f"# note: {note}" for note in recommendation.notes),
+        *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),
     ]
     return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
@@ -64,11 +75,11 @@ def bucket_comments(recommendation: Recommendation) -> list[str]:
 
 
 def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current") -> list[Path]:
-    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv, report.html.
+    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html.
 
     Without any completed trial only trials.csv and report.html are written. Returns the paths written.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out_dir)
     files: dict[str, str] = {}
     recommendation = outcome.recommendation
     if recommendation is not None:
@@ -78,11 +89,33 @@ def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)
         files["sglang.txt"] = sglang_flags(recommendation)
+        script = measure_script(outcome)
+        if script is not None:
+            files["measure.sh"] = script
     files["trials.csv"] = trials_csv(outcome)
     files["report.html"] = report_html(outcome)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ARTEFACT_NAMES:
+            stale = out_dir / name
+            if name not in files and (stale.is_symlink() or stale.is_file()):
+                stale.unlink()  # an earlier export's; left beside these files it would pass for this study's
+    except OSError as err:
+        raise SpectuneError(f"--out {out_dir}: {err.strerror or err}") from None
     written = []
     for name, text in files.items():
         path = out_dir / name
-        path.write_text(text, encoding="utf-8")
+        write_atomic(path, text)
         written.append(path)
     return written
+
+
+def check_output_dir(out_dir: Path) -> None:
+    """``SpectuneError`` unless every artefact can be written into ``out_dir`` (checked before a study runs)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpectuneError(f"--out {out_dir}: exists and is not a folder")
+    for name in ARTEFACT_NAMES:
+        try:
+            check_output_file(out_dir / name)
+        except SpectuneError as err:
+            raise SpectuneError(f"--out {out_dir}: {err}") from None

@@ -14,7 +14,7 @@ from html import escape
 from spectune.export._svg import PALETTE, Band, Series, chart_svg
 from spectune.export._tables import summary_rows
 from spectune.export._vllm import vllm_speculative_config
-from spectune.study import Evaluation, StudyOutcome
+from spectune.study import Evaluation, StudyOutcome, provenance_notes, recommendation_provenance
 
 __all__ = ["pareto_front", "report_html"]
 
@@ -132,6 +132,8 @@ def report_html(outcome: StudyOutcome) -> str:
         parts.append(_table(summary_rows(outcome)))
         for note in recommendation.notes:
             parts.append(f"<p class='note'>{escape(note)}</p>")
+        for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):
+            parts.append(f"<p class='note mark'>Extrapolated: {escape(note)}</p>")
         parts.append("<p><code>vllm serve TARGET --speculative-config</code>:</p>")
         parts.append(f"<pre>{escape(json.dumps(vllm_speculative_config(recommendation)))}</pre>")
         ranking = [

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from spectune.study import BucketChoice, Point, StudyOutcome
+from spectune.study import BucketChoice, Point, StudyOutcome, recommendation_provenance
 
 __all__ = ["TRIAL_COLUMNS", "pareto_rows", "summary_rows", "tie_cell", "trials_csv"]
 
@@ -86,6 +86,7 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     recommendation = outcome.recommendation
     if recommendation is None:
         return []
+    marks = {bucket.batch_size: bucket.summary for bucket in recommendation_provenance(recommendation, outcome.completed)}
     rows = []
     for choice in recommendation.choices:
         evaluation = choice.evaluation
@@ -107,6 +108,7 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                 "SLOs": ("met" if evaluation.feasible else "missed") if evaluation is not None else "-",
                 "tie set": tie_cell(choice),
                 "note": choice.note or "",
+                "marks": marks.get(choice.batch_size, ""),
             }
         )
     return rows

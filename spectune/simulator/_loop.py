@@ -7,7 +7,9 @@ B·(K+1) decode tokens) goes to prefill chunks, first come first served, and a r
 completes gets its first token; each decoding request advances by the tokens the kernel emitted
 (accepted drafts + 1, cut at its output length); the clock advances by the cost model's step time
 plus the prefill chunks' share. Finished requests leave; in a closed loop a new request takes each
-freed slot at once.
+freed slot at once. With a KV cache (``KvCacheCapacity``), blocks bound the running batch as well:
+decoding requests reserve theirs first, preempting the newest when the pool runs short (they recompute
+later), and prefill chunks take what is left.
 
 The loop is plain and sequential on purpose (read it top to bottom); per-request state is kept in
 numpy arrays so that a step costs O(batch) vector operations, not Python work per token.
@@ -20,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from spectune.errors import SpectuneError
+from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity
 
 __all__ = ["LoopInputs", "LoopTrace", "StepVerifier", "run_serving_loop"]
 
@@ -63,6 +68,7 @@ class LoopTrace:
     num_draft_tokens: int = 0
     accepted_per_position: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     truncated: bool = False
+    kv_bound_steps: int = 0  # steps where KV blocks, not max_num_seqs, held requests back
     first_finish_s: float | None = None  # steady state runs from the first finish ...
     last_admission_s: float | None = None  # ... to the last admission (then the batch drains)
 
@@ -84,8 +90,16 @@ def run_serving_loop(
     prefill_time: PrefillTimeFn,
     max_steps: int,
     on_step: Callable[[int, int], None] | None = None,
+    kv: KvCacheCapacity | None = None,
+    lookahead_slots: Callable[[int], int] = lambda k: 0,
+    lookup_counts_prefills: bool = False,
 ) -> LoopTrace:
     """Simulate serving ``inputs``; K per step comes from ``k_for_batch(decode batch size)``.
+
+    ``kv``: the replica's KV block pool (None: unbounded); ``lookahead_slots(K)``: KV slots a decoding
+    request reserves beyond its 1 + K verified tokens (``spectune.simulator._kv.drafting_slots``).
+    ``lookup_counts_prefills``: look K up at the decoding plus the still-prefilling requests, as vLLM's
+    K-table lookup does before PR #51466 (a table threshold near the batch size then makes K thrash).
 
     ``verify`` is None for plain decoding (every step emits one token per request).
     ``step_time(batch, K, mean_context_tokens)`` -> (drafting_s, verification_s, sampling_s, overhead_s).
@@ -102,6 +116,7 @@ def run_serving_loop(
     generated = np.zeros(n, dtype=np.int64)
     steps_done = np.zeros(n, dtype=np.int64)  # verification steps each request has taken (RNG stream index)
     prefill_left = inputs.prompt_tokens.astype(np.int64).copy()
+    prefill_target = prefill_left.copy()  # tokens the current prefill computes (prompt, or all after a preemption)
     last_chunk_s = np.zeros(n)
     closed = inputs.closed_loop_concurrency
     cap = min(closed, inputs.max_running_requests) if closed is not None else inputs.max_running_requests
@@ -128,9 +143,22 @@ def run_serving_loop(
             clock = float(inputs.arrival_s[next_request])  # idle until the next arrival
             continue
 
-        # 2. Draft and verify for the requests already decoding.
+        # 2. Draft and verify for the requests already decoding (with a KV cache: those that fit).
         batch = len(running)
-        k = k_for_batch(batch) if (batch and verify is not None) else 0
+        lookup = batch + len(prefilling) if lookup_counts_prefills else batch
+        k = k_for_batch(lookup) if (batch and verify is not None) else 0
+        preempted = np.zeros(0, dtype=np.int64)
+        if kv is not None and batch:
+            context_after = inputs.prompt_tokens[running] + generated[running] + k + lookahead_slots(k)
+            preempted = kv.reserve_decode(running, context_after)
+            if len(preempted):  # recompute: back to the head of the queue, prompt and output so far
+                running = running[: batch - len(preempted)]
+                prefill_target[preempted] = inputs.prompt_tokens[preempted] + generated[preempted]
+                prefill_left[preempted] = prefill_target[preempted]
+                prefilling = [int(r) for r in preempted[::-1]] + prefilling
+                batch = len(running)
+                lookup = batch + len(prefilling) if lookup_counts_prefills else batch
+                k = k_for_batch(lookup) if (batch and verify is not None) else 0
         if batch and k > 0:
             emitted = verify(running, steps_done[running], k)
             _count_acceptance(trace, emitted, k)
@@ -139,18 +167,34 @@ def run_serving_loop(
             emitted = np.ones(batch, dtype=np.int64)
 
         # 3. Chunked prefill fills what the token budget leaves after the decode tokens.
-        budget = max(inputs.max_num_batched_tokens - batch * (k + 1), 0)
-        chunk_tokens, chunk_prompts, completed = 0, 0, []
-        for request in prefilling:
+        budget = max(inputs.max_num_batched_tokens - batch * (k + 1), 0) if not len(preempted) else 0
+        chunk_tokens, chunk_prompts, completed, kv_blocked = 0, 0, [], False
+        for position, request in enumerate(prefilling):
             if budget <= 0:
                 break
             take = int(min(prefill_left[request], budget))
+            if kv is not None:
+                done_tokens = int(prefill_target[request] - prefill_left[request])
+                take, restarted = kv.grow_prefill(request, done_tokens, take, prefilling[position + 1:])
+                prefill_left[restarted] = prefill_target[restarted]
+                if take <= 0:
+                    kv_blocked = True
+                    break
             prefill_left[request] -= take
             budget -= take
             chunk_tokens += take
             chunk_prompts += 1
             if prefill_left[request] == 0:
                 completed.append(request)
+        if kv_blocked or len(preempted):
+            trace.kv_bound_steps += 1
+            if kv is not None and kv_blocked and batch == 0 and chunk_tokens == 0:
+                stuck = prefilling[0]
+                raise SpectuneError(
+                    f"request {stuck} needs {int(prefill_target[stuck])} tokens of KV cache, more than the "
+                    f"{kv.num_blocks * BLOCK_SIZE_TOKENS} one replica holds; shorten the prompts or give the "
+                    "KV cache more memory (gpu_memory_utilization, tensor_parallel_size)"
+                )
         prefill_s = prefill_time(chunk_tokens, chunk_prompts, batch > 0) if chunk_tokens else 0.0
         if batch:
             context = float((inputs.prompt_tokens[running] + generated[running]).mean())
@@ -172,15 +216,18 @@ def run_serving_loop(
         if completed:
             ids = np.asarray(completed, dtype=np.int64)
             prefilling = prefilling[len(completed):]  # FCFS: the completed ones are the head of the queue
-            trace.first_token_s[ids] = clock  # the prefill's last chunk samples the first token
+            fresh = ids[np.isnan(trace.first_token_s[ids])]
+            trace.first_token_s[fresh] = clock  # the prefill's last chunk samples the first token
             last_chunk_s[ids] = clock
-            generated[ids] = 1
+            generated[ids] += 1  # a recomputed request samples its next token the same way
             tokens_this_step += len(ids)
         decoding = np.concatenate([running, np.asarray(completed, dtype=np.int64)])
         done = generated[decoding] >= trace.output_tokens[decoding]
         if done.any() and finished == 0:
             trace.first_finish_s = clock
         trace.finish_s[decoding[done]] = clock
+        if kv is not None:
+            kv.release(decoding[done])
         finished += int(done.sum())
         running = decoding[~done]
         trace.step_end_s.append(clock)

@@ -8,9 +8,18 @@ import numpy as np
 
 from spectune.simulator._loop import LoopTrace
 
-__all__ = ["SimulationResult", "summarize"]
+__all__ = ["KvCacheReport", "SimulationResult", "summarize"]
 
 _NOISE_BLOCKS = 20
+
+
+@dataclass(frozen=True)
+class KvCacheReport:
+    """One replica's KV cache over a run: capacity (tokens), peak use (fraction of blocks), preemptions (all replicas)."""
+
+    capacity_tokens: int
+    peak_usage: float
+    num_preemptions: int
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,11 @@ class SimulationResult:
     wall_time_s: float
     kernel_wall_time_s: float
     synthesis_wall_time_s: float
+    num_replicas: int = 1
+    kv_cache_tokens: int | None = None
+    kv_cache_peak_usage: float | None = None
+    num_preemptions: int = 0
+    kv_cache_bound_steps: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -115,6 +129,8 @@ def summarize(
     wall_time_s: float,
     kernel_wall_time_s: float,
     synthesis_wall_time_s: float,
+    num_replicas: int = 1,
+    kv_cache: KvCacheReport | None = None,
 ) -> SimulationResult:
     """Turn a trace (and the same workload's no-speculation trace) into a ``SimulationResult``."""
     throughput, stderr = _throughput_and_noise(trace)
@@ -166,4 +182,9 @@ def summarize(
         wall_time_s=wall_time_s,
         kernel_wall_time_s=kernel_wall_time_s,
         synthesis_wall_time_s=synthesis_wall_time_s,
+        num_replicas=num_replicas,
+        kv_cache_tokens=kv_cache.capacity_tokens if kv_cache is not None else None,
+        kv_cache_peak_usage=kv_cache.peak_usage if kv_cache is not None else None,
+        num_preemptions=kv_cache.num_preemptions if kv_cache is not None else 0,
+        kv_cache_bound_steps=trace.kv_bound_steps,
     )

@@ -8,6 +8,7 @@ interruption and many workers can share it.
 
 from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
 from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._provenance import BucketProvenance, Mark, provenance_notes, recommendation_provenance, study_context
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._recommend import (
     MAX_REFINEMENT,
@@ -28,7 +29,7 @@ from spectune.study._records import Evaluation, SearchState, comparison_noise, e
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
 from spectune.study._space import REFINE_FACTOR, Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
-from spectune.study._storage import describe_storage, open_storage, open_study
+from spectune.study._storage import JournalRepair, describe_storage, open_storage, open_study, repair_journal
 from spectune.study._structured import REFINE_BUDGET, next_k, structured_converged, structured_next_point, structured_next_points
 
 __all__ = [
@@ -37,12 +38,15 @@ __all__ = [
     "REFINE_BUDGET",
     "REFINE_FACTOR",
     "BucketChoice",
+    "BucketProvenance",
     "Candidate",
     "Combo",
     "ComboScore",
     "Constraint",
     "Evaluation",
     "Evaluator",
+    "JournalRepair",
+    "Mark",
     "Point",
     "Recommendation",
     "SearchState",
@@ -73,7 +77,10 @@ __all__ = [
     "open_study",
     "outcome_of",
     "precision_requests",
+    "provenance_notes",
     "recommend",
+    "recommendation_provenance",
+    "repair_journal",
     "resolve_strategy",
     "run_study",
     "search_space",
@@ -82,4 +89,5 @@ __all__ = [
     "structured_converged",
     "structured_next_point",
     "structured_next_points",
+    "study_context",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spectune.config import SimulationDocument, SpeculativeConfig, StudyDocument
+from spectune.study._provenance import study_context
 from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace
 
 __all__ = ["SimulationEvaluator", "document_fingerprint", "simulation_document", "space_from_document"]
@@ -62,6 +63,7 @@ def space_from_document(document: StudyDocument) -> StudySpace:
         objectives=tuple(document.objectives),
         constraints=tuple(Constraint(m, op, bound) for m, op, bound in document.constraint_triples()),  # type: ignore[arg-type]
         skipped_combos=tuple(label for label, _ in document.skipped_combinations()),
+        context=study_context(document),
     )
 
 

@@ -4,11 +4,16 @@ The budget is the number of COMPLETE trials the study should end with. Workers c
 ask for a trial; two that ask at the same moment are sorted out here, in trial-number order: a trial
 that finds the budget already filled by the trials numbered below it is pruned without simulating.
 So N workers on a budget of B end with exactly B complete trials.
+
+A point already evaluated is answered from storage; one that a live earlier trial holds (TPE proposes
+repeats, and with many workers the first may still be running) waits for that trial's result. Either
+way each point is simulated once.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +24,7 @@ from spectune.study._records import (
     ATTR_DUPLICATE_OF,
     ATTR_REFINEMENT,
     ATTR_RESULT,
+    Evaluation,
     PARAM_BATCH_SIZE,
     PARAM_COMBO,
     PARAM_K,
@@ -35,6 +41,7 @@ Evaluator = Callable[[Point], Mapping[str, Any]]
 """Simulates one point; returns ``SimulationResult.to_dict()``-like metrics (JSON-serialisable)."""
 
 ATTR_SURPLUS = "spectune.surplus"
+_HOLDER_POLL_S = 0.1
 _CONSTRAINT_CAP = 1e12  # Optuna wants finite constraint values; a missing metric violates "infinitely"
 
 
@@ -76,7 +83,10 @@ class StudyObjective:
         if self.budget is not None and _filled(earlier) >= self.budget:
             trial.set_user_attr(ATTR_SURPLUS, True)
             raise optuna.TrialPruned(f"the budget of {self.budget} complete trials is already taken")
-        known = SearchState.from_trials(self.space, earlier).completed.get(point)
+        state = SearchState.from_trials(self.space, earlier)
+        known = state.completed.get(point)
+        if known is None and point in state.claimed:
+            known = _await_holder(trial.study, self.space, point, trial.number)
         if known is not None:
             trial.set_user_attr(ATTR_DUPLICATE_OF, known.trial_number)
             metrics = dict(known.metrics)
@@ -87,6 +97,19 @@ class StudyObjective:
             violation = constraint.violation(metric_value(metrics, constraint.metric))
             trial.set_constraint(constraint.label, min(violation, _CONSTRAINT_CAP))
         return objective_values(self.space, metrics)
+
+
+def _await_holder(study: optuna.Study, space: StudySpace, point: Point, number: int) -> Evaluation | None:
+    """An earlier live trial holds ``point`` (TPE proposed it again): wait for its result rather than
+    simulate the point twice; None when that trial failed or died instead (then this one simulates)."""
+    while True:
+        time.sleep(_HOLDER_POLL_S)
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < number]
+        state = SearchState.from_trials(space, earlier)
+        if point in state.completed:
+            return state.completed[point]
+        if point not in state.claimed:
+            return None
 
 
 def _filled(earlier: list[optuna.trial.FrozenTrial]) -> int:

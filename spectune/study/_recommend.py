@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from spectune.study._records import Evaluation
 from spectune.study._space import Combo, Point, StudySpace, bucket_ranges
+from spectune.study._zero_row import zero_row_evaluation, zero_row_notes
 
 __all__ = [
     "BucketChoice",
@@ -146,7 +147,13 @@ def format_ks(ks: Sequence[int]) -> str:
 
 def bucket_tie_set(space: StudySpace, label: str, batch_size: int, completed: Mapping[Point, Evaluation]) -> TieSet | None:
     """The tie set of ``label`` at one bucket (its K = 0 point included), at the highest finished refinement."""
-    evaluations = [completed[p] for k in space.k_values if (p := space.point(batch_size, label, k)) in completed]
+    combo = space.combo(label)
+
+    def evaluated(point: Point) -> Evaluation | None:  # a 0 row of this combo's table (see ``_zero_row``)
+        evaluation = completed.get(point)
+        return zero_row_evaluation(space, combo, batch_size, evaluation) if point.is_off else evaluation
+
+    evaluations = [e for k in space.k_values if (e := evaluated(space.point(batch_size, label, k))) is not None]
     if not evaluations:
         return None
     members, best, feasible = _ties(evaluations)
@@ -155,13 +162,15 @@ def bucket_tie_set(space: StudySpace, label: str, batch_size: int, completed: Ma
     unsimulated = lowest > 0 and space.point(batch_size, label, ks[lowest - 1]) not in completed
     refinement = 0
     while refinement < MAX_REFINEMENT:
-        refined = [completed.get(e.point.refined(refinement + 1)) for e in members]
+        refined = [evaluated(e.point.refined(refinement + 1)) for e in members]
         if any(e is None for e in refined):
             break
         refinement += 1
         members, best, feasible = _ties([e for e in refined if e is not None])
     members.sort(key=lambda e: e.point.num_speculative_tokens)
-    return TieSet(best, tuple(members), refinement, feasible, ks[lowest - 1] if unsimulated and feasible else None)
+    # Worth saying only while the first pass's smallest tie is still in the set (a refinement may drop it).
+    unsimulated = unsimulated and feasible and members[0].point.num_speculative_tokens == ks[lowest]
+    return TieSet(best, tuple(members), refinement, feasible, ks[lowest - 1] if unsimulated else None)
 
 
 def monotone_ks(allowed: Sequence[Sequence[int]]) -> list[int]:
@@ -316,7 +325,10 @@ def common_precision(
     if a is None or b is None:
         return None
     level = min(a.point.refinement, b.point.refinement)
-    a, b = completed.get(a.point.refined(level), a), completed.get(b.point.refined(level), b)
+    if a.point.refinement != level:
+        a = completed.get(a.point.refined(level), a)
+    if b.point.refinement != level:
+        b = completed.get(b.point.refined(level), b)
     if not (a.feasible and b.feasible and a.throughput > 0 and b.throughput > 0):
         return None
     return a, b
@@ -437,8 +449,12 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
     notes.extend(_rise_notes(choices))
     schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
     max_k = max(k for _, _, k in schedule)
+    notes += zero_row_notes(space, winner.combo, choices, completed, winner.aggregate_throughput_tokens_per_s)
     if max_k == 0:
-        notes.append("speculation does not pay off at any batch size; the schedule turns it off everywhere")
+        notes.append(
+            "speculation does not pay off at any batch size: serve without a speculative config (a table of 0 rows "
+            "would still load the drafter, and vLLM runs it in 0-row steps)"
+        )
     return Recommendation(
         space=space,
         combo=winner.combo,

@@ -9,13 +9,16 @@ processes are failed and their points proposed again; completed points are never
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import queue
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing.synchronize import Event as EventType
 from typing import Literal
 
 import optuna
@@ -23,7 +26,7 @@ from optuna.trial import TrialState
 
 from spectune.errors import SpectuneError
 from spectune.study._objective import Evaluator, StudyObjective
-from spectune.study._records import ATTR_OWNER, SearchState
+from spectune.study._records import SearchState
 from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strategy
 from spectune.study._space import StudySpace
 from spectune.study._storage import (
@@ -101,8 +104,8 @@ def run_study(
     ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
     only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
     space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
-    between trials (a graceful Ctrl-C): one worker finishes its trial, worker processes are stopped
-    at once (their running trials are failed and re-run by the next run).
+    between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
+    running trial and stops.
     """
     if workers < 1:
         raise SpectuneError(f"--workers: must be >= 1, got {workers}")
@@ -197,9 +200,10 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
     return "wait" if state.claimed else "stop"  # a held point comes free again if its trial fails
 
 
-def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    """A worker process: its own storage connection, its own sampler (seeded seed + index)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops the workers
+def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, stop: EventType) -> None:  # type: ignore[type-arg]
+    """A worker process: its own storage connection, its own sampler (seeded seed + index); it ends its
+    running trial and stops once ``stop`` is set."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
     optuna.logging.set_verbosity(spec.optuna_verbosity)
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
@@ -207,7 +211,8 @@ def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queu
             parent = multiprocessing.parent_process()
             # An orphan (the run was killed) stops instead of running on unseen.
             alive = parent.is_alive if parent is not None else (lambda: True)
-            completed = _worker_loop(spec, index, open_study(opened, spec.space.name), keep_going=alive)
+            keep_going = lambda: alive() and not stop.is_set()  # noqa: E731
+            completed = _worker_loop(spec, index, open_study(opened, spec.space.name), keep_going=keep_going)
         finally:
             close_storage(opened)
         results.put((index, "ok", completed))
@@ -217,24 +222,33 @@ def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queu
         results.put((index, "error", f"{type(err).__name__}: {err}"))
 
 
-def _completed_by(spec: _WorkerSpec, pids: list[int]) -> int:
-    opened = open_storage(spec.storage)
+@contextlib.contextmanager
+def _sigint_ignored_by_children() -> Iterator[None]:
+    """Start processes with SIGINT ignored (inherited through exec), so that a Ctrl-C while a worker is
+    still importing cannot kill it with a traceback; the parent's own handler is back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        trials = open_study(opened, spec.space.name).get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        return sum(1 for t in trials if (t.user_attrs.get(ATTR_OWNER) or {}).get("pid") in pids)
+        yield
     finally:
-        close_storage(opened)
+        signal.signal(signal.SIGINT, previous)
 
 
 def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None], should_stop: Callable[[], bool]) -> int:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    processes = [context.Process(target=_worker_process, args=(spec, i, results), daemon=True) for i in range(workers)]
-    for process in processes:
-        process.start()
+    stop = context.Event()
+    processes = [context.Process(target=_worker_process, args=(spec, i, results, stop), daemon=True) for i in range(workers)]
+    with _sigint_ignored_by_children():
+        for process in processes:
+            process.start()
     finished: dict[int, tuple[str, object]] = {}
     try:
-        while len(finished) < workers and not should_stop():
+        while len(finished) < workers:
+            if should_stop():
+                stop.set()  # each worker ends its running trial, reports and exits
             try:
                 index, status, payload = results.get(timeout=_POLL_S)
                 finished[index] = (status, payload)
@@ -249,8 +263,6 @@ def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None],
                     time.sleep(_POLL_S)  # its last message may still be in the queue
                     if results.empty():
                         raise SpectuneError(f"worker {i} died (exit code {process.exitcode}); run the study again to resume it")
-        if len(finished) < workers:  # stopped: count what the study holds from this run's workers
-            return _completed_by(spec, [p.pid for p in processes if p.pid is not None])
         return sum(int(payload) for _, payload in finished.values())  # type: ignore[call-overload]
     finally:
         for process in processes:

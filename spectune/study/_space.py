@@ -129,6 +129,8 @@ class StudySpace:
     objectives: tuple[Objective, ...] = ("throughput",)
     constraints: tuple[Constraint, ...] = ()
     skipped_combos: tuple[str, ...] = field(default=(), compare=False)
+    # What the provenance marks and the measurement plan read from the document (``_provenance.study_context``).
+    context: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -204,6 +206,7 @@ class StudySpace:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["candidates"] = [{"name": c.name, "speculative_base": dict(c.speculative_base)} for c in self.candidates]
+        data["context"] = dict(self.context)
         return data
 
     @classmethod
@@ -220,6 +223,7 @@ class StudySpace:
             objectives=tuple(data.get("objectives") or ("throughput",)),
             constraints=tuple(Constraint(**c) for c in data.get("constraints") or ()),
             skipped_combos=tuple(data.get("skipped_combos") or ()),
+            context=dict(data.get("context") or {}),
         )
 
 

@@ -6,6 +6,11 @@
   with heartbeats, so a trial whose worker died on another machine is failed after the grace period
   and its point proposed again; ``pool_pre_ping`` survives dropped connections.
 
+A journal record that cannot be read (a disk error, an edit, a foreign write) stops every command on
+that journal with ``JOURNAL:LINE``, before anything is appended after it; ``repair_journal`` (``spectune
+study repair``) keeps every readable record and backs the file up. A half-written last record (a
+writer killed mid-write) is dropped silently: it was never acknowledged.
+
 A study records what it was made from as user attributes: the space (so ``show``/``export`` work
 from the storage alone), the document's hash and the simulator version. A run refuses to resume a
 study made from a different document.
@@ -14,17 +19,21 @@ study made from a different document.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import shutil
 import threading
 import time
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryFailedTrialCallback
 from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal._storage import JournalStorageReplayResult  # replays one record, to find bad ones
 from optuna.trial import TrialState
 
 from spectune.errors import SpectuneError
@@ -32,6 +41,7 @@ from spectune.study._records import is_abandoned
 from spectune.study._space import StudySpace
 
 __all__ = [
+    "JournalRepair",
     "StudyFingerprint",
     "close_storage",
     "describe_storage",
@@ -39,6 +49,7 @@ __all__ = [
     "open_storage",
     "open_study",
     "prepare_study",
+    "repair_journal",
     "study_space",
 ]
 
@@ -109,12 +120,15 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
     """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage."""
     if not _is_url(storage):
         path = Path(storage)
+        if path.exists() and not path.is_file():
+            raise SpectuneError(f"--storage {storage}: not a regular file (a journal file, or a database URL)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             lock = _FlockJournalLock(str(path))
             lock.acquire()
             try:
                 _repair_journal_tail(path)
+                _check_journal(path)  # before anything is appended after an unreadable record
             finally:
                 lock.release()
             return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))  # type: ignore[arg-type]
@@ -157,7 +171,8 @@ def close_storage(storage: BaseStorage) -> None:
 
 
 def _repair_journal_tail(path: Path) -> None:
-    """Drop a half-written last record (a writer killed mid-write), which would corrupt the next one."""
+    """End the journal with a newline: drop a half-written last record (a writer killed mid-write), which
+    would corrupt the next one, or end a whole one that lost only its newline."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with open(path, "rb+") as journal:
@@ -166,7 +181,109 @@ def _repair_journal_tail(path: Path) -> None:
             return
         journal.seek(0)
         data = journal.read()
-        journal.truncate(data.rfind(b"\n") + 1)
+        start = data.rfind(b"\n") + 1
+        try:
+            whole = isinstance(json.loads(data[start:].decode("utf-8")).get("op_code"), int)
+        except (ValueError, AttributeError):
+            whole = False
+        if whole:
+            journal.seek(0, os.SEEK_END)
+            journal.write(b"\n")
+        else:
+            journal.truncate(start)
+
+
+@dataclass(frozen=True)
+class JournalRepair:
+    """What ``repair_journal`` did: records kept, unreadable lines dropped (number, why), the backup."""
+
+    kept: int
+    dropped: tuple[tuple[int, str], ...]
+    backup: Path | None
+
+
+def _read_records(data: bytes) -> tuple[list[bytes], list[tuple[int, str]]]:
+    """Each readable record (without its newline), and each unreadable line's (1-based number, reason).
+
+    A record is readable when it decodes as a JSON object and Optuna's replay applies it: random
+    bytes, half lines and records without ``op_code`` are not (Optuna itself skips a bad last line
+    but fails on one with records after it, and the next write would put one there).
+    """
+    replay = JournalStorageReplayResult("spectune-check-")
+    kept: list[bytes] = []
+    bad: list[tuple[int, str]] = []
+    lines = data.split(b"\n")
+    if not lines[-1]:
+        lines.pop()  # what follows the last newline: nothing, or a record cut short
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            bad.append((number, "an empty line"))
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append((number, "not UTF-8 text"))
+            continue
+        except ValueError as err:
+            bad.append((number, f"not JSON: {err}"[:120]))
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
+            bad.append((number, "not a journal record: no op_code"))
+            continue
+        try:
+            replay.apply_logs([record])
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError) as err:
+            bad.append((number, f"a record Optuna cannot apply: {type(err).__name__}: {err}"[:120]))
+            continue
+        kept.append(line)
+    return kept, bad
+
+
+def _check_journal(path: Path) -> None:
+    if not path.exists():
+        return
+    _, bad = _read_records(path.read_bytes())
+    if bad:
+        number, reason = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise SpectuneError(
+            f"{path}:{number}: unreadable journal record ({reason}){more}; nothing is written after it. "
+            f"'spectune study repair {path}' keeps every readable record and backs the file up first"
+        )
+
+
+def repair_journal(journal: str) -> JournalRepair:
+    """Rewrite a journal file with only its readable records, after copying it to ``JOURNAL.bak``
+    (``.bak.1``, ... when taken). Hold no study open on it meanwhile: a running worker's view would go stale."""
+    path = Path(journal)
+    if not path.is_file():
+        raise SpectuneError(f"{journal}: no journal file there")
+    lock = _FlockJournalLock(str(path))
+    try:
+        lock.acquire()
+        try:
+            data = path.read_bytes()
+            kept, bad = _read_records(data)
+            if not bad and (not data or data.endswith(b"\n")):
+                return JournalRepair(kept=len(kept), dropped=(), backup=None)
+            backup = _free_name(path.with_name(path.name + ".bak"))
+            shutil.copy2(path, backup)
+            temporary = path.with_name(f".{path.name}.repair.tmp")
+            temporary.write_bytes(b"".join(record + b"\n" for record in kept))
+            os.replace(temporary, path)
+        finally:
+            lock.release()
+    except OSError as err:
+        raise SpectuneError(f"{journal}: cannot repair: {err.strerror or err}") from None
+    return JournalRepair(kept=len(kept), dropped=tuple(bad), backup=backup)
+
+
+def _free_name(path: Path) -> Path:
+    candidate, n = path, 0
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
 
 
 def open_study(storage: BaseStorage, name: str, *, sampler: optuna.samplers.BaseSampler | None = None) -> optuna.Study:

@@ -57,3 +57,22 @@ def test_short_drafts_are_noted(tmp_path):
     calibration = calibrate([path])
     assert calibration.overall.accepted_per_position == (2, 1, 0)
     assert any("fewer than K" in note for note in calibration.notes)
+
+
+def test_fewer_draft_tokens_than_drafts_is_an_error_at_its_line(tmp_path):
+    log = tmp_path / "requests.jsonl"
+    good = {"speculative_decoding": {"acceptance_histogram": [3, 2, 1, 4], "num_spec_tokens": 3}}
+    short = {"speculative_decoding": {"acceptance_histogram": [10, 0, 0, 0], "num_draft_tokens": 4}}  # 10 steps, 4 tokens
+    log.write_text(json.dumps(good) + "\n" + json.dumps(short) + "\n")
+    with pytest.raises(DocumentError) as err:
+        calibrate([log])
+    assert str(err.value) == (
+        f"{log}:2: inconsistent counts: draft tokens (4) must lie between the drafts (10) and K x drafts (3 x 10 = 30)"
+    )
+
+
+def test_a_count_past_2_to_the_53_is_an_error_at_its_line(tmp_path):
+    log = tmp_path / "requests.jsonl"
+    log.write_text(json.dumps({"speculative_decoding": {"acceptance_histogram": [3, 2, 1, 4], "num_draft_tokens": 1e300}}) + "\n")
+    with pytest.raises(DocumentError, match=rf"^{log}:1: speculative_decoding.num_draft_tokens: must be a whole number in \[0, 2\^53\], got 1e\+300"):
+        calibrate([log])

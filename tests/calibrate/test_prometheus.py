@@ -73,3 +73,24 @@ def test_per_position_counters_that_rise_are_inconsistent(tmp_path):
     path.write_text(after)
     with pytest.raises(DocumentError, match="inconsistent counters"):
         calibrate([BEFORE, path], model_name="meta-llama/Llama-3.1-8B-Instruct")
+
+
+def test_more_draft_tokens_than_k_times_drafts_is_an_error_at_its_line(tmp_path):
+    def scrape(drafts, draft_tokens, per_position):
+        labels = 'engine="0",model_name="m"'
+        return "\n".join(
+            [
+                f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
+                f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {draft_tokens}",
+                f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {sum(per_position)}",
+                *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {n}' for i, n in enumerate(per_position)),
+            ]
+        ) + "\n"
+
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_text(scrape(0, 0, (0, 0)))
+    after.write_text(scrape(100, 201, (60, 30)))  # K = 2 positions: at most 200 draft tokens
+    with pytest.raises(DocumentError) as err:
+        calibrate([before, after])
+    assert str(err.value).startswith(f"{after}:2: vllm:spec_decode_num_draft_tokens: went up by 201 between")
+    assert "more than K = 2 positions x 100 drafts" in str(err.value)

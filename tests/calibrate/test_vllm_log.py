@@ -210,3 +210,14 @@ def test_only_skipped_lines_means_no_usable_lines(tmp_path):
     path.write_text(f"INFO {GOOD[: GOOD.index('0.524') + 3]}\n")
     with pytest.raises(DocumentError, match=r"no usable lines \(line 1: line skipped: no field after the per-position rates"):
         calibrate([path])
+
+
+def test_a_token_count_past_2_to_the_53_is_an_error_at_its_line(tmp_path):
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "SpecDecoding metrics: Accepted: 1235 tokens, Drafted: 100000000000000000000 tokens, "
+        "Per-position acceptance rate: 0.726, 0.505, 0.344, Avg Draft acceptance rate: 52.5%\n"
+    )
+    with pytest.raises(DocumentError) as err:
+        calibrate([log])
+    assert str(err.value) == f"{log}:1: Drafted: must be at most 2^53 tokens, got 100000000000000000000"

@@ -37,3 +37,30 @@ def test_bad_profiles_are_located(problems_of, body, line, field, fragment):
     matching = [p for p in problems if p.field == field]
     assert matching, [str(p) for p in problems]
     assert matching[0].line == line and fragment in matching[0].message, str(matching[0])
+
+
+def test_geometric_decay_extends_at_the_fitted_ratio_from_the_last_measured_rate():
+    from spectune.config import AcceptanceRates
+    from spectune.config import fitted_decay
+
+    measured = [0.8, 0.72, 0.648]  # ratio 0.9 per position
+    rates = AcceptanceRates(conditional_rates=measured, extrapolation="geometric_decay")
+    assert abs(fitted_decay(measured) - 0.9) < 1e-12
+    extended = rates.conditional(6)
+    assert extended[:3] == measured
+    assert [round(r, 9) for r in extended[3:]] == [round(0.648 * 0.9**j, 9) for j in (1, 2, 3)]
+    assert AcceptanceRates(conditional_rates=measured).conditional(5)[3:] == [0.648, 0.648]
+    # rising rates are not extrapolated upwards; one position has nothing to fit
+    assert AcceptanceRates(conditional_rates=[0.5, 0.7], extrapolation="geometric_decay").conditional(4)[2:] == [0.7, 0.7]
+    assert AcceptanceRates(conditional_rates=[0.6], extrapolation="geometric_decay").conditional(3) == [0.6, 0.6, 0.6]
+
+
+def test_a_bin_extrapolates_by_its_sources_rule():
+    from spectune.config import AcceptanceSource
+
+    source = AcceptanceSource(
+        conditional_rates=[0.8, 0.72],
+        extrapolation="geometric_decay",
+        bins=[{"min_running": 1, "max_running": 8, "conditional_rates": [0.9, 0.81]}],
+    )
+    assert [round(r, 9) for r in source.rates_for_batch(4).conditional(3)] == [0.9, 0.81, round(0.81 * 0.9, 9)]

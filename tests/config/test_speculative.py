@@ -18,6 +18,7 @@ BAD_DOCUMENTS = [
     ("method: eagle\nnum_speculative_tokens: three\n", 2, "num_speculative_tokens", "must be an integer, got 'three'"),
     ("method: eagle\nnum_speculative_tokens: 2.5\n", 2, "num_speculative_tokens", "must be a whole number, got 2.5"),
     ("method: eagle\n", 1, "num_speculative_tokens", "required field is missing"),
+    ("method: draft_model\nmodel: meta-llama/Llama-3.2-1B\n", 1, "num_speculative_tokens", "required field is missing"),
     (BASE + "rejection_sample_method: fancy\n", 4, "rejection_sample_method", "must be one of 'standard', 'block'"),
     (BASE + "rejection_sample_method: fly\n", 4, "rejection_sample_method", "'fly' is lossy"),
     (BASE + "draft_sample_method: topk\n", 4, "draft_sample_method", "must be one of 'greedy', 'probabilistic'"),
@@ -45,13 +46,17 @@ BAD_DOCUMENTS = [
      "synthetic_acceptance_length", "must be in [1, K+1]"),
     (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 1.2\n", 5,
      "synthetic_acceptance_rate", "must be <= 1.0, got 1.2"),
-    # the per-batch-size schedule
-    (BASE + "num_speculative_tokens_per_batch_size: [[1, 16, 4]]\n", 4,
-     "num_speculative_tokens_per_batch_size[0][2]", "K must be in [0, num_speculative_tokens] = [0, 3], got 4"),
+    # the per-batch-size schedule: what vLLM's dynamic-speculation lookup refuses
+    (BASE + "num_speculative_tokens_per_batch_size: [[1, 16, -1]]\n", 4,
+     "num_speculative_tokens_per_batch_size[0][2]", "K must be >= 0 (0 = speculation off), got -1"),
     (BASE + "num_speculative_tokens_per_batch_size:\n  - [1, 16, 3]\n  - [8, 32, 2]\n", 6,
-     "num_speculative_tokens_per_batch_size[1][0]", "sorted and non-overlapping"),
-    (BASE + "num_speculative_tokens_per_batch_size:\n  - [17, 32, 3]\n  - [1, 16, 2]\n", 6,
-     "num_speculative_tokens_per_batch_size[1][0]", "sorted and non-overlapping"),
+     "num_speculative_tokens_per_batch_size[1][0]", "must not overlap: start_bs must be > 16 (end_bs of row 0"),
+    (BASE + "num_speculative_tokens_per_batch_size:\n  - [17, 32, 3]\n  - [1, 20, 2]\n", 5,
+     "num_speculative_tokens_per_batch_size[0][0]", "must not overlap: start_bs must be > 20 (end_bs of row 1"),
+    (BASE + "num_speculative_tokens_per_batch_size: [[2, 16, 3]]\n", 4,
+     "num_speculative_tokens_per_batch_size[0][0]", "the first row must start at batch size 1"),
+    (BASE + "num_speculative_tokens_per_batch_size:\n  - [33, 64, 1]\n  - [5, 16, 3]\n", 6,
+     "num_speculative_tokens_per_batch_size[1][0]", "the first row must start at batch size 1 (vLLM refuses"),
     (BASE + "num_speculative_tokens_per_batch_size: [[16, 8, 3]]\n", 4,
      "num_speculative_tokens_per_batch_size[0][1]", "end_bs must be >= start_bs (16), got 8"),
     (BASE + "num_speculative_tokens_per_batch_size: [[0, 8, 3]]\n", 4,
@@ -103,9 +108,10 @@ def test_every_synthetic_form_gives_conditional_rates():
         method="mtp", num_speculative_tokens=3, rejection_sample_method="synthetic", synthetic_acceptance_length=2.6
     )
     assert by_length.synthetic_conditional_rates() == pytest.approx([1.0, 0.6, 0.0])
-    by_mean = SpeculativeConfig(
-        method="mtp", num_speculative_tokens=3, rejection_sample_method="synthetic", synthetic_acceptance_rate=0.6
-    )
+    with pytest.warns(SpectuneNotice, match="removed in vLLM 0.33.0"):
+        by_mean = SpeculativeConfig(
+            method="mtp", num_speculative_tokens=3, rejection_sample_method="synthetic", synthetic_acceptance_rate=0.6
+        )
     assert by_mean.synthetic_conditional_rates() == pytest.approx([0.839, 0.839 * 0.85, 0.839 * 0.85**2], abs=1e-3)
     assert SpeculativeConfig(method="mtp", num_speculative_tokens=3).synthetic_conditional_rates() is None
 
@@ -152,11 +158,71 @@ def test_config_is_frozen():
         config.num_speculative_tokens = 3  # type: ignore[misc]
 
 
-def test_schedule_lookup_covers_rows_and_falls_back_to_k():
-    config = SpeculativeConfig(
-        method="eagle", num_speculative_tokens=5, num_speculative_tokens_per_batch_size=[(1, 16, 5), (17, 64, 2), (65, 512, 0)]
+def _dense_lookup(rows, k_max, max_batch):
+    """vLLM's dynamic-speculation lookup, restated from its rules: sort by start, fill each inclusive
+    range with min(k_max, K), gaps and the tail with the previous row's, index 0 unused (0)."""
+    dense = [0] * (max_batch + 1)
+    last = None
+    for start, end, k in sorted(rows):
+        if last is not None:
+            for b in range(next_b, min(start, max_batch + 1)):
+                dense[b] = min(k_max, last)
+        for b in range(start, min(end, max_batch) + 1):
+            dense[b] = min(k_max, k)
+        next_b, last = end + 1, k
+    for b in range(next_b, max_batch + 1):
+        dense[b] = min(k_max, last)
+    return dense
+
+
+@pytest.mark.parametrize("rows", [
+    [(1, 16, 5), (17, 64, 2), (65, 512, 0)],          # contiguous
+    [(1, 16, 3), (33, 64, 1)],                         # the issue's gap and tail
+    [(1, 1, 7), (2, 8, 9), (100, 120, 0), (50, 60, 2)],  # clamped, unsorted, several gaps
+    [(1, 4, 0), (9, 9, 4)],                           # off first, a one-size row, then the tail
+])
+def test_schedule_lookup_matches_vllm_on_gaps_tail_clamping_and_first_row(rows):
+    config = SpeculativeConfig.model_validate(
+        {"method": "eagle", "num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": rows}, context={"notices": []}
     )
-    assert [config.num_speculative_tokens_for_batch(b) for b in (1, 16, 17, 64, 65, 512, 1000)] == [5, 5, 2, 2, 0, 0, 5]
+    expected = _dense_lookup(rows, 5, 300)
+    assert [config.num_speculative_tokens_for_batch(b) for b in range(301)] == expected
+
+
+def test_schedule_gaps_and_tail_take_the_previous_row_not_the_maximum():
+    config = SpeculativeConfig.model_validate(
+        {"method": "eagle", "num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": [[1, 16, 3], [33, 64, 1]]},
+        context={"notices": []},
+    )
+    assert [config.num_speculative_tokens_for_batch(b) for b in (1, 16, 17, 20, 32, 33, 64, 65, 100)] == [3, 3, 3, 3, 3, 1, 1, 1, 1]
+
+
+def test_schedule_clamp_and_gap_are_warnings_naming_what_vllm_serves(problems_of):
+    _, notices = problems_of(BASE + "num_speculative_tokens_per_batch_size:\n  - [1, 16, 4]\n  - [33, 64, 1]\n")
+    assert [n.severity for n in notices] == ["warning", "warning"]
+    clamp = next(n for n in notices if n.field == "num_speculative_tokens_per_batch_size[0][2]")
+    assert clamp.line == 5 and "min(3, 4) = 3" in clamp.message
+    gap = next(n for n in notices if n.field == "num_speculative_tokens_per_batch_size")
+    assert "batch sizes 17-32" in gap.message and "min(3, 4) = 3" in gap.message
+
+
+def test_suffix_and_mtp_take_vllms_default_k(problems_of, tmp_path):
+    path = tmp_path / "suffix.yaml"
+    path.write_text("method: suffix\n")
+    assert load_document(path).model.num_speculative_tokens == 24
+    path.write_text("method: suffix\nsuffix_decoding_max_tree_depth: 12\n")
+    assert load_document(path).model.num_speculative_tokens == 12
+    path.write_text("method: qwen3_next_mtp\n")
+    document = load_document(path)
+    assert document.model.num_speculative_tokens == 1
+    assert any(n.field == "num_speculative_tokens" and "n_predict" in n.message for n in document.notices)
+
+
+def test_scalar_synthetic_rate_warns_that_vllm_0_33_removed_it(problems_of):
+    _, notices = problems_of(BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 0.6\n")
+    [notice] = [n for n in notices if n.field == "synthetic_acceptance_rate"]
+    assert notice.severity == "warning" and notice.line == 5
+    assert "removed in vLLM 0.33.0" in notice.message
 
 
 def test_embedded_in_a_vllm_serve_config(problems_of):

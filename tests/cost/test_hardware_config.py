@@ -5,6 +5,7 @@ from __future__ import annotations
 import typing
 
 import pytest
+
 from pydantic import ValidationError
 
 from spectune.config import (
@@ -66,10 +67,15 @@ def test_explicit_gpu_needs_every_number():
     assert missing == {"dense_bf16_flops", "memory_bytes", "interconnect_bandwidth_bytes_per_s"}
 
 
+# DeepSeek-V3's MLA attention is written as the GQA shape with its KV cache (one 576-wide latent), whose
+# projections count 21B more parameters than MLA's low-rank ones: 3% of 671B.
+_ESTIMATE_TOLERANCE = {"deepseek-v3": 0.035}
+
+
 @pytest.mark.parametrize("name", TARGET_MODEL_PRESET_NAMES)
 def test_target_presets_match_the_parameter_count_their_shapes_imply(name):
     model = TargetModelSpec.model_validate(name)
-    assert model.num_parameters == pytest.approx(model.estimated_parameters, rel=0.01)
+    assert model.num_parameters == pytest.approx(model.estimated_parameters, rel=_ESTIMATE_TOLERANCE.get(name, 0.01))
 
 
 def test_llama_70b_preset_runs_at_tensor_parallel_4():
@@ -97,9 +103,16 @@ def test_eagle3_head_for_llama_8b_is_about_0_4b_parameters():
     assert head.vocab_size == 32000
 
 
+_NO_DRAFT_LLM = {"deepseek-v3"}  # no small public model shares its tokenizer
+
+
 @pytest.mark.parametrize("method", [m for m in METHODS])
 @pytest.mark.parametrize("target", TARGET_MODEL_PRESET_NAMES)
 def test_every_method_has_a_default_drafter_for_every_target_preset(method, target):
+    if method == "draft_model" and target in _NO_DRAFT_LLM:
+        with pytest.raises(SpectuneError, match="no default draft model for target 'DeepSeek-V3'"):
+            default_drafter(method, TargetModelSpec.model_validate(target))
+        return
     drafter = default_drafter(method, TargetModelSpec.model_validate(target))
     assert drafter.method == method
     assert drafter.preset == default_drafter_preset(method, target)
@@ -173,9 +186,18 @@ def test_drafter_mode_must_match_its_method(load_deployment):
         load_deployment("""\
             hardware: h100-sxm
             target_model: llama-3.1-8b
-            drafter: {preset: eagle3-llama-3.1-8b, drafting: parallel}
+            drafter: {preset: dflash-llama-3.1-8b, drafting: sequential}
             """)
-    assert any("drafter.drafting: method 'eagle3' drafts as 'sequential', got 'parallel'" in m for m in messages(info.value))
+    assert any("drafter.drafting: method 'dflash' drafts as 'parallel', got 'sequential'" in m for m in messages(info.value))
+
+
+def test_a_sequential_drafter_may_draft_in_parallel_as_p_eagle_does(load_deployment):
+    doc = load_deployment("""\
+        hardware: h100-sxm
+        target_model: llama-3.1-8b
+        drafter: {preset: eagle3-llama-3.1-8b, drafting: parallel}
+        """)
+    assert doc.model.drafter.drafting == "parallel"
 
 
 def test_lookup_drafter_reads_no_weights_and_neural_drafter_needs_a_shape(load_deployment):
@@ -240,3 +262,28 @@ def test_json_schema_offers_the_preset_name_and_override_forms(deployment_docume
     assert definitions["HardwareConfig"]["anyOf"][0]["enum"] == list(GPU_PRESET_NAMES)
     step_times = definitions["CostModelConfig"]["anyOf"][1]["properties"]["step_times"]
     assert {"type": "string"} in step_times["anyOf"]
+
+
+def test_moe_presets_have_their_published_active_parameters():
+    qwen = TargetModelSpec.model_validate("qwen3-30b-a3b")
+    assert qwen.is_moe and qwen.active_parameters == pytest.approx(3.3e9, rel=0.03)  # "A3B": 3.3B activated
+    deepseek = TargetModelSpec.model_validate("deepseek-v3")
+    assert deepseek.num_moe_layers == 58 and deepseek.active_parameters == pytest.approx(37e9, rel=0.05)  # 37B activated
+    assert deepseek.kv_cache_bytes_per_token == 61 * 576 * 2  # MLA: one 576-wide latent per token and layer
+
+
+def test_moe_fields_on_a_dense_model_and_bad_routing_are_located(load_deployment):
+    with pytest.raises(DocumentError) as info:
+        load_deployment("""\
+            hardware: h100-sxm
+            target_model: {preset: llama-3.1-8b, num_experts_per_tok: 8}
+            """)
+    assert any("target_model.num_experts_per_tok: only for an MoE model (num_experts > 0), got 8" in m
+               for m in messages(info.value))
+    with pytest.raises(DocumentError) as info:
+        load_deployment("""\
+            hardware: h200
+            target_model: {preset: qwen3-30b-a3b, num_experts_per_tok: 129}
+            """)
+    assert any("target_model.num_experts_per_tok: must be in [1, num_experts] = [1, 128] for an MoE model, got 129" in m
+               for m in messages(info.value))

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from spectune.config import CostModelConfig, DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter
-from spectune.cost import RooflineCostModel, StepTime, build_cost_model
+from spectune.cost import RooflineCostModel, SamplerWork, StepTime, build_cost_model, expected_experts_touched
 from spectune.errors import SpectuneError
 
 H100 = HardwareConfig.model_validate("h100-sxm")
@@ -122,8 +122,8 @@ def test_k_above_zero_without_a_drafter_is_an_error():
         model(drafter=None).step_time(1, 2, 0)
 
 
-def test_sampling_reads_the_fp32_logits_once():
-    cost = model()
+def test_spectune_sampler_reads_the_fp32_logits_once():
+    cost = model(sampler="spectune")
     bandwidth = 3.35e12 * 0.8
     assert cost.step_time(32, 3, 0).sampling_s == pytest.approx(32 * 4 * 128256 * 4 / bandwidth)
     with_draft = cost.step_time(32, 3, 0, draft_probabilities=True).sampling_s
@@ -219,3 +219,104 @@ def test_default_drafters_cost_less_than_the_target_per_pass():
     for method in ("eagle", "eagle3", "mtp", "draft_model", "dflash"):
         cost = model(drafter=default_drafter(method, LLAMA_8B))
         assert 0 < cost.drafting_time(1, 1, 0) < 0.4 * cost.verification_time(1, 1, 0), method
+
+
+# --- vLLM's own sampler -------------------------------------------------------------------------
+
+H200 = HardwareConfig.model_validate("h200")
+SAME_VOCAB_DRAFTER = DrafterSpec.model_validate("eagle-llama-3.1-8b")  # draft logits over all 128256 tokens
+
+
+def vllm_sampler(rule: str = "standard", *, all_greedy: bool = False, hardware=H200) -> RooflineCostModel:
+    built = build_cost_model(hardware, LLAMA_8B, SAME_VOCAB_DRAFTER, CostModelConfig(),
+                             sampler_work=SamplerWork(rejection_sample_method=rule, all_greedy=all_greedy))
+    assert isinstance(built, RooflineCostModel)
+    return built
+
+
+@pytest.mark.parametrize(("rule", "draft", "all_greedy", "batch", "k", "microseconds"), [
+    ("standard", False, True, 64, 7, 88), ("standard", False, False, 256, 3, 246),
+    ("standard", True, False, 64, 7, 178), ("block", True, False, 64, 7, 280),
+    ("standard", True, False, 256, 7, 619), ("block", True, False, 256, 7, 1034),
+    ("block", False, False, 256, 7, 379), ("synthetic", False, False, 64, 3, 80),
+])
+def test_vllm_sampler_charges_vllms_measured_h200_times_at_table_points(rule, draft, all_greedy, batch, k, microseconds):
+    sampling = vllm_sampler(rule, all_greedy=all_greedy).sampling_time(batch, k, draft_probabilities=draft)
+    assert sampling == pytest.approx(microseconds * 1e-6, rel=1e-9)
+
+
+def test_block_verification_with_draft_logits_costs_more_than_standard_under_vllms_sampler():
+    standard, block = vllm_sampler("standard"), vllm_sampler("block")
+    for batch, k in ((64, 7), (256, 7), (128, 5), (512, 4)):
+        ratio = block.sampling_time(batch, k, draft_probabilities=True) / standard.sampling_time(batch, k, draft_probabilities=True)
+        assert 1.3 < ratio < 1.8, (batch, k, ratio)
+    # spectune's own kernels are charged one read of the logits whatever the rule
+    ours = model(hardware=H200, drafter=SAME_VOCAB_DRAFTER, sampler="spectune")
+    assert ours.sampling_time(64, 7, draft_probabilities=True) < standard.sampling_time(64, 7, draft_probabilities=True)
+
+
+def test_vllm_sampler_interpolates_in_batch_and_k_and_scales_with_vocabulary_and_bandwidth():
+    cost = vllm_sampler("standard")
+    at = [cost.sampling_time(b, 5) for b in (1, 32, 64, 160, 256, 512)]
+    assert at == sorted(at)  # more requests, more time
+    assert cost.sampling_time(160, 5) == pytest.approx(
+        (cost.sampling_time(64, 5) + cost.sampling_time(256, 5)) / 2, rel=1e-9)  # linear between table points
+    assert cost.sampling_time(64, 5) == pytest.approx((81 + 114) / 2 * 1e-6, rel=1e-9)  # between K = 3 and 7
+    small_vocab = build_cost_model(H200, LLAMA_8B.model_copy(update={"vocab_size": 128256 // 2}), SAME_VOCAB_DRAFTER,
+                                   CostModelConfig())
+    floor = 14e-6  # launch latency: does not scale with the bytes
+    assert small_vocab.step_time(256, 3, 0).sampling_s - floor == pytest.approx((246e-6 - floor) / 2, rel=1e-9)
+    on_h100 = vllm_sampler("standard", hardware=H100).sampling_time(256, 3)
+    assert on_h100 - floor == pytest.approx((246e-6 - floor) * 4.8 / 3.35, rel=1e-9)
+
+
+# --- MoE targets -------------------------------------------------------------------------------
+
+QWEN3_MOE = TargetModelSpec.model_validate("qwen3-30b-a3b")
+
+
+def test_expected_experts_touched_matches_the_uniform_routing_formula():
+    assert expected_experts_touched(256, 8, 48) / 256 == pytest.approx(0.78, abs=0.005)  # the public 78% at 48 tokens
+    assert expected_experts_touched(128, 8, 1) == pytest.approx(8)
+    assert expected_experts_touched(128, 8, 10_000) == pytest.approx(128)
+    assert expected_experts_touched(0, 0, 100) == 0.0
+
+
+def test_moe_verification_reads_more_experts_as_its_tokens_grow():
+    cost = model(target=QWEN3_MOE, drafter=default_drafter("eagle3", QWEN3_MOE))
+    expert_s = QWEN3_MOE.expert_parameters * 2 / (3.35e12 * 0.8)
+    one, eight = cost.verification_time(1, 0, 0), cost.verification_time(8, 0, 0)
+    touched = expected_experts_touched(128, 8, 8) - 8
+    assert eight - one == pytest.approx(touched * expert_s, rel=0.02)
+    dense_one, dense_eight = model().verification_time(1, 0, 0), model().verification_time(8, 0, 0)
+    assert dense_eight == pytest.approx(dense_one, rel=0.01)  # a dense target's pass is flat there
+
+
+def test_moe_target_best_k_at_a_large_batch_differs_from_its_dense_twin():
+    # the dense twin: the same shapes with one dense MLP as wide as the experts a token runs through
+    dense_twin = QWEN3_MOE.model_copy(update={
+        "num_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0, "intermediate_size": 8 * 768,
+        "num_parameters": QWEN3_MOE.active_parameters})
+    drafter = default_drafter("eagle3", QWEN3_MOE)
+    moe, dense = model(target=QWEN3_MOE, drafter=drafter), model(target=dense_twin, drafter=drafter)
+    assert moe.step_time(1, 0, 512).total_s == pytest.approx(dense.step_time(1, 0, 512).total_s, rel=0.01)
+    # batch 1: each extra draft token drags 8 more experts through memory, so the MoE drafts less
+    assert best_k(moe, 1, 0.8, 512) < best_k(dense, 1, 0.8, 512)
+    # batch 64: 64 tokens already touch 126 of the 128 experts, extra tokens are nearly free again,
+    # and the pass is 4x dearer than the twin's: the MoE's best K rises with batch, the twin's falls
+    assert expected_experts_touched(128, 8, 64) > 125
+    assert best_k(moe, 64, 0.8, 512) > best_k(moe, 1, 0.8, 512)
+    assert best_k(moe, 64, 0.8, 512) > best_k(dense, 64, 0.8, 512)
+    assert best_k(dense, 64, 0.8, 512) < best_k(dense, 1, 0.8, 512)
+
+
+# --- drafter tensor parallelism ----------------------------------------------------------------
+
+def test_draft_tensor_parallel_size_changes_the_drafting_time():
+    llama_70b = TargetModelSpec.model_validate("llama-3.1-70b")
+    four = HardwareConfig.model_validate({"gpu": "h100-sxm", "num_gpus": 4})
+    head = default_drafter("eagle", llama_70b)
+    at_tp4 = model(hardware=four, target=llama_70b, drafter=head).drafting_time(8, 3, 1000)
+    at_tp1 = model(hardware=four, target=llama_70b, drafter=head.model_copy(update={"tensor_parallel_size": 1})).drafting_time(8, 3, 1000)
+    assert at_tp1 != pytest.approx(at_tp4, rel=0.05)
+    assert at_tp1 > at_tp4  # one GPU reads the whole head (its LM head alone is 1 GB) with no all-reduce to pay

@@ -2,11 +2,17 @@
 
 Catches code that Triton's interpreter runs but its compiler rejects (break/continue, return in a
 loop, interpreter-only builtins). Prints one line per variant; exits 1 on the first failure. Also
-compiles pass A and the small-grid kernel as launched, and the small-grid kernel as
-``benchmarks/trace_decision.py`` instruments it (so that tool's anchors keep matching the kernels).
-With ``--resources`` each line ends with ptxas's registers, spills and stack, the dependent waves of
-loads after the one-hot small-grid kernel's ticket (``load_waves_after_ticket``) and the number of tile-wide
-index tensors Triton converted between layouts (``index_conversions``).
+compiles pass A as launched (under its register caps). With ``--resources`` each line ends with
+ptxas's registers, spills and stack, the dependent waves of loads after the one-hot small-grid
+kernel's ticket (``load_waves_after_ticket``) and the number of tile-wide index tensors Triton
+converted between layouts (``index_conversions``).
+
+``--ptx DIR`` writes each variant's PTX to DIR, normalised so that a refactor which should not
+change the generated code can be checked with ``diff -r`` against a run before it: debug lines
+and labels dropped, and parameters renamed by first use (regrouping arguments renumbers them).
+
+    python tests/kernels/compile_check.py --ptx /tmp/before   # on the old tree
+    python tests/kernels/compile_check.py --ptx /tmp/after && diff -r /tmp/before /tmp/after
 """
 
 import os
@@ -22,44 +28,107 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from spectune.kernels import _decision, _residual_kernel, _small_grid, _verify_kernel  # noqa: E402
+from spectune.kernels import _decision, _plan, _residual_kernel, _small_grid, _verify_kernel  # noqa: E402
+from spectune.kernels._arguments import Inputs, Logits, Outputs, Sizes, Workspace  # noqa: E402
+from spectune.kernels._contract import DEFAULT_TILE  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
-POINTER_DTYPES = {
-    "target_ptr": "*fp32", "draft_logits_ptr": "*bf16", "draft_tokens_ptr": "*i64", "temperature_ptr": "*fp32",
-    "seed_ptr": "*i64", "rates_ptr": "*fp32", "plan_ptr": "*i32", "draft_first_max_ptr": "*i32",
-    "tile_token_ptr": "*i32", "excluded_token_ptr": "*i32", "residual_token_ptr": "*i32",
-    "counter_ptr": "*i32", "tokens_ptr": "*i64", "num_tokens_ptr": "*i32",
+# The kernels' named-tuple arguments and their fields' types (others: *fp32 pointers).
+GROUPS = {"logits": Logits, "inputs": Inputs, "work": Workspace, "sizes": Sizes, "outputs": Outputs}
+FIELD_TYPES = {
+    "target": "*fp32", "draft": "*bf16", "draft_tokens": "*i64", "seed": "*i64", "draft_first_max": "*i32",
+    "plan": "*i32", "tile_token": "*i32", "excluded_token": "*i32", "residual_token": "*i32", "tokens": "*i64",
+    "num_tokens": "*i32", "counter_ptr": "*i32",
 }
 
 
+def field_type(name, logits):
+    if name in ("target", "draft") and logits:
+        return logits
+    if "stride" in name:
+        return "i64"
+    if name in Sizes._fields:
+        return "i32"
+    return FIELD_TYPES.get(name, "*fp32")
+
+
 def signature(fn, constexprs, logits=None):
-    """Argument types; ``logits`` ("*fp32", "*bf16") sets both logit tensors' type if given."""
-    dtypes = dict(POINTER_DTYPES, **({"target_ptr": logits, "draft_logits_ptr": logits} if logits else {}))
-    sig = {}
-    for name in fn.arg_names:
+    """Argument types; ``logits`` ("*fp32", "*bf16") sets both logit tensors' type if given, and
+    divisibility by 16 for pointers, strides and the vocabulary (as the launcher sees them for
+    V = 128256), keyed by argument path."""
+    sig, aligned = {}, {}
+    for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             sig[name] = "constexpr"
+        elif name in GROUPS:
+            group = GROUPS[name]
+            sig[name] = group(*(field_type(field, logits) for field in group._fields))
+            for j, field in enumerate(group._fields):
+                if sig[name][j].startswith("*") or "stride" in field or field == "vocab":
+                    aligned[(i, j)] = [["tt.divisibility", 16]]
         elif name.endswith("_desc"):  # bulk-copy descriptors, or unused pointers without them
-            dtype = dtypes["target_ptr" if name == "target_desc" else "draft_logits_ptr"]
+            dtype = field_type("target" if name == "target_desc" else "draft", logits)
             sig[name] = f"tensordesc<{dtype[1:]}[1, 1, {constexprs['TILE']}]>" if constexprs.get("USE_TMA") else dtype
-        elif name.endswith("_ptr"):
-            sig[name] = dtypes.get(name, "*fp32")
-        elif name.startswith(("target_stride", "draft_stride")):
-            sig[name] = "i64"
         else:
-            sig[name] = "i32"
-    return sig
+            sig[name] = field_type(name, logits)
+            aligned[(i,)] = [["tt.divisibility", 16]]
+    return sig, aligned
 
 
 def compile_variant(fn, options=None, logits=None, **constexprs):
-    # Pointers, strides and the vocabulary as the launcher sees them for V = 128256: divisible by 16.
-    aligned = {
-        (i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
-        if name not in constexprs and (name.endswith("_ptr") or "stride" in name or name == "vocab")
-    }
-    source = ASTSource(fn=fn, signature=signature(fn, constexprs, logits), constexprs=constexprs, attrs=aligned)
+    sig, aligned = signature(fn, constexprs, logits)
+    source = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=aligned)
     return triton.compile(source, target=TARGET, options=options or {"num_warps": 8})
+
+
+def parameter_names(fn, constexprs) -> list[str]:
+    """The kernel's PTX parameters in order, named by argument (``work.tile_max``): a named tuple
+    is its fields, a bulk-copy descriptor its map, three sizes and three strides; Triton appends
+    two scratch pointers."""
+    names = []
+    for name in fn.arg_names:
+        if name in constexprs:
+            continue
+        if name in GROUPS:
+            names += [f"{name}.{field}" for field in GROUPS[name]._fields]
+        elif name.endswith("_desc") and constexprs.get("USE_TMA"):
+            names += [name] + [f"{name}.shape{i}" for i in range(3)] + [f"{name}.stride{i}" for i in range(3)]
+        else:
+            names.append(name)
+    return names + ["global_scratch", "profile_scratch"]
+
+
+def normalised_ptx(ptx: str, names: list[str]) -> str:
+    """The PTX without debug lines, labels, comments, register declarations or parameter loads: a value
+    loaded from a parameter is written as the parameter's name (``names``, in order), and the
+    other registers are renumbered by first appearance. Regrouping a kernel's arguments moves its
+    parameter loads and renumbers its registers; this leaves only real differences."""
+    lines, loaded = [], {}
+    for line in ptx.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(".section") and ".debug" in stripped:
+            break
+        if stripped.startswith((".loc", ".file", "$L__tmp", "$L__func", ".reg", ".param")):
+            continue
+        line = re.sub(r"\s*//.*$", "", line)  # comments name LLVM blocks by a running count
+        line = re.sub(r"\w+_param_(\d+)", lambda m: "%" + names[int(m.group(1))], line)
+        load = re.match(r"\s*ld\.param\.\w+\s+(%\w+), \[(%[\w.]+)\];", line)
+        if load:
+            loaded[load.group(1)] = load.group(2)
+            continue
+        lines.append(line)
+    text = re.sub(r"%\w+\b", lambda m: loaded.get(m.group(0), m.group(0)), "\n".join(lines))
+    numbers: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def renumber(match: re.Match) -> str:
+        if match.group(0) not in numbers:
+            prefix = match.group(1)
+            counts[prefix] = counts.get(prefix, 0) + 1
+            numbers[match.group(0)] = f"%{prefix}#{counts[prefix]}"
+        return numbers[match.group(0)]
+
+    return re.sub(r"%(r|rd|p|f|fd|rs|h|hh|b)(\d+)\b", renumber, text) + "\n"
 
 
 def resources(kernel, one_hot_small_grid: bool = False) -> str:
@@ -88,7 +157,7 @@ def load_waves_after_ticket(sass: str) -> str:
 
     A wave ends where a cross-thread step (a shuffle, a warp reduction, a block barrier) comes after
     a load: a load after that step cannot be in flight with the ones before it. The one-hot decider
-    needs one wave (v9's took four: draft tokens, statistics, the draft's logit, the draws).
+    needs one wave (it once took four: draft tokens, statistics, the draft's logit, the draws).
     """
     instructions = [line.split(";")[0] for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
     tickets = [i for i, text in enumerate(instructions) if "ATOMG.E.ADD" in text]
@@ -110,7 +179,7 @@ def index_conversions(kernel) -> int:
 
     Token ids, the race's hash and masks are made from aranges and per-request scalars, so they can
     always be laid out like the logits they meet; a conversion means Triton computed them in some
-    other layout (v8's decision hashed every token on 4-8 warps at once, then converted).
+    other layout (a decision once hashed every token on 4-8 warps at once, then converted).
     """
     pattern = re.compile(r"ttg\.convert_layout .*-> tensor<\d+x(\d+)x(?:i1|i32|i64),")
     return sum(int(match.group(1)) >= 1024 for match in pattern.finditer(kernel.asm["ttgir"]))
@@ -120,76 +189,69 @@ def variants():
     padding = dict(ROWS_PAD=8, TILES_PAD=64)
     for has_draft in (False, True):
         for tma, per_program, stages in ((False, 1, 1), (True, 8, 3)):
-            for split in (False, True) if has_draft else (False,):
-                yield _verify_kernel._verify_kernel, None, dict(
-                    HAS_DRAFT=has_draft, USE_TMA=tma, TILES_PER_PROGRAM=per_program, STAGES=stages,
-                    SPLIT_DRAFT=split, TILE=4096, BLOCK_R=1,
-                )
+            yield _verify_kernel._verify_kernel, None, dict(
+                HAS_DRAFT=has_draft, USE_TMA=tma, TILES_PER_PROGRAM=per_program, STAGES=stages, TILE=DEFAULT_TILE,
+                BLOCK_R=1,
+            )
     for method in (0, 1, 2):
         for has_draft in (False, True):
-            yield _decision._decide_kernel, None, dict(METHOD=method, HAS_DRAFT=has_draft, TILE=4096, BLOCK_R=1, **padding)
-        yield _residual_kernel._residual_kernel, None, dict(SLOTS=7 if method == 1 else 1, TILE=4096, BLOCK_R=1, ROWS_PAD=8,
-                                                             TILES_PER_PROGRAM=1)
-        yield _residual_kernel._decide_residual_kernel, None, dict(METHOD=method, TILE=4096, BLOCK_R=1, **padding)
+            yield _decision._decide_kernel, None, dict(METHOD=method, HAS_DRAFT=has_draft, TILE=DEFAULT_TILE, BLOCK_R=1,
+                                                       **padding)
+        yield _residual_kernel._residual_kernel, None, dict(SLOTS=7 if method == 1 else 1, TILE=DEFAULT_TILE, BLOCK_R=1,
+                                                             ROWS_PAD=8, TILES_PER_PROGRAM=1)
+        yield _residual_kernel._decide_residual_kernel, None, dict(METHOD=method, TILE=DEFAULT_TILE, BLOCK_R=1, **padding)
         # The small-grid kernel as launched (the register cap that keeps two programs an SM);
         # with draft logits the barrier kernel and the two launches around it.
         for has_draft, stage in ((False, 0), (True, 0), (True, 1), (True, 2)):
-            options = {"num_warps": 8, "maxnreg": 128, "launch_cooperative_grid": has_draft and stage == 0}
+            options = {"num_warps": 8, "maxnreg": _plan.SMALL_GRID_REGISTERS,
+                       "launch_cooperative_grid": has_draft and stage == 0}
             yield _small_grid._small_grid_kernel, options, dict(
-                METHOD=method, HAS_DRAFT=has_draft, STAGE=stage, TILE=4096, BLOCK_R=1, **padding,
+                METHOD=method, HAS_DRAFT=has_draft, STAGE=stage, TILE=DEFAULT_TILE, BLOCK_R=1, **padding,
             )
 
 
 def launched_pass_a():
     """Pass A as the launcher compiles it for large grids at V = 128256: (logits, options, constexprs).
 
-    Bulk copies (fp32, R=256-sized grids) and plain loads under the launcher's register caps, which
-    may spill a few bytes (the caps measured faster anyway; see ``_launcher.launch``).
+    Bulk copies (fp32, R=256-sized grids) and plain loads under the plan's register caps, which
+    may spill a few bytes (the caps measured faster anyway; see ``_plan``).
     """
-    from spectune.kernels import _launcher
-
     for has_draft in (False, True):
-        draft = dict(HAS_DRAFT=has_draft, SPLIT_DRAFT=has_draft, TILE=4096, BLOCK_R=1)
-        yield "*fp32", {"num_warps": 4}, dict(USE_TMA=True, TILES_PER_PROGRAM=16, STAGES=_launcher._STAGES, **draft)
-        for logits, cap in (("*fp32", _launcher._FP32_REGISTERS), ("*bf16", _launcher._SIXTEEN_BIT_REGISTERS)):
+        draft = dict(HAS_DRAFT=has_draft, TILE=DEFAULT_TILE, BLOCK_R=1)
+        yield "*fp32", {"num_warps": 4}, dict(USE_TMA=True, TILES_PER_PROGRAM=16, STAGES=_plan.BULK_STAGES, **draft)
+        for logits, cap in (("*fp32", _plan.FP32_REGISTERS), ("*bf16", _plan.SIXTEEN_BIT_REGISTERS)):
             yield logits, {"num_warps": 4, "maxnreg": cap}, dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft)
 
 
-def traced_small_grid_kernel(directory: str):
-    """The small-grid kernel from ``benchmarks/trace_decision.py``'s instrumented copy."""
-    import importlib
-    import pathlib
-
-    import spectune.kernels
-
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
-    import trace_decision
-
-    source = pathlib.Path(spectune.kernels.__file__).parent
-    package = trace_decision.instrumented_package(source, pathlib.Path(directory) / "traced")
-    traced = importlib.import_module(f"{package.__name__}._small_grid")
-    common = dict(METHOD=0, STAGE=0, TILE=4096, BLOCK_R=1, ROWS_PAD=8, TILES_PAD=32)
-    for has_draft in (False, True):
-        yield traced._small_grid_kernel, dict(HAS_DRAFT=has_draft, **common)
+def variant_name(tag, fn, logits, options, constexprs) -> str:
+    """A file name for a variant's PTX: what distinguishes it, without the sizes every variant shares."""
+    shared = ("TILE", "BLOCK_R", "ROWS_PAD", "TILES_PAD")
+    key = "-".join(f"{name}{value}" for name, value in sorted(constexprs.items()) if name not in shared)
+    option = "-".join(f"{name}{value}" for name, value in sorted((options or {}).items()))
+    return f"{tag}-{fn.__name__}-{(logits or '').strip('*')}-{option}-{key}"
 
 
 def main() -> int:
     show_resources = "--resources" in sys.argv
+    ptx_directory = sys.argv[sys.argv.index("--ptx") + 1] if "--ptx" in sys.argv else None
+    if ptx_directory:
+        os.makedirs(ptx_directory, exist_ok=True)
     jobs = [(fn, options, None, constexprs, "ok") for fn, options, constexprs in variants()]
     jobs += [(_verify_kernel._verify_kernel, options, logits, constexprs, "launched")
              for logits, options, constexprs in launched_pass_a()]
-    with tempfile.TemporaryDirectory() as trace_directory:
-        jobs += [(fn, {"num_warps": 8, "maxnreg": 128}, None, constexprs, "traced")
-                 for fn, constexprs in traced_small_grid_kernel(trace_directory)]
-        for fn, options, logits, constexprs, tag in jobs:
-            try:
-                kernel = compile_variant(fn, options, logits, **constexprs)
-            except Exception as error:  # report which variant broke, then fail
-                print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
-                return 1
-            one_hot = fn.__name__ == "_small_grid_kernel" and not constexprs["HAS_DRAFT"]
-            extra = resources(kernel, one_hot) if show_resources else ""
-            print(f"{tag} {fn.__name__} {logits or ''} {options or ''} {constexprs} {extra}", flush=True)
+    for fn, options, logits, constexprs, tag in jobs:
+        try:
+            kernel = compile_variant(fn, options, logits, **constexprs)
+        except Exception as error:  # report which variant broke, then fail
+            print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
+            return 1
+        if ptx_directory:
+            name = variant_name(tag, fn, logits, options, constexprs)
+            with open(os.path.join(ptx_directory, name + ".ptx"), "w") as handle:
+                handle.write(normalised_ptx(kernel.asm["ptx"], parameter_names(fn, constexprs)))
+        one_hot = fn.__name__ == "_small_grid_kernel" and not constexprs["HAS_DRAFT"]
+        extra = resources(kernel, one_hot) if show_resources else ""
+        print(f"{tag} {fn.__name__} {logits or ''} {options or ''} {constexprs} {extra}", flush=True)
     return 0
 
 

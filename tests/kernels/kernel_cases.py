@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from spectune.kernels._contract import validate_inputs
-from spectune.kernels._launcher import launch
+from spectune.kernels._launcher import launch, plan_for
 from spectune.kernels.reference import rejection_sample_from_inputs
 
 # "small_grid": the Triton kernels as one launch of the small-grid kernel, which the launcher picks
@@ -19,7 +19,7 @@ Result = tuple[torch.Tensor, torch.Tensor]
 
 def run(backend: str, *, tile_size: int | None = None, fused: bool | None = None, **arguments: object) -> Result:
     """Call ``rejection_sample`` on one backend (keyword arguments as the public contract names them;
-    ``fused`` picks the Triton launch with the decision in the streaming kernel, default as the launcher)."""
+    ``fused`` picks the Triton launch as one small-grid kernel or not, default as the plan says)."""
     inputs = validate_inputs(
         arguments["target_logits"],
         arguments["draft_tokens"],
@@ -30,10 +30,11 @@ def run(backend: str, *, tile_size: int | None = None, fused: bool | None = None
         arguments.get("synthetic_conditional_rates"),
     )
     if backend == "triton":
-        return launch(inputs, tile_size=tile_size, fused=fused)
+        overrides = {} if fused is None else {"small_grid": fused}
+        return launch(inputs, plan_for(inputs, tile=tile_size, **overrides))
     if backend == "small_grid":
-        return launch(inputs, tile_size=tile_size, fused=True)
-    from spectune.kernels._launcher import tile_size_for
+        return launch(inputs, plan_for(inputs, tile=tile_size, small_grid=True))
+    from spectune.kernels._plan import tile_size_for
 
     return rejection_sample_from_inputs(inputs, tile_size=tile_size or tile_size_for(inputs.vocab_size))
 

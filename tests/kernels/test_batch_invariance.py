@@ -70,7 +70,7 @@ def test_small_grid_and_separate_launches_give_the_same_tokens(method, with_draf
     # must agree bit for bit, or batch size would change tokens. V = 5000: the default tile of
     # 4096, a ragged last tile; V = 9000 at tiles of 8192: the re-read race takes two chunks.
     from spectune.kernels._contract import validate_inputs
-    from spectune.kernels._launcher import launch
+    from spectune.kernels._launcher import launch, plan_for
 
     batch = _mixed_batch(device, num_requests=12 if vocab < 1000 else 8, vocab=vocab)
     rates = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device) if method == "synthetic" else None
@@ -78,40 +78,38 @@ def test_small_grid_and_separate_launches_give_the_same_tokens(method, with_draf
         batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
         batch["temperature"], batch["seed"], method, rates,
     )
-    fused = launch(inputs, tile_size=tile_size, fused=True)
-    separate = launch(inputs, tile_size=tile_size, fused=False)
+    fused = launch(inputs, plan_for(inputs, tile=tile_size, small_grid=True))
+    separate = launch(inputs, plan_for(inputs, tile=tile_size, small_grid=False))
     assert torch.equal(fused[0], separate[0]) and torch.equal(fused[1], separate[1])
 
 
 @pytest.mark.parametrize("method", ["standard", "block"])
 @pytest.mark.parametrize("with_draft_logits", [False, True])
 @pytest.mark.parametrize("knobs", [
-    dict(bulk_copies=False, tiles_per_program=1, stages=1),
-    dict(bulk_copies=True, tiles_per_program=1, stages=1),
-    dict(bulk_copies=True, tiles_per_program=3, stages=3),
-    dict(bulk_copies=False, tiles_per_program=4, stages=2),
-    dict(bulk_copies=False, tiles_per_program=1, num_warps=8, decide_warps=2, fused=False),
-    dict(bulk_copies=True, tiles_per_program=3, stages=3, split_draft=True),
-    dict(bulk_copies=False, tiles_per_program=2, split_draft=False),
-    dict(bulk_copies=False, tiles_per_program=1, split_draft=True, fused=True),
-    dict(bulk_copies=False, tiles_per_program=1, fused=False, max_registers=72),  # compiled only
-    dict(bulk_copies=False, tiles_per_program=4, fused=False, max_registers=72, residual_tiles=1),
-    dict(bulk_copies=False, tiles_per_program=1, fused=False, residual_tiles=3),
+    dict(bulk_copies=False, pass_a_tiles=1, stages=1),
+    dict(bulk_copies=True, pass_a_tiles=1, stages=1),
+    dict(bulk_copies=True, pass_a_tiles=3, stages=3),
+    dict(bulk_copies=False, pass_a_tiles=4, stages=2),
+    dict(bulk_copies=False, pass_a_tiles=1, pass_a_warps=8, decide_warps=2, small_grid=False),
+    dict(bulk_copies=False, pass_a_tiles=1, small_grid=True),
+    dict(bulk_copies=False, pass_a_tiles=1, small_grid=False, pass_a_registers=72),  # compiled only
+    dict(bulk_copies=False, pass_a_tiles=4, small_grid=False, pass_a_registers=72, residual_tiles=1),
+    dict(bulk_copies=False, pass_a_tiles=1, small_grid=False, residual_tiles=3),
 ])
 def test_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
     # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk), copies
-    # in flight, draft rows in programs of their own or beside their target rows, and pass B's tiles
-    # per program only change how the logits are read; the tokens must be bit-identical.
+    # in flight, warps, register caps and pass B's tiles per program only change how the logits are
+    # read; the tokens must be bit-identical.
     from spectune.kernels._contract import validate_inputs
-    from spectune.kernels._launcher import launch
+    from spectune.kernels._launcher import launch, plan_for
 
     batch = _mixed_batch(device, num_requests=6, vocab=300)
     inputs = validate_inputs(
         batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
         batch["temperature"], batch["seed"], method, None,
     )
-    baseline = launch(inputs, tile_size=64, bulk_copies=False, tiles_per_program=1, split_draft=False)
-    varied = launch(inputs, tile_size=64, **knobs)
+    baseline = launch(inputs, plan_for(inputs, tile=64, bulk_copies=False, pass_a_tiles=1, stages=1))
+    varied = launch(inputs, plan_for(inputs, tile=64, **knobs))
     assert torch.equal(baseline[0], varied[0]) and torch.equal(baseline[1], varied[1])
 
 
@@ -141,7 +139,7 @@ def test_small_grid_hands_its_counters_back_at_zero(with_draft_logits, device):
             batch["target_logits"][:num_requests], batch["draft_tokens"][:num_requests], draft_logits if draft_logits is None
             else draft_logits[:num_requests], batch["temperature"][:num_requests], batch["seed"][:num_requests], "block", None,
         )
-        result = _launcher.launch(inputs, tile_size=64, fused=True, block_requests=block_requests)
+        result = _launcher.launch(inputs, _launcher.plan_for(inputs, tile=64, small_grid=True, block_requests=block_requests))
         first = first or result
     assert torch.equal(result[0], first[0]) and torch.equal(result[1], first[1])
     key = torch.device(device) if device == "cpu" else torch.device("cuda", torch.cuda.current_device())
@@ -155,13 +153,13 @@ def test_small_grid_barrier_and_two_launches_give_the_same_tokens(device):
     if device == "cpu":
         pytest.skip("the interpreter runs one program at a time: no grid barrier can open")
     from spectune.kernels._contract import validate_inputs
-    from spectune.kernels._launcher import launch
+    from spectune.kernels._launcher import launch, plan_for
 
     batch = _mixed_batch(device, num_requests=4, vocab=300)
     for method in ("standard", "block", "synthetic"):
         rates = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device) if method == "synthetic" else None
         inputs = validate_inputs(batch["target_logits"], batch["draft_tokens"], batch["draft_logits"],
                                  batch["temperature"], batch["seed"], method, rates)
-        with_barrier = launch(inputs, tile_size=64, fused=True, barrier=True)
-        around = launch(inputs, tile_size=64, fused=True, barrier=False)
+        with_barrier = launch(inputs, plan_for(inputs, tile=64, small_grid=True, barrier=True))
+        around = launch(inputs, plan_for(inputs, tile=64, small_grid=True, barrier=False))
         assert torch.equal(with_barrier[0], around[0]) and torch.equal(with_barrier[1], around[1]), method

@@ -58,7 +58,7 @@ def test_run_prints_the_recommendation_and_writes_artefacts_that_validate(ran):
     assert lines[1].startswith("6 complete trials (6 simulations), 6 new in this run")
     assert lines[2].startswith("Recommendation: eagle3/standard/greedy")
     assert any(line.startswith("vllm serve TARGET --speculative-config '{\"method\": \"eagle3\"") for line in lines)
-    assert lines[-1] == f"wrote {out}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv, report.html"
+    assert lines[-1] == f"wrote {out}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html"
     check = runner.invoke(app, ["validate", "--strict", str(out / "recommended.yaml"), str(out / "vllm.json")])
     assert check.exit_code == 0, check.output
 

@@ -251,3 +251,27 @@ def test_a_graceful_stop_keeps_the_study_resumable(tmp_path, workers):
     points = [t.point for t in after.trials if t.state == "COMPLETE"]
     assert sorted(points) == sorted(space.points()) and rest.completed_trials == space.size - len(kept)
     assert all(after.trials[n].metrics == metrics for n, metrics in kept.items())
+
+
+def test_tpe_with_many_workers_simulates_each_point_once(tmp_path):
+    space = make_space(batch_sizes=(8,), max_k=3, methods=("ngram",))  # 5 points, 12 trials: TPE repeats points
+    storage = str(tmp_path / "s.journal")
+    calls = tmp_path / "calls.log"
+    run_study(space, SyntheticEvaluator(delay_s=0.3, call_log=str(calls)), fingerprint(), storage=storage, strategy="tpe", n_trials=12, workers=3)
+    outcome = load_outcome(storage, space.name)
+    assert sum(t.state == "COMPLETE" for t in outcome.trials) == 12
+    simulated = [line.split()[1] for line in calls.read_text().splitlines()]
+    assert len(simulated) == len(set(simulated)) == outcome.num_evaluations
+
+
+def test_a_graceful_stop_lets_every_worker_finish_its_running_trial(tmp_path):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))
+    storage = str(tmp_path / "s.journal")
+    calls = tmp_path / "calls.log"  # a line when a simulation ends; the stop comes while the next ones run
+    stopped = run_study(
+        space, SyntheticEvaluator(delay_s=0.5, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive",
+        workers=2, should_stop=lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2,
+    )  # fmt: skip
+    trials = load_outcome(storage, space.name).trials
+    assert Counter(t.state for t in trials) == {"COMPLETE": stopped.completed_trials}  # none killed mid-trial
+    assert 2 <= stopped.completed_trials < space.size

@@ -1,0 +1,92 @@
+"""What the launcher hands the kernels: a call's tensors and sizes as named tuples.
+
+Triton passes a named tuple as one argument whose fields the kernel reads by name (``logits.target``,
+``work.tile_max``); it flattens the fields into the kernel's parameters, so grouping them changes no
+generated instruction. Every kernel takes the same groups, and a kernel that needs one field of a
+group still takes the whole group: one layout to learn.
+
+R requests, K drafts each (K+1 rows with the bonus row), V vocabulary, T = cdiv(V, tile) tiles a row.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["Inputs", "Logits", "Outputs", "Sizes", "Workspace", "allocate_workspace"]
+
+
+class Logits(NamedTuple):
+    """The logits, read in place (last dimension contiguous; element strides)."""
+
+    target: torch.Tensor  # float32|bfloat16|float16 [R, K+1, V]
+    draft: torch.Tensor  # same dtype family [R, K, V]; without draft logits the target again (never read)
+    target_stride_r: int
+    target_stride_k: int
+    draft_stride_r: int  # 0 without draft logits
+    draft_stride_k: int
+
+
+class Inputs(NamedTuple):
+    """Per-request inputs (contiguous)."""
+
+    draft_tokens: torch.Tensor  # int64 [R, K]; ids outside [0, V) are placeholders
+    temperature: torch.Tensor  # float32 [R], 0 = greedy
+    seed: torch.Tensor  # int64 [R]
+    rates: torch.Tensor  # float32 [K] for method "synthetic"; otherwise the temperature again (never read)
+
+
+class Sizes(NamedTuple):
+    num_requests: int  # R
+    num_drafts: int  # K
+    vocab: int  # V
+    num_tiles: int  # T
+
+
+class Outputs(NamedTuple):
+    tokens: torch.Tensor  # int64 [R, K+1]: accepted drafts, the emitted token, -1 after it
+    num_tokens: torch.Tensor  # int32 [R]: accepted drafts + 1
+
+
+class Workspace(NamedTuple):
+    """Scratch of one call: views of one float32 and one int32 allocation, contents undefined.
+
+    Pass A (or the small-grid kernel) writes the statistics, the decision the plan, pass B the
+    residual masses. Indexed per row as request * (K+1) + row (target rows) or request * K + row
+    (draft rows), per tile as row index * T + tile.
+    """
+
+    tile_max: torch.Tensor  # float32 [R*(K+1)*T]: a tile's max logit (raw, sanitised if NaN/+inf)
+    tile_sum: torch.Tensor  # float32 [R*(K+1)*T]: sum of 2**((l - tile max) * log2(e) / temperature)
+    draft_tile_max: torch.Tensor  # float32 [R*K*T]: the same of the draft rows
+    draft_tile_sum: torch.Tensor  # float32 [R*K*T]
+    at_draft: torch.Tensor  # float32 [R*(K+1)]: the target logit of the row's draft token
+    excluded_sum: torch.Tensor  # float32 [R*(K+1)]: the draft token's tile mass without the draft token
+    draft_at_draft: torch.Tensor  # float32 [R*K]: the draft logit of the row's draft token
+    row_info: torch.Tensor  # float32 [R*K*5]: per draft row for pass B (see _decision._store_row_info)
+    residual_mass: torch.Tensor  # float32 [R*K*T]: a tile's residual max(s p - q, 0) mass
+    draft_first_max: torch.Tensor  # int32 [R*(K+1)]: greedy, where the draft's tile first reaches its max
+    plan: torch.Tensor  # int32 [R*2]: pass B's first and last row of a request (-1 = none), or tau
+    tile_token: torch.Tensor  # int32 [R*(K+1)*T]: small grid, the token a tile draws (greedy: its argmax)
+    excluded_token: torch.Tensor  # int32 [R*(K+1)]: small grid, the draft's tile's draw without the draft
+    residual_token: torch.Tensor  # int32 [R*K*T]: small grid, a tile's residual draw
+
+
+def allocate_workspace(num_requests: int, num_drafts: int, num_tiles: int, device: torch.device) -> Workspace:
+    rows = num_requests * (num_drafts + 1)
+    drafts = num_requests * num_drafts
+    float_sizes = [rows * num_tiles, rows * num_tiles, drafts * num_tiles, drafts * num_tiles, rows, rows, drafts]
+    float_sizes += [drafts * 5, drafts * num_tiles]
+    int_sizes = [rows, 2 * num_requests, rows * num_tiles, rows, drafts * num_tiles]
+    floats = torch.empty(sum(float_sizes) + 1, dtype=torch.float32, device=device)
+    ints = torch.empty(sum(int_sizes) + 1, dtype=torch.int32, device=device)
+    return Workspace(*_split(floats, float_sizes), *_split(ints, int_sizes))
+
+
+def _split(buffer: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    views, start = [], 0
+    for size in sizes:
+        views.append(buffer[start : start + max(size, 1)])
+        start += size
+    return views

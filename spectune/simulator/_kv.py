@@ -1,0 +1,116 @@
+"""KV-cache capacity: the blocks one replica holds, who holds them, and preemption when they run out.
+
+vLLM V1 pages every request's KV cache in blocks of 16 tokens out of one pool sized by what
+``gpu_memory_utilization`` leaves after the weights (``spectune.config.kv_cache_capacity_tokens``).
+Each step, before running, a decoding request needs blocks for its context, the 1 + K tokens it
+verifies and the K lookahead slots its drafter writes next (plus the method's extra drafting slots);
+a prefill chunk needs blocks for its tokens. When the pool cannot cover the running requests, vLLM
+preempts the most recently admitted one: frees its blocks and puts it back at the head of the waiting
+queue, to recompute its prompt and the tokens it has generated (RECOMPUTE, V1's only mode). A step
+that preempted admits no new prefill. ``KvCacheCapacity`` keeps that book for the serving loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["BLOCK_SIZE_TOKENS", "KvCacheCapacity", "drafting_slots"]
+
+BLOCK_SIZE_TOKENS = 16  # vLLM's default --block-size on CUDA
+
+# Slots a drafter writes beyond the K lookahead, per method: vLLM's max_num_new_slots_for_drafting.
+_EXTRA_SLOTS_SEQUENTIAL = {"draft_model": lambda k: 1, "dflash": lambda k: k, "dspark": lambda k: k - 1}
+_EXTRA_SLOTS_PARALLEL = {"draft_model": lambda k: k}  # PARD; P-EAGLE and the rest: K - 1
+
+
+def drafting_slots(method: str | None, num_speculative_tokens: int, *, parallel_drafting: bool = False) -> int:
+    """KV slots a request needs each step beyond the 1 + K tokens it verifies (tokens): the K lookahead
+    slots vLLM reserves for the next drafts, plus what the method adds (draft model 1, DFlash K, DSpark
+    and P-EAGLE K - 1, PARD K); 0 for plain decoding."""
+    k = num_speculative_tokens
+    if k == 0 or method is None:
+        return 0
+    if parallel_drafting and method not in ("dflash", "dspark"):
+        extra = _EXTRA_SLOTS_PARALLEL.get(method, lambda k: k - 1)(k)
+    else:
+        extra = _EXTRA_SLOTS_SEQUENTIAL.get(method, lambda k: 0)(k)
+    return k + extra
+
+
+class KvCacheCapacity:
+    """The block pool of one replica, and the blocks each request holds.
+
+    ``num_blocks``: the pool (blocks of ``BLOCK_SIZE_TOKENS``); ``num_requests``: requests simulated.
+    """
+
+    def __init__(self, num_blocks: int, num_requests: int) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.held = np.zeros(num_requests, dtype=np.int64)
+        self.free = num_blocks
+        self.num_preemptions = 0
+        self.peak_blocks_used = 0
+
+    @staticmethod
+    def blocks_for(tokens: np.ndarray | int) -> np.ndarray:
+        """Blocks that hold ``tokens`` tokens (ceil division)."""
+        return -(-np.asarray(tokens, dtype=np.int64) // BLOCK_SIZE_TOKENS)
+
+    def try_grow(self, request: int, tokens: int) -> bool:
+        """Give ``request`` blocks for ``tokens`` tokens if the pool has them; False (and no change) if not."""
+        more = int(self.blocks_for(tokens)) - int(self.held[request])
+        if more > self.free:
+            return False
+        if more > 0:
+            self.held[request] += more
+            self.free -= more
+            self.peak_blocks_used = max(self.peak_blocks_used, self.num_blocks - self.free)
+        return True
+
+    def reserve_decode(self, running: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Give every running request blocks for its ``tokens``; preempt from the back until they fit.
+
+        ``running``: int64 [B] request ids, oldest first; ``tokens``: int64 [B] tokens each needs this
+        step. Returns the preempted request ids (int64, most recent first); their blocks are freed.
+        """
+        need = np.maximum(self.blocks_for(tokens) - self.held[running], 0)
+        kept = len(running)
+        while kept > 0 and int(need[:kept].sum()) > self.free + int(self.held[running[kept:]].sum()):
+            kept -= 1
+        preempted = running[kept:][::-1].copy()
+        if len(preempted):
+            self.release(preempted)
+            self.num_preemptions += len(preempted)
+        grow = need[:kept]
+        self.held[running[:kept]] += grow
+        self.free -= int(grow.sum())
+        self.peak_blocks_used = max(self.peak_blocks_used, self.num_blocks - self.free)
+        return preempted
+
+    def grow_prefill(self, request: int, done_tokens: int, wanted: int, behind: list[int]) -> tuple[int, list[int]]:
+        """Blocks for the next prefill chunk of ``request`` (``done_tokens`` already cached, ``wanted`` more).
+
+        If the pool is short, partial prefills queued ``behind`` it give their blocks back, the last
+        first (vLLM preempts the lowest-priority request). Returns (tokens granted, possibly fewer than
+        wanted or 0; the requests preempted, whose prefill restarts).
+        """
+        preempted: list[int] = []
+        holding = [other for other in behind if self.held[other] > 0]
+        while self._room(request, done_tokens) < wanted and holding:
+            other = holding.pop()
+            self.release(np.asarray([other], dtype=np.int64))
+            self.num_preemptions += 1
+            preempted.append(other)
+        granted = max(min(wanted, self._room(request, done_tokens)), 0)
+        if granted:
+            self.try_grow(request, done_tokens + granted)
+        return granted, preempted
+
+    def _room(self, request: int, done_tokens: int) -> int:
+        return int(self.held[request] + self.free) * BLOCK_SIZE_TOKENS - done_tokens
+
+    def release(self, requests: np.ndarray) -> None:
+        """Free the blocks of ``requests`` (finished or preempted)."""
+        self.free += int(self.held[requests].sum())
+        self.held[requests] = 0

@@ -1,0 +1,50 @@
+"""A damaged journal file: located refusals and ``repair_journal``."""
+
+import pytest
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
+
+from spectune.errors import SpectuneError
+from spectune.study import load_outcome, repair_journal, run_study
+
+
+@pytest.fixture(scope="module")
+def journal_bytes(tmp_path_factory):
+    space = make_space(batch_sizes=(8,), max_k=2, methods=("ngram",))
+    storage = tmp_path_factory.mktemp("journal") / "s.journal"
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=str(storage), strategy="exhaustive")
+    return space, storage.read_bytes()
+
+
+def test_a_clean_journal_needs_no_repair_and_gets_no_backup(journal_bytes, tmp_path):
+    _, good = journal_bytes
+    journal = tmp_path / "s.journal"
+    journal.write_bytes(good)
+    result = repair_journal(str(journal))
+    assert result.backup is None and result.dropped == () and result.kept == len(good.splitlines())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.journal", "s.journal.flock"]
+
+
+def test_repair_takes_a_free_backup_name_and_keeps_a_whole_record_that_lacks_its_newline(journal_bytes, tmp_path):
+    space, good = journal_bytes
+    journal = tmp_path / "s.journal"
+    (tmp_path / "s.journal.bak").write_bytes(b"an older backup\n")
+    journal.write_bytes(b"[1, 2]\n" + good[:-1])  # a JSON list first; the last record's newline lost
+    with pytest.raises(SpectuneError, match=f"{journal}:1: unreadable journal record \\(not a journal record: no op_code\\)"):
+        load_outcome(str(journal), space.name)
+    result = repair_journal(str(journal))
+    assert result.dropped == ((1, "not a journal record: no op_code"),) and result.backup == tmp_path / "s.journal.bak.1"
+    assert journal.read_bytes() == good
+    assert (tmp_path / "s.journal.bak").read_bytes() == b"an older backup\n"
+    assert sum(t.state == "COMPLETE" for t in load_outcome(str(journal), space.name).trials) == space.size
+
+
+def test_repair_of_a_missing_file_is_a_user_error(tmp_path):
+    with pytest.raises(SpectuneError, match="no journal file there"):
+        repair_journal(str(tmp_path / "none.journal"))
+
+
+def test_a_storage_that_is_not_a_regular_file_is_refused_not_read(tmp_path):
+    space = make_space(batch_sizes=(8,), max_k=1, methods=("ngram",))
+    for storage in ("/dev/zero", str(tmp_path)):
+        with pytest.raises(SpectuneError, match=f"--storage {storage}: not a regular file"):
+            run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage)
