@@ -1,23 +1,31 @@
-"""How good is the study's structured search? Its recommendation against the exhaustive optimum.
+"""How good and how stable is the study's structured search? Its recommendation against an exhaustive study.
 
-Usage: python benchmarks/tuner_quality.py [--study studies/tuner-quality.yaml] [--seeds 0 1 2 3 4]
-       [--workers 2] [--work DIR] [--out benchmarks/results/tuner-quality-DATE.json]
+Usage: python benchmarks/tuner_quality.py [--study benchmarks/decision-scaled.yaml] [--seeds 0 1 2 3 4]
+       [--workers 1] [--work DIR] [--out benchmarks/results/tuner-quality-DATE.json] [--no-tpe]
+
+``--study studies/decision.yaml`` runs the full decision-sized study (9 batch sizes, 512-token outputs;
+about ten minutes a simulation sweep on a 2-core CPU, hours for the exhaustive tables of five seeds).
 
 For each seed (the study's simulation seed: a different noise realisation of every simulation):
-1. the exhaustive study -- every point of the space simulated, through ``run_study`` with the
-   exhaustive sampler -- gives the table of throughputs;
+1. for the ``--exhaustive-seeds`` (default: all), the exhaustive study -- every point of the space
+   simulated, through ``run_study`` with the exhaustive sampler -- gives the table of throughputs
+   (kept in ``--work``: a rerun reuses it);
 2. the structured search runs until it converges, with the default settings, on an evaluator that
-   looks each point up in that table (a simulation is deterministic for its seed, so a lookup returns
-   exactly what simulating the point again would; the script re-simulates a few points to check);
-3. the structured search again with a budget of 25 % of the space, and TPE (seeded) with the number
-   of trials the converged structured search used.
+   looks each point up in the seed's table when it has one (a simulation is deterministic for its
+   seed, so a lookup returns exactly what simulating the point again would; the script re-simulates
+   a few points to check) and simulates the rest (all of it without a table; the points adaptive
+   precision asks for, with more requests, always);
+3. with a table, optionally TPE (seeded) with the number of trials the structured search used.
 
 Quality = the aggregate over buckets (weighted geometric mean, as the recommendation ranks combos)
-of the table throughput of the recommended combo at its chosen K per bucket, divided by
+of a table's throughput at the recommended combo and its chosen K per bucket, on every exhaustive
+table (the seed's own, and the others': an independent noise realisation), divided by
 - the exhaustive optimum: the best combo with its best K at every bucket, by raw table values (it
   chases noise, and the recommendation deliberately gives up ties to the smaller K), and
 - the exhaustive recommendation: what the same recommendation rule picks from the whole table.
-Reported per seed and as the median over seeds, with the evaluations (distinct simulations) used.
+Cost = the simulations the search ran, a refined one counted as many times as it has the requests
+(``simulation_cost``), and their simulated steps, against the exhaustive study's. Stability, over the seeds: the combo each seed
+recommends, each bucket's K spread (largest minus smallest K), whether each table is non-increasing.
 """
 
 from __future__ import annotations
@@ -53,12 +61,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class TableEvaluator:
-    """Answers a point from an exhaustive table of simulations (picklable)."""
+    """Answers a point from an exhaustive table of simulations; simulates refined points (picklable)."""
 
-    def __init__(self, table: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, table: Mapping[str, Mapping[str, Any]], simulate: SimulationEvaluator) -> None:
         self.table = dict(table)
+        self.simulate = simulate
 
     def __call__(self, point: Point) -> Mapping[str, Any]:
+        if point.key not in self.table:
+            self.table[point.key] = self.simulate(point)
         return self.table[point.key]
 
 
@@ -83,31 +94,46 @@ def exhaustive_optimum(space: StudySpace, table: Mapping[str, Mapping[str, Any]]
     return best
 
 
-def searched(space: StudySpace, table: dict, fingerprint: dict, storage: str, **options: Any) -> dict[str, Any]:
+def non_increasing(ks: list[int]) -> bool:
+    return all(a >= b for a, b in zip(ks, ks[1:]))
+
+
+def _steps(metrics: Mapping[str, Any] | None) -> int:
+    return int((metrics or {}).get("simulated_steps") or 0)
+
+
+def searched(space: StudySpace, evaluator: TableEvaluator, fingerprint: dict, storage: str, **options: Any) -> dict[str, Any]:
     started = time.perf_counter()
-    run_study(space, TableEvaluator(table), fingerprint, storage=storage, **options)
+    run_study(space, evaluator, fingerprint, storage=storage, **options)
     outcome = load_outcome(storage, space.name)
     recommendation = outcome.recommendation
     ks = [c.num_speculative_tokens for c in recommendation.choices]
+    ran = [t.point for t in outcome.trials if t.state == "COMPLETE" and t.duplicate_of is None and t.point is not None]
     return {
-        "evaluations": outcome.num_evaluations,
+        "evaluations": len(ran),
+        "refined_evaluations": sum(1 for p in ran if p.refinement),
+        "simulation_cost": sum(p.requests_factor for p in ran),
+        "simulated_steps": sum(_steps(t.metrics) for t in outcome.trials if t.state == "COMPLETE" and t.duplicate_of is None),
         "trials": sum(t.state == "COMPLETE" for t in outcome.trials),
         "combo": recommendation.combo.label,
         "ks": ks,
-        "aggregate_tokens_per_s": aggregate(space, table, recommendation.combo.label, ks),
+        "tie_sets": [c.ties.describe() if c.ties is not None else None for c in recommendation.choices],
+        "schedule": [list(row) for row in recommendation.schedule],
+        "non_increasing": non_increasing(ks),
+        "notes": list(recommendation.notes),
         "search_wall_s": round(time.perf_counter() - started, 2),
     }
 
 
-def run_seed(study: Path, seed: int, workers: int, work: Path) -> dict[str, Any]:
+def exhaustive_table(study: Path, seed: int, workers: int, work: Path) -> dict[str, Any]:
+    """The exhaustive study of one seed: its table, optimum and recommendation (the journal is kept)."""
     document = load_document(study, expect="study").model.model_copy(update={"seed": seed})
     space = space_from_document(document)
-    fingerprint = document_fingerprint(document)
-    exhaustive_storage = str(work / f"exhaustive-seed{seed}.journal")
+    storage = str(work / f"exhaustive-seed{seed}.journal")
     started = time.perf_counter()
-    run_study(space, SimulationEvaluator(document), fingerprint, storage=exhaustive_storage, strategy="exhaustive", workers=workers)
-    exhaustive_wall_s = time.perf_counter() - started
-    outcome = load_outcome(exhaustive_storage, space.name)
+    run_study(space, SimulationEvaluator(document), document_fingerprint(document), storage=storage, strategy="exhaustive", workers=workers)
+    wall_s = time.perf_counter() - started
+    outcome = load_outcome(storage, space.name)
     table = {point.key: evaluation.metrics for point, evaluation in outcome.completed.items()}
     assert len(table) == space.size, f"exhaustive study holds {len(table)} of {space.size} points"
     evaluator = SimulationEvaluator(document)
@@ -115,34 +141,66 @@ def run_seed(study: Path, seed: int, workers: int, work: Path) -> dict[str, Any]
         again = evaluator(point)["throughput_tokens_per_s"]
         assert again == table[point.key]["throughput_tokens_per_s"], f"{point.key}: {again} != table"
     optimum, optimum_combo, optimum_ks = exhaustive_optimum(space, table)
-    exhaustive_choice = outcome.recommendation
-    results = {
-        "seed": seed,
-        "space_size": space.size,
-        "exhaustive_wall_s": round(exhaustive_wall_s, 1),
+    choice = outcome.recommendation
+    ks = [c.num_speculative_tokens for c in choice.choices]
+    return {
+        "table": table,
+        "wall_s": round(wall_s, 1),
+        "simulated_steps": sum(_steps(metrics) for metrics in table.values()),
         "optimum": {"aggregate_tokens_per_s": optimum, "combo": optimum_combo, "ks": optimum_ks},
-        "exhaustive_recommendation": {
-            "combo": exhaustive_choice.combo.label,
-            "ks": [c.num_speculative_tokens for c in exhaustive_choice.choices],
-            "aggregate_tokens_per_s": aggregate(
-                space, table, exhaustive_choice.combo.label, [c.num_speculative_tokens for c in exhaustive_choice.choices]
-            ),
+        "recommendation": {
+            "combo": choice.combo.label,
+            "ks": ks,
+            "tie_sets": [c.ties.describe() if c.ties is not None else None for c in choice.choices],
+            "non_increasing": non_increasing(ks),
+            "aggregate_tokens_per_s": aggregate(space, table, choice.combo.label, ks),
         },
     }
-    results["structured"] = searched(space, table, fingerprint, str(work / f"structured-seed{seed}.journal"), strategy="structured", seed=seed)
-    budget = space.size // 4
-    results["structured_25pct_budget"] = searched(
-        space, table, fingerprint, str(work / f"budget-seed{seed}.journal"), strategy="structured", n_trials=budget, seed=seed
-    )
-    results["tpe_same_trials"] = searched(
-        space, table, fingerprint, str(work / f"tpe-seed{seed}.journal"), strategy="tpe",
-        n_trials=results["structured"]["evaluations"], seed=seed,
-    )  # fmt: skip
-    reference = results["exhaustive_recommendation"]["aggregate_tokens_per_s"]
-    for name in ("exhaustive_recommendation", "structured", "structured_25pct_budget", "tpe_same_trials"):
-        results[name]["ratio_to_optimum"] = results[name]["aggregate_tokens_per_s"] / optimum
-        results[name]["ratio_to_exhaustive_recommendation"] = results[name]["aggregate_tokens_per_s"] / reference
+
+
+def run_seed(study: Path, seed: int, exhaustive: dict[str, Any] | None, work: Path, tpe: bool) -> dict[str, Any]:
+    """The structured search of one seed, on its exhaustive table when there is one, else simulating."""
+    document = load_document(study, expect="study").model.model_copy(update={"seed": seed})
+    space = space_from_document(document)
+    fingerprint = document_fingerprint(document)
+    lookup = TableEvaluator(exhaustive["table"] if exhaustive else {}, SimulationEvaluator(document))
+    results: dict[str, Any] = {"seed": seed, "space_size": space.size, "exhaustive_table": exhaustive is not None}
+    results["structured"] = searched(space, lookup, fingerprint, str(work / f"structured-seed{seed}.journal"), strategy="structured", seed=seed)
+    if tpe and exhaustive is not None:
+        results["tpe_same_trials"] = searched(
+            space, lookup, fingerprint, str(work / f"tpe-seed{seed}.journal"), strategy="tpe",
+            n_trials=results["structured"]["evaluations"], seed=seed,
+        )  # fmt: skip
+    results["structured"]["cost_share_of_exhaustive"] = results["structured"]["simulation_cost"] / space.size
     return results
+
+
+def score(space: StudySpace, result: dict[str, Any], tables: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A recommendation's aggregate on every exhaustive table (its own seed's and independent ones)."""
+    by_table = {}
+    for seed, exhaustive in tables.items():
+        value = aggregate(space, exhaustive["table"], result["combo"], result["ks"])
+        by_table[str(seed)] = {
+            "ratio_to_optimum": value / exhaustive["optimum"]["aggregate_tokens_per_s"],
+            "ratio_to_exhaustive_recommendation": value / exhaustive["recommendation"]["aggregate_tokens_per_s"],
+        }
+    return by_table
+
+
+def stability(space_batch_sizes: list[int], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Across seeds: the combos recommended, each bucket's K spread, monotone tables."""
+    combos = [row["combo"] for row in rows]
+    ks = [row["ks"] for row in rows]
+    same_combo = [k for c, k in zip(combos, ks) if c == max(set(combos), key=combos.count)]
+    spread = [max(col) - min(col) for col in zip(*same_combo)]
+    return {
+        "combos": combos,
+        "same_combo_every_seed": len(set(combos)) == 1,
+        "ks_per_seed": ks,
+        "k_spread_per_bucket": dict(zip(map(str, space_batch_sizes), spread)),
+        "largest_k_spread": max(spread),
+        "non_increasing_every_seed": all(row["non_increasing"] for row in rows),
+    }
 
 
 def _commit() -> str:
@@ -154,43 +212,81 @@ def _commit() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--study", type=Path, default=REPO / "studies" / "tuner-quality.yaml")
+    parser.add_argument("--study", type=Path, default=REPO / "benchmarks" / "decision-scaled.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--workers", type=int, default=2, help="processes for the exhaustive simulations")
+    parser.add_argument(
+        "--exhaustive-seeds", type=int, nargs="*", default=None,
+        help="seeds to simulate exhaustively (default: every seed); the others' searches simulate for real and "
+        "are scored on these tables (independent noise)",
+    )  # fmt: skip
+    parser.add_argument("--workers", type=int, default=1, help="processes for the exhaustive simulations")
     parser.add_argument("--work", type=Path, default=None, help="folder for the journals (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-tpe", dest="tpe", action="store_false", help="skip TPE with the structured search's trials")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     work = args.work or Path(tempfile.mkdtemp(prefix="tuner-quality-"))
     work.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
+    document = load_document(args.study, expect="study").model
+    space = space_from_document(document)
+    exhaustive_seeds = args.seeds if args.exhaustive_seeds is None else args.exhaustive_seeds
+    tables = {seed: exhaustive_table(args.study, seed, args.workers, work) for seed in exhaustive_seeds}
     per_seed = []
     for seed in args.seeds:
-        per_seed.append(run_seed(args.study, seed, args.workers, work))
-        row = per_seed[-1]
+        row = run_seed(args.study, seed, tables.get(seed), work, args.tpe)
+        for name in ("structured", "tpe_same_trials"):
+            if name in row:
+                row[name]["quality_by_table"] = score(space, row[name], tables)
+        if not tables:  # searches only (their journals are reused by a later run with tables)
+            print(f"seed {seed}: {row['structured']['combo']} K {row['structured']['ks']}", flush=True)
+            continue
+        steps = statistics.mean(t["simulated_steps"] for t in tables.values())
+        row["structured"]["steps_share_of_exhaustive"] = row["structured"]["simulated_steps"] / steps
+        per_seed.append(row)
+        result = row["structured"]
+        quality = ", ".join(f"{q['ratio_to_optimum']:.4f} on table {t}" for t, q in result["quality_by_table"].items())
         print(
-            f"seed {seed}: structured {row['structured']['evaluations']}/{row['space_size']} evaluations, "
-            f"{row['structured']['ratio_to_optimum']:.4f} of the optimum, "
-            f"{row['structured']['ratio_to_exhaustive_recommendation']:.4f} of the exhaustive recommendation "
-            f"(which is {row['exhaustive_recommendation']['ratio_to_optimum']:.4f} of the optimum); 25% budget "
-            f"{row['structured_25pct_budget']['ratio_to_optimum']:.4f}; TPE {row['tpe_same_trials']['ratio_to_optimum']:.4f}",
+            f"seed {seed}: {result['combo']} K {result['ks']} ({'non-increasing' if result['non_increasing'] else 'RISES'}); "
+            f"{result['evaluations']} simulations ({result['refined_evaluations']} refined), cost {result['simulation_cost']} = "
+            f"{result['cost_share_of_exhaustive']:.0%} of exhaustive ({result['steps_share_of_exhaustive']:.0%} of its simulated "
+            f"steps); of the optimum: {quality}",
             flush=True,
         )
-
-    def median(name: str, key: str) -> float:
-        return statistics.median(row[name][key] for row in per_seed)
-
+    if not tables:
+        return
+    ratios = [q["ratio_to_optimum"] for row in per_seed for q in row["structured"]["quality_by_table"].values()]
+    own = [row["structured"]["quality_by_table"][str(row["seed"])]["ratio_to_optimum"] for row in per_seed if row["exhaustive_table"]]
+    independent = [
+        q["ratio_to_optimum"] for row in per_seed for t, q in row["structured"]["quality_by_table"].items() if t != str(row["seed"])
+    ]
     summary: dict[str, Any] = {
-        name: {
-            "median_ratio_to_optimum": median(name, "ratio_to_optimum"),
-            "median_ratio_to_exhaustive_recommendation": median(name, "ratio_to_exhaustive_recommendation"),
-            "median_evaluations": median(name, "evaluations"),
-        }
-        for name in ("structured", "structured_25pct_budget", "tpe_same_trials")
+        "space_size": space.size,
+        "exhaustive_seeds": exhaustive_seeds,
+        "structured": {
+            "median_ratio_to_optimum": statistics.median(ratios),
+            "worst_ratio_to_optimum": min(ratios),
+            "median_ratio_to_optimum_own_table": statistics.median(own) if own else None,
+            "median_ratio_to_optimum_independent_tables": statistics.median(independent) if independent else None,
+            "median_evaluations": statistics.median(row["structured"]["evaluations"] for row in per_seed),
+            "median_simulation_cost": statistics.median(row["structured"]["simulation_cost"] for row in per_seed),
+            "median_cost_share_of_exhaustive": statistics.median(row["structured"]["cost_share_of_exhaustive"] for row in per_seed),
+            "median_steps_share_of_exhaustive": statistics.median(row["structured"]["steps_share_of_exhaustive"] for row in per_seed),
+        },
+        "exhaustive_recommendation": {
+            str(seed): {**t["recommendation"], "ratio_to_optimum": t["recommendation"]["aggregate_tokens_per_s"] / t["optimum"]["aggregate_tokens_per_s"]}
+            for seed, t in tables.items()
+        },
+        "stability": {
+            "structured": stability(document.schedule.batch_sizes, [row["structured"] for row in per_seed]),
+            "exhaustive_recommendation": stability(document.schedule.batch_sizes, [t["recommendation"] for t in tables.values()]),
+        },
     }
-    summary["exhaustive_recommendation"] = {"median_ratio_to_optimum": median("exhaustive_recommendation", "ratio_to_optimum")}
-    summary["space_size"] = per_seed[0]["space_size"]
-    summary["median_evaluation_share"] = summary["structured"]["median_evaluations"] / summary["space_size"]
+    tpe_rows = [row["tpe_same_trials"] for row in per_seed if "tpe_same_trials" in row]
+    if tpe_rows:
+        summary["tpe_same_trials"] = {
+            "median_ratio_to_optimum": statistics.median(q["ratio_to_optimum"] for r in tpe_rows for q in r["quality_by_table"].values())
+        }
     today = datetime.date.today().isoformat()
     report = {
         "benchmark": "tuner_quality",
@@ -199,6 +295,7 @@ def main() -> None:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "study": str(args.study.relative_to(REPO) if args.study.is_relative_to(REPO) else args.study),
         "summary": summary,
+        "exhaustive": {str(seed): {k: v for k, v in t.items() if k != "table"} for seed, t in tables.items()},
         "per_seed": per_seed,
     }
     out = args.out or REPO / "benchmarks" / "results" / f"tuner-quality-{today}.json"

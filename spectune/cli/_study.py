@@ -62,13 +62,18 @@ def locate_study(target: str, *, storage: str | None, out: Path | None) -> tuple
     return target, resolve_storage(target, option=storage, document_storage=None, document_dir=None, out=out)
 
 
+def _console() -> Console:
+    """Standard output; piped, it has no terminal width to respect, so tables are not wrapped at 80 columns."""
+    return Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
 def _table(rows: list[dict[str, str]]) -> Table:
     """Rows of strings as a table; the 'note' column only when some row has a note."""
     optional = ("note", "marks")  # shown only when some row has one
     columns = [c for c in rows[0] if c not in optional or any(r.get(c) for r in rows)] if rows else []
     table = Table(show_edge=True)
     for column in columns:
-        table.add_column(column, justify="left" if column in (*optional, "config") else "right")
+        table.add_column(column, justify="left" if column in (*optional, "config", "tie set") else "right")
     for row in rows:
         table.add_row(*(row[c] for c in columns))
     return table
@@ -173,7 +178,7 @@ def run(
     check_output_dir(out_dir)  # before the study runs, not after
     storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
     space = space_from_document(document)
-    console = Console(soft_wrap=True, highlight=False)
+    console = _console()
     from spectune.study import describe_storage, resolve_strategy
 
     strategy = resolve_strategy(space, chosen)
@@ -193,6 +198,7 @@ def run(
             space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
             n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
+            **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
         )  # fmt: skip
         close()
         _report(console, storage_url, space.name, run.completed_trials, started, out_dir)
@@ -239,7 +245,7 @@ def show(
     states: dict[str, int] = {}
     for trial in outcome.trials:
         states[trial.state.lower()] = states.get(trial.state.lower(), 0) + 1
-    console = Console(soft_wrap=True, highlight=False)
+    console = _console()
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no trials"
     console.print(f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points")
     print_summary(console, outcome)

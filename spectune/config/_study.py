@@ -199,6 +199,15 @@ class StudyTrials(SpectuneModel):
     keep_combos: int = Field(
         default=2, ge=1, le=64, description="Structured search: combos kept after screening at the main batch size."
     )
+    refine_budget: float | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="Structured search: work that adaptive precision may add to separate results within noise "
+        "that would change the recommendation (tie sets simulated again with 4x, then 16x the requests), as a "
+        "share of the search's own work (simulated steps; 4x the requests is about 4x the steps); 0 turns it "
+        "off. Default: 0.5.",
+    )
 
 
 class StudyDocument(SpectuneModel):

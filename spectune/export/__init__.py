@@ -6,12 +6,12 @@ rates, for checking on a GPU), ``sglang.txt`` (server flags), ``measure.sh`` (th
 check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``.
 """
 
-from spectune.export._artefacts import ARTEFACT_NAMES, check_output_dir, json_text, recommended_yaml, write_artefacts
+from spectune.export._artefacts import ARTEFACT_NAMES, bucket_comments, check_output_dir, json_text, recommended_yaml, write_artefacts
 from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_script, measurement_ks
 from spectune.export._report import pareto_front, report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
-from spectune.export._svg import Series, chart_svg, nice_ticks
-from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, trials_csv
+from spectune.export._svg import Band, Series, chart_svg, nice_ticks
+from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, tie_cell, trials_csv
 from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
@@ -24,10 +24,12 @@ __all__ = [
     "ARTEFACT_NAMES",
     "SGLANG_ALGORITHMS",
     "TRIAL_COLUMNS",
+    "Band",
     "VLLM_BENCH_SERVE_FLAGS",
     "VLLM_SERVE_FLAGS",
     "Series",
     "SyntheticForm",
+    "bucket_comments",
     "chart_svg",
     "check_output_dir",
     "json_text",
@@ -42,6 +44,7 @@ __all__ = [
     "sglang_flags",
     "simulated_acceptance_rates",
     "summary_rows",
+    "tie_cell",
     "trials_csv",
     "vllm_speculative_config",
     "vllm_synthetic_config",

@@ -22,9 +22,9 @@ from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
 from spectune.export._vllm import SyntheticForm, recommended_speculative_config, vllm_speculative_config, vllm_synthetic_config
-from spectune.study import StudyOutcome, provenance_notes, recommendation_provenance
+from spectune.study import Recommendation, StudyOutcome, provenance_notes, recommendation_provenance
 
-__all__ = ["ARTEFACT_NAMES", "check_output_dir", "json_text", "recommended_yaml", "write_artefacts"]
+__all__ = ["ARTEFACT_NAMES", "bucket_comments", "check_output_dir", "json_text", "recommended_yaml", "write_artefacts"]
 
 ARTEFACT_NAMES = ("recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "measure.sh", "trials.csv", "report.html")
 
@@ -49,10 +49,29 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
         f"# Recommended by spectune study {outcome.space.name!r} ({outcome.num_evaluations} simulations).",
         f"# {recommendation.combo.label}; aggregate {recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s "
         "(weighted geometric mean over batch-size buckets).",
+        *bucket_comments(recommendation),
         *(f"# note: {note}" for note in recommendation.notes),
         *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),
     ]
     return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+def bucket_comments(recommendation: Recommendation) -> list[str]:
+    """One comment line per bucket: its K, how far that K is from the bucket's best, and its tie set."""
+    lines = []
+    for choice in recommendation.choices:
+        ties = choice.ties
+        head = f"# batch size {choice.first_batch_size}-{choice.last_batch_size}: K {choice.num_speculative_tokens}"
+        if ties is None:
+            lines.append(f"{head} ({choice.note or 'not simulated'})")
+            continue
+        best = ties.best.point.num_speculative_tokens
+        if best == choice.num_speculative_tokens:
+            distance = "the best simulated"
+        else:
+            distance = f"{ties.shortfall(choice.num_speculative_tokens):.1%} below the best simulated (K {best})"
+        lines.append(f"{head}, {distance}; tied: {ties.describe()}")
+    return lines
 
 
 def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current") -> list[Path]:

@@ -1,7 +1,7 @@
 """``report.html``: one self-contained page (inline CSS and SVG, no scripts, no network).
 
 It shows the recommendation and its schedule, throughput against K for every combo at every bucket
-(the chosen point ringed), and, when p99 TPOT is a second objective, each bucket's throughput/TPOT
+(error bars of the comparison noise, the recommended combo's tie set shaded, the chosen point ringed), and, when p99 TPOT is a second objective, each bucket's throughput/TPOT
 trade-off with its Pareto front.
 """
 
@@ -11,7 +11,7 @@ import json
 import math
 from html import escape
 
-from spectune.export._svg import PALETTE, Series, chart_svg
+from spectune.export._svg import PALETTE, Band, Series, chart_svg
 from spectune.export._tables import summary_rows
 from spectune.export._vllm import vllm_speculative_config
 from spectune.study import Evaluation, StudyOutcome, provenance_notes, recommendation_provenance
@@ -57,31 +57,41 @@ def _table(rows: list[dict[str, str]]) -> str:
 
 
 def _k_curves(outcome: StudyOutcome, batch_size: int) -> str:
+    """Throughput against K per combo, +-1 standard error of the comparison noise, the recommended
+    combo's tie set shaded and its chosen K ringed (points at the precision its tie set reached)."""
     space = outcome.space
     recommendation = outcome.recommendation
     off = outcome.completed.get(space.point(batch_size, "", 0))
     series = []
+    band = None
     for i, combo in enumerate(space.combos):
         evaluations = [e for k in space.k_values[1:] if (e := outcome.completed.get(space.point(batch_size, combo.label, k)))]
         if not evaluations:
             continue
         points = ([off] if off is not None else []) + evaluations
+        color = PALETTE[i % len(PALETTE)]
         emphasis: list[tuple[float, float]] = []
         if recommendation is not None and recommendation.combo == combo:
             chosen = next(c for c in recommendation.choices if c.batch_size == batch_size)
+            if chosen.ties is not None:
+                # The tie set's members at their refined precision replace the first pass's points.
+                refined = {e.point.num_speculative_tokens: e for e in chosen.ties.members}
+                points = [refined.get(e.point.num_speculative_tokens, e) for e in points]
+                band = Band(min(chosen.ties.ks), max(chosen.ties.ks), color, f"tied: {chosen.ties.describe()}")
             if chosen.evaluation is not None:
                 emphasis = [(chosen.num_speculative_tokens, chosen.evaluation.throughput)]
         series.append(
             Series(
                 combo.label,
                 [(e.point.num_speculative_tokens, e.throughput) for e in points],
-                PALETTE[i % len(PALETTE)],
+                color,
                 hollow=[not e.feasible for e in points],
                 emphasis=emphasis,
+                errors=[e.noise for e in points],
             )
         )
     return chart_svg(
-        series, title=f"batch size {batch_size}", x_label="K (draft tokens; 0 = off)", y_label="output tokens/s", integer_x=True
+        series, title=f"batch size {batch_size}", x_label="K (draft tokens; 0 = off)", y_label="output tokens/s", integer_x=True, band=band
     )
 
 
@@ -136,7 +146,11 @@ def report_html(outcome: StudyOutcome) -> str:
         ]
         parts.append("<h3>Combos (weighted geometric mean over buckets of each combo's best)</h3>")
         parts.append(_table(ranking))
-    parts.append("<h2>Throughput against K</h2><div class='charts'>")
+    parts.append(
+        "<h2>Throughput against K</h2><p>Error bars: \u00b11 standard error of the noise a comparison within a batch "
+        "size sees (its points simulate the same requests). Shaded: the recommended combo's tie set, every K within "
+        "max(2\u03c3, 0.5 %) of its best; the ringed K is the one the table uses.</p><div class='charts'>"
+    )
     parts.extend(_k_curves(outcome, b) for b in space.batch_sizes)
     parts.append("</div>")
     if "tpot_p99" in space.objectives:

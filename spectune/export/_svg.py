@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-__all__ = ["Series", "chart_svg", "nice_ticks"]
+__all__ = ["Band", "Series", "chart_svg", "nice_ticks"]
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 _WIDTH, _HEIGHT = 460, 300
@@ -20,7 +20,8 @@ _LEGEND_ROW = 15
 
 @dataclass(frozen=True)
 class Series:
-    """One named set of (x, y) points; ``lines`` joins them in x order; ``emphasis`` draws rings."""
+    """One named set of (x, y) points; ``lines`` joins them in x order; ``emphasis`` draws rings;
+    ``errors`` (per point, in y units) draws error bars y +- error."""
 
     name: str
     points: Sequence[tuple[float, float]]
@@ -28,6 +29,17 @@ class Series:
     lines: bool = True
     hollow: Sequence[bool] = field(default_factory=tuple)  # per point: drawn hollow (e.g. infeasible)
     emphasis: Sequence[tuple[float, float]] = field(default_factory=tuple)
+    errors: Sequence[float] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Band:
+    """A shaded x range across the plot (e.g. a tie set of K), labelled at its top."""
+
+    low: float
+    high: float
+    color: str
+    label: str
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -65,10 +77,12 @@ def chart_svg(
     integer_x: bool = False,
     y_from_zero: bool = True,
     hline: tuple[float, str] | None = None,
+    band: Band | None = None,
 ) -> str:
-    """An SVG chart of ``series``; ``hline`` = (y, label) draws a dashed limit (an SLO)."""
+    """An SVG chart of ``series``; ``hline`` = (y, label) draws a dashed limit (an SLO); ``band`` shades an x range."""
     xs = [x for s in series for x, _ in s.points]
     ys = [y for s in series for _, y in s.points if math.isfinite(y)] + ([hline[0]] if hline else [])
+    ys += [y + e for s in series for (_, y), e in zip(s.points, s.errors) if math.isfinite(y + e)]
     if not xs or not ys:
         return f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="60"><text x="10" y="30">{escape(title)}: no data</text></svg>'
     x_ticks = list(range(int(min(xs)), int(max(xs)) + 1)) if integer_x and max(xs) - min(xs) <= 16 else nice_ticks(min(xs), max(xs))
@@ -89,6 +103,8 @@ def chart_svg(
         f'<text x="{_WIDTH / 2}" y="16" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
         f'<rect x="{_LEFT}" y="{_TOP}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>',
     ]
+    if band is not None:
+        out.extend(_band_svg(band, px, _TOP, plot_h, step=1.0 if integer_x else 0.0))
     for tick in x_ticks:
         out.append(f'<line x1="{px(tick):.1f}" y1="{_TOP + plot_h}" x2="{px(tick):.1f}" y2="{_TOP + plot_h + 4}" stroke="#999"/>')
         out.append(f'<text x="{px(tick):.1f}" y="{_TOP + plot_h + 16}" text-anchor="middle">{_label(tick)}</text>')
@@ -117,12 +133,29 @@ def _series_svg(s: Series, px, py) -> list[str]:  # noqa: ANN001 -- the chart's 
     if s.lines and len(finite) > 1:
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in sorted(finite))
         parts.append(f'<polyline points="{path}" fill="none" stroke="{s.color}" stroke-width="1.5"/>')
+    for (x, y), error in zip(s.points, s.errors):
+        if error > 0 and math.isfinite(y):
+            low, high = py(y - error), py(y + error)
+            parts.append(
+                f'<path d="M{px(x):.1f},{low:.1f}V{high:.1f}M{px(x) - 3:.1f},{low:.1f}h6M{px(x) - 3:.1f},{high:.1f}h6" '
+                f'stroke="{s.color}" stroke-width="1" fill="none"/>'
+            )
     for x, y, hollow in finite:
         fill = "white" if hollow else s.color
         parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{fill}" stroke="{s.color}"><title>{escape(s.name)}: ({x:g}, {y:.4g})</title></circle>')
     for x, y in s.emphasis:
         parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="7" fill="none" stroke="{s.color}" stroke-width="2"/>')
     return parts
+
+
+def _band_svg(band: Band, px, top: float, height: float, *, step: float) -> list[str]:  # noqa: ANN001 -- the x map
+    """The band widened by half a step each side, so a band of one integer x is visible."""
+    left, right = px(band.low - step / 2), px(band.high + step / 2)
+    return [
+        f'<rect x="{left:.1f}" y="{top}" width="{right - left:.1f}" height="{height}" fill="{band.color}" fill-opacity="0.12">'
+        f"<title>{escape(band.label)}</title></rect>",
+        f'<text x="{(left + right) / 2:.1f}" y="{top + 12}" text-anchor="middle" fill="{band.color}">{escape(band.label)}</text>',
+    ]
 
 
 def _legend(series: Sequence[Series]) -> list[str]:

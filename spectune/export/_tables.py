@@ -8,9 +8,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from spectune.study import Point, StudyOutcome, recommendation_provenance
+from spectune.study import BucketChoice, Point, StudyOutcome, recommendation_provenance
 
-__all__ = ["TRIAL_COLUMNS", "pareto_rows", "summary_rows", "trials_csv"]
+__all__ = ["TRIAL_COLUMNS", "pareto_rows", "summary_rows", "tie_cell", "trials_csv"]
 
 TRIAL_COLUMNS = (
     "number",
@@ -21,6 +21,7 @@ TRIAL_COLUMNS = (
     "rejection_sample_method",
     "draft_sample_method",
     "num_speculative_tokens",
+    "requests_factor",
     "throughput_tokens_per_s",
     "throughput_stderr_tokens_per_s",
     "tpot_p50_ms",
@@ -34,7 +35,7 @@ TRIAL_COLUMNS = (
     "worker",
     "duration_s",
 )
-_METRIC_COLUMNS = TRIAL_COLUMNS[8:16]
+_METRIC_COLUMNS = TRIAL_COLUMNS[9:17]
 
 
 def _number(metrics: Mapping[str, Any] | None, name: str) -> str:
@@ -69,6 +70,7 @@ def trials_csv(outcome: StudyOutcome) -> str:
                 combo.rejection_sample_method if combo else "",
                 combo.draft_sample_method if combo else "",
                 point.num_speculative_tokens if point else "",
+                point.requests_factor if point else "",  # > 1: simulated again with more requests (precision)
                 *(_number(trial.metrics, name) for name in _METRIC_COLUMNS),
                 feasible,
                 "" if trial.duplicate_of is None else trial.duplicate_of,
@@ -80,7 +82,7 @@ def trials_csv(outcome: StudyOutcome) -> str:
 
 
 def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
-    """Per bucket of the recommendation: batch sizes served, K, throughput, gain over K = 0, p99 TPOT."""
+    """Per bucket of the recommendation: batch sizes served, K, throughput, gain over K = 0, p99 TPOT, tie set."""
     recommendation = outcome.recommendation
     if recommendation is None:
         return []
@@ -89,6 +91,8 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     for choice in recommendation.choices:
         evaluation = choice.evaluation
         off = outcome.completed.get(Point(choice.batch_size, "off", 0))
+        if evaluation is not None:  # K = 0 on the same requests when the tie set was simulated again with more
+            off = outcome.completed.get(Point(choice.batch_size, "off", 0, evaluation.point.refinement), off)
         metrics = evaluation.metrics if evaluation is not None else {}
         gain = ""
         if evaluation is not None and off is not None and off.throughput > 0:
@@ -102,11 +106,17 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                 "vs K=0": gain or "-",
                 "TPOT p99 ms": _fixed(metrics, "tpot_p99_ms"),
                 "SLOs": ("met" if evaluation.feasible else "missed") if evaluation is not None else "-",
+                "tie set": tie_cell(choice),
                 "note": choice.note or "",
                 "marks": marks.get(choice.batch_size, ""),
             }
         )
     return rows
+
+
+def tie_cell(choice: BucketChoice) -> str:
+    """The bucket's tie set, e.g. 'K 4-8 within 0.5%': every K as good as the chosen one within noise."""
+    return choice.ties.describe() if choice.ties is not None else "-"
 
 
 def pareto_rows(outcome: StudyOutcome) -> list[dict[str, str]]:

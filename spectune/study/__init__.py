@@ -11,23 +11,32 @@ from spectune.study._objective import Evaluator, StudyObjective
 from spectune.study._provenance import BucketProvenance, Mark, provenance_notes, recommendation_provenance, study_context
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._recommend import (
+    MAX_REFINEMENT,
     BucketChoice,
     ComboScore,
     Recommendation,
+    TieSet,
+    bucket_tie_set,
     choose_in_bucket,
+    format_ks,
     is_tie,
     merge_schedule,
+    monotone_ks,
+    precision_requests,
     recommend,
 )
 from spectune.study._records import Evaluation, SearchState, comparison_noise, evaluate_metrics
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
-from spectune.study._space import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
+from spectune.study._space import REFINE_FACTOR, Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
 from spectune.study._storage import JournalRepair, describe_storage, open_storage, open_study, repair_journal
-from spectune.study._structured import next_k, structured_converged, structured_next_point
+from spectune.study._structured import REFINE_BUDGET, next_k, structured_converged, structured_next_point, structured_next_points
 
 __all__ = [
     "EXHAUSTIVE_LIMIT",
+    "MAX_REFINEMENT",
+    "REFINE_BUDGET",
+    "REFINE_FACTOR",
     "BucketChoice",
     "BucketProvenance",
     "Candidate",
@@ -49,20 +58,25 @@ __all__ = [
     "StudyProgress",
     "StudyRun",
     "StudySpace",
+    "TieSet",
     "TrialRecord",
     "bucket_ranges",
+    "bucket_tie_set",
     "choose_in_bucket",
     "describe_storage",
     "document_fingerprint",
     "comparison_noise",
     "evaluate_metrics",
+    "format_ks",
     "is_tie",
     "load_outcome",
     "merge_schedule",
+    "monotone_ks",
     "next_k",
     "open_storage",
     "open_study",
     "outcome_of",
+    "precision_requests",
     "provenance_notes",
     "recommend",
     "recommendation_provenance",
@@ -74,5 +88,6 @@ __all__ = [
     "space_from_document",
     "structured_converged",
     "structured_next_point",
+    "structured_next_points",
     "study_context",
 ]

@@ -90,7 +90,8 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
 
 def simulation_document(document: StudyDocument, point: Point) -> SimulationDocument:
     """The simulation of one point."""
-    requests = document.schedule.num_requests(point.batch_size, document.workload.num_requests)
+    # A refinement (adaptive precision) simulates a multiple of the bucket's requests, past the cap.
+    requests = document.schedule.num_requests(point.batch_size, document.workload.num_requests) * point.requests_factor
     workload = document.workload.model_copy(update={"concurrency": point.batch_size, "num_requests": requests})
     if point.is_off:
         candidate = document.candidates[0]

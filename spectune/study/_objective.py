@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 
 from spectune.study._records import (
     ATTR_DUPLICATE_OF,
+    ATTR_REFINEMENT,
     ATTR_RESULT,
     Evaluation,
     PARAM_BATCH_SIZE,
@@ -76,9 +77,11 @@ class StudyObjective:
         return StudyObjective(self.space, evaluator, budget=self.budget)
 
     def __call__(self, trial: optuna.Trial) -> list[float]:
-        point = suggest_point(self.space, trial)
         storage = trial.study._storage
-        if storage.get_trial_user_attrs(trial._trial_id).get(ATTR_NO_POINT_LEFT):
+        point = suggest_point(self.space, trial)
+        attrs = storage.get_trial_user_attrs(trial._trial_id)
+        point = point.refined(int(attrs.get(ATTR_REFINEMENT, 0)))
+        if attrs.get(ATTR_NO_POINT_LEFT):
             raise optuna.TrialPruned("every point of the space is evaluated or held by a running trial")
         earlier = wait_for_earlier_trials(trial.study, trial.number)
         if self.budget is not None and _filled(earlier) >= self.budget:

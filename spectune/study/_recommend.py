@@ -1,21 +1,30 @@
-"""From evaluations to one recommendation: a combo, and its best K per batch-size bucket.
+"""From evaluations to one recommendation: a combo, and a K per batch-size bucket chosen from its tie set.
 
 vLLM serves one method, one verification rule and one draft sampling, so the recommendation is one
 combo -- the one with the best aggregate over buckets (the weighted geometric mean of its chosen
 throughput per bucket, i.e. the mean relative gain) -- with its own K per bucket, merged into
 ``num_speculative_tokens_per_batch_size`` rows.
 
-Results within the simulation's noise are ties, and a tie goes to the smaller K (fewer draft tokens
-cost less memory and less at larger batch sizes than the simulation saw): a point ties with the best
-when its throughput is within max(2 sigma, 0.5 %) of it, sigma combining both points' noise. The
-noise is the simulator's standard error less what all points of a bucket share (they simulate the
-same requests): see ``_records.comparison_noise``.
+Near the optimum, throughput against K is a plateau, and results within the simulation's noise are
+ties: a point ties with the best when its throughput is within max(2 sigma, 0.5 %) of it, sigma
+combining both points' noise (the simulator's standard error less what all points of a bucket share,
+since they simulate the same requests: see ``_records.comparison_noise``). A bucket's *tie set* is
+every evaluated K that ties with its best. The K table takes one K from each tie set: the table that
+never rises with the batch size wherever the tie sets allow one, then with the fewest changes of K
+(vLLM captures CUDA graphs per K), then the smallest K (fewer draft tokens cost less memory and less
+at larger batch sizes than the simulation saw). A rise that no choice avoids is kept and explained.
+
+Adaptive precision (see ``precision_requests``) re-simulates a tie set with more requests when the
+noise alone keeps a K in it and that K changes the table, or when two combos are within noise of each
+other and that decides the combo. A refined tie set is recomputed among its members at the new
+precision; comparisons are always between simulations of the same requests.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from spectune.study._records import Evaluation
@@ -25,38 +34,174 @@ from spectune.study._zero_row import zero_row_evaluation, zero_row_notes
 __all__ = [
     "BucketChoice",
     "ComboScore",
+    "MAX_REFINEMENT",
     "Recommendation",
+    "TieSet",
+    "bucket_tie_set",
     "choose_in_bucket",
+    "format_ks",
     "is_tie",
     "merge_schedule",
+    "monotone_ks",
+    "precision_requests",
     "recommend",
 ]
 
 TIE_SIGMAS = 2.0
 TIE_RELATIVE = 0.005
+MAX_REFINEMENT = 2  # at most 4**2 = 16 times a bucket's requests
+
+
+def tie_tolerance(best: Evaluation, other: Evaluation) -> float:
+    """How far (tokens/s) below ``best`` a point still ties with it: max(2 sigma, 0.5 %)."""
+    return max(TIE_SIGMAS * math.hypot(best.noise, other.noise), TIE_RELATIVE * abs(best.throughput))
 
 
 def is_tie(best: Evaluation, other: Evaluation) -> bool:
     """Whether ``other`` is within the noise of ``best`` (both feasible): max(2 sigma, 0.5 %)."""
-    sigma = math.hypot(best.noise, other.noise)
-    tolerance = max(TIE_SIGMAS * sigma, TIE_RELATIVE * abs(best.throughput))
-    return other.throughput >= best.throughput - tolerance
+    return other.throughput >= best.throughput - tie_tolerance(best, other)
+
+
+def tied_by_noise_only(best: Evaluation, other: Evaluation) -> bool:
+    """Tied, but further below the best than the 0.5 % floor: more precision could tell them apart."""
+    return is_tie(best, other) and other.throughput < best.throughput - TIE_RELATIVE * abs(best.throughput)
 
 
 def choose_in_bucket(evaluations: list[Evaluation]) -> Evaluation | None:
     """The smallest-K evaluation that ties with the best; infeasible ones only when nothing is feasible."""
     if not evaluations:
         return None
+    members, _, _ = _ties(evaluations)
+    return min(members, key=lambda e: e.point.num_speculative_tokens)
+
+
+def _ties(evaluations: Sequence[Evaluation]) -> tuple[list[Evaluation], Evaluation, bool]:
+    """(every evaluation tied with the best, the best, whether they are feasible)."""
     feasible = [e for e in evaluations if e.feasible]
     if not feasible:
-        return max(evaluations, key=lambda e: (e.score, -e.point.num_speculative_tokens))
+        least = max(evaluations, key=lambda e: (e.score, -e.point.num_speculative_tokens))
+        return [least], least, False
     best = max(feasible, key=lambda e: (e.throughput, -e.point.num_speculative_tokens))
-    return min((e for e in feasible if is_tie(best, e)), key=lambda e: e.point.num_speculative_tokens)
+    return [e for e in feasible if is_tie(best, e)], best, True
+
+
+@dataclass(frozen=True)
+class TieSet:
+    """The K of one combo at one bucket within noise of its best, at the precision that told them apart.
+
+    ``members`` (ascending K, the best included) are evaluations at ``refinement``: each refinement
+    simulated every member of the tie set below it again with more requests.
+    """
+
+    best: Evaluation
+    members: tuple[Evaluation, ...]
+    refinement: int
+    feasible: bool
+    unsimulated_below: int | None = None  # the K just below the first pass's smallest tie, when never simulated
+
+    @property
+    def ks(self) -> tuple[int, ...]:
+        return tuple(e.point.num_speculative_tokens for e in self.members)
+
+    def member(self, k: int) -> Evaluation:
+        return next(e for e in self.members if e.point.num_speculative_tokens == k)
+
+    @property
+    def tolerance(self) -> float:
+        """The widest tie tolerance among the members, relative to the best's throughput."""
+        if not self.feasible or self.best.throughput <= 0:
+            return 0.0
+        return max(tie_tolerance(self.best, e) for e in self.members) / self.best.throughput
+
+    @property
+    def noise_only(self) -> tuple[Evaluation, ...]:
+        """Members tied with the best only because of the noise (further than 0.5 % below it)."""
+        return tuple(e for e in self.members if tied_by_noise_only(self.best, e))
+
+    def shortfall(self, k: int) -> float:
+        """How far K's throughput is below the best's, relative to the best (0 for the best)."""
+        best = self.best.throughput
+        return max(0.0, (best - self.member(k).throughput) / best) if best > 0 else 0.0
+
+    def describe(self) -> str:
+        """E.g. 'K 4-8 within 0.9%', 'K 5 alone within 0.5% at 4x requests', 'K 5-6 within 2.6% (K 4 not
+        simulated)' (the search stops below where the table could use; K 0 is speculation off)."""
+        if not self.feasible:
+            return f"K {format_ks(self.ks)} (no K meets the SLOs)"
+        alone = " alone" if len(self.members) == 1 else ""
+        precision = f" at {self.best.point.requests_factor}x requests" if self.refinement else ""
+        below = f" (K {self.unsimulated_below} not simulated)" if self.unsimulated_below is not None else ""
+        return f"K {format_ks(self.ks)}{alone} within {self.tolerance:.1%}{precision}{below}"
+
+
+def format_ks(ks: Sequence[int]) -> str:
+    """Ascending K as runs: (0, 3, 4, 5, 7) -> '0, 3-5, 7'."""
+    runs: list[list[int]] = []
+    for k in ks:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}\u2013{r[-1]}" for r in runs)
+
+
+def bucket_tie_set(space: StudySpace, label: str, batch_size: int, completed: Mapping[Point, Evaluation]) -> TieSet | None:
+    """The tie set of ``label`` at one bucket (its K = 0 point included), at the highest finished refinement."""
+    combo = space.combo(label)
+
+    def evaluated(point: Point) -> Evaluation | None:  # a 0 row of this combo's table (see ``_zero_row``)
+        evaluation = completed.get(point)
+        return zero_row_evaluation(space, combo, batch_size, evaluation) if point.is_off else evaluation
+
+    evaluations = [e for k in space.k_values if (e := evaluated(space.point(batch_size, label, k))) is not None]
+    if not evaluations:
+        return None
+    members, best, feasible = _ties(evaluations)
+    ks = space.k_values
+    lowest = ks.index(min(e.point.num_speculative_tokens for e in members))
+    unsimulated = lowest > 0 and space.point(batch_size, label, ks[lowest - 1]) not in completed
+    refinement = 0
+    while refinement < MAX_REFINEMENT:
+        refined = [evaluated(e.point.refined(refinement + 1)) for e in members]
+        if any(e is None for e in refined):
+            break
+        refinement += 1
+        members, best, feasible = _ties([e for e in refined if e is not None])
+    members.sort(key=lambda e: e.point.num_speculative_tokens)
+    # Worth saying only while the first pass's smallest tie is still in the set (a refinement may drop it).
+    unsimulated = unsimulated and feasible and members[0].point.num_speculative_tokens == ks[lowest]
+    return TieSet(best, tuple(members), refinement, feasible, ks[lowest - 1] if unsimulated else None)
+
+
+def monotone_ks(allowed: Sequence[Sequence[int]]) -> list[int]:
+    """One K per bucket (ascending batch size) from each bucket's allowed K: the fewest rises of K with
+    the batch size, then the fewest changes, then the smallest K (a dynamic programme over buckets)."""
+    if not allowed:
+        return []
+    # cost[k] = (rises, changes, sum of K) of the best choice up to this bucket ending with K = k
+    cost = {k: (0, 0, k) for k in allowed[0]}
+    back: list[dict[int, int]] = []
+    for options in allowed[1:]:
+        step_cost: dict[int, tuple[int, int, int]] = {}
+        step_back: dict[int, int] = {}
+        for k in options:
+            choices = sorted(
+                ((rises + (k > prev), changes + (k != prev), total + k), prev) for prev, (rises, changes, total) in cost.items()
+            )
+            step_cost[k], step_back[k] = choices[0]
+        cost = step_cost
+        back.append(step_back)
+    k = min(cost, key=lambda key: (cost[key], key))
+    ks = [k]
+    for step_back in reversed(back):
+        k = step_back[k]
+        ks.append(k)
+    return ks[::-1]
 
 
 @dataclass(frozen=True)
 class BucketChoice:
-    """The chosen K at one bucket, the batch sizes it covers, and the evaluation behind it."""
+    """The chosen K at one bucket, the batch sizes it covers, the evaluation behind it, its tie set."""
 
     batch_size: int
     first_batch_size: int
@@ -64,6 +209,7 @@ class BucketChoice:
     num_speculative_tokens: int
     evaluation: Evaluation | None
     note: str | None = None
+    ties: TieSet | None = None
 
 
 @dataclass(frozen=True)
@@ -111,25 +257,150 @@ def _bucket_evaluations(space: StudySpace, combo: Combo, batch_size: int, comple
     return [completed[p] for p in points if p in completed]
 
 
+def _tie_sets(space: StudySpace, label: str, completed: Mapping[Point, Evaluation]) -> list[TieSet | None]:
+    """Per bucket, the combo's tie set; None where the combo itself (K >= 1) was never simulated."""
+    tie_sets = []
+    for batch_size in space.batch_sizes:
+        own = any(space.point(batch_size, label, k) in completed for k in space.k_values[1:])
+        tie_sets.append(bucket_tie_set(space, label, batch_size, completed) if own else None)
+    return tie_sets
+
+
+def _schedule_ks(tie_sets: Sequence[TieSet | None]) -> list[int | None]:
+    """The K table over the buckets that have a tie set (``monotone_ks``); None elsewhere."""
+    present = [t for t in tie_sets if t is not None]
+    chosen = iter(monotone_ks([t.ks for t in present]))
+    return [next(chosen) if t is not None else None for t in tie_sets]
+
+
 def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Evaluation]) -> ComboScore:
     ranges = bucket_ranges(space.batch_sizes, space.max_batch_size)
+    tie_sets = _tie_sets(space, combo.label, completed)
     choices = []
-    covered = 0
     log_sum = 0.0
     weight_sum = 0.0
-    for batch_size, (first, last), weight in zip(space.batch_sizes, ranges, space.weights):
-        own = [completed[p] for k in space.k_values[1:] if (p := space.point(batch_size, combo.label, k)) in completed]
-        off = zero_row_evaluation(space, combo, batch_size, completed.get(space.point(batch_size, combo.label, 0)))
-        chosen = choose_in_bucket(own + ([off] if off is not None else []))
-        if own and chosen is not None:
-            covered += 1
-            if chosen.feasible and chosen.throughput > 0:
-                log_sum += weight * math.log(chosen.throughput)
-                weight_sum += weight
-        k = chosen.point.num_speculative_tokens if chosen is not None and own else -1
-        choices.append(BucketChoice(batch_size, first, last, k, chosen if own else None))
+    for batch_size, (first, last), weight, ties, k in zip(space.batch_sizes, ranges, space.weights, tie_sets, _schedule_ks(tie_sets)):
+        if ties is None or k is None:
+            choices.append(BucketChoice(batch_size, first, last, -1, None))
+            continue
+        chosen = ties.member(k)
+        if chosen.feasible and chosen.throughput > 0:
+            log_sum += weight * math.log(chosen.throughput)
+            weight_sum += weight
+        choices.append(BucketChoice(batch_size, first, last, k, chosen, ties=ties))
     aggregate = math.exp(log_sum / weight_sum) if weight_sum > 0 else 0.0
+    covered = sum(1 for t in tie_sets if t is not None)
     return ComboScore(combo, covered, aggregate, tuple(choices))
+
+
+def _combo_gap(space: StudySpace, top: ComboScore, other: ComboScore, completed: Mapping[Point, Evaluation]) -> tuple[float, float, list[float]]:
+    """(log of top's aggregate over other's, its standard error, each bucket's share of the variance).
+
+    Bucket by bucket, the two chosen points are compared at the precision both reached (the same
+    requests), so only their acceptance noise counts.
+    """
+    gap = variance = weight_sum = 0.0
+    shares = []
+    for weight, mine, theirs in zip(space.weights, top.choices, other.choices):
+        pair = common_precision(mine.evaluation, theirs.evaluation, completed)
+        if pair is None:
+            shares.append(0.0)
+            continue
+        a, b = pair
+        gap += weight * (math.log(a.throughput) - math.log(b.throughput))
+        share = weight**2 * ((a.noise / a.throughput) ** 2 + (b.noise / b.throughput) ** 2)
+        variance += share
+        weight_sum += weight
+        shares.append(share)
+    if weight_sum <= 0:
+        return 0.0, 0.0, shares
+    return gap / weight_sum, math.sqrt(variance) / weight_sum, [x / weight_sum**2 for x in shares]
+
+
+def common_precision(
+    a: Evaluation | None, b: Evaluation | None, completed: Mapping[Point, Evaluation]
+) -> tuple[Evaluation, Evaluation] | None:
+    """Two points' evaluations at the highest precision both reached (the same requests); None unless
+    both are feasible with a positive throughput."""
+    if a is None or b is None:
+        return None
+    level = min(a.point.refinement, b.point.refinement)
+    if a.point.refinement != level:
+        a = completed.get(a.point.refined(level), a)
+    if b.point.refinement != level:
+        b = completed.get(b.point.refined(level), b)
+    if not (a.feasible and b.feasible and a.throughput > 0 and b.throughput > 0):
+        return None
+    return a, b
+
+
+def _combo_tie(gap: float, stderr: float) -> bool:
+    return gap <= max(TIE_SIGMAS * stderr, TIE_RELATIVE)
+
+
+def _pick_combo(space: StudySpace, completed: Mapping[Point, Evaluation]) -> tuple[ComboScore, ComboScore, list[ComboScore]] | None:
+    """(winner, top, ranking): the top aggregate among the most covered combos; near-ties (within noise
+    or 0.5 %) go to the earlier combo in the document (the simpler rule/sampling first)."""
+    scores = [_combo_score(space, combo, completed) for combo in space.combos]
+    scores = [s for s in scores if s.buckets_covered > 0]
+    if not scores:
+        return None
+    most_covered = max(s.buckets_covered for s in scores)
+    eligible = [s for s in scores if s.buckets_covered == most_covered]
+    top = max(eligible, key=lambda s: s.aggregate_throughput_tokens_per_s)
+    winner = next(s for s in eligible if s is top or _combo_tie(*_combo_gap(space, top, s, completed)[:2]))
+    ranking = sorted(scores, key=lambda s: (-s.buckets_covered, -s.aggregate_throughput_tokens_per_s))
+    return winner, top, ranking
+
+
+def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation]) -> list[list[Point]]:
+    """Groups of refined points that would settle a decision the noise leaves open, most decisive first.
+
+    A group is a whole tie set simulated again with ``REFINE_FACTOR`` times the requests (its tie set
+    at the next precision needs every member). Asked for only up to ``MAX_REFINEMENT`` and only where
+    it can change the recommendation:
+
+    - the combo: when the recommended combo ties with the top one through noise alone (further apart
+      than 0.5 %), the two tie sets of the bucket that contributes most to that noise;
+    - the K table: a bucket of the recommended combo whose tie set holds K tied only through noise,
+      when the table without them would differ.
+    Points already evaluated are included (the caller skips them); the groups are deterministic.
+    """
+    picked = _pick_combo(space, completed)
+    if picked is None:
+        return []
+    winner, top, _ = picked
+    groups: list[list[Point]] = []
+    if winner is not top:
+        gap, stderr, shares = _combo_gap(space, top, winner, completed)
+        if gap > TIE_RELATIVE and _combo_tie(gap, stderr):
+            order = sorted(range(len(shares)), key=lambda i: (-shares[i], i))
+            for i in order:
+                group = refine_pair(top.choices[i].ties, winner.choices[i].ties)
+                if shares[i] > 0 and group:
+                    groups.append(group)
+                    break
+    tie_sets = [c.ties for c in winner.choices]
+    table = _schedule_ks(tie_sets)
+    for i, ties in enumerate(tie_sets):
+        if ties is None or not ties.noise_only or ties.refinement >= MAX_REFINEMENT:
+            continue
+        certain = [e for e in ties.members if e not in ties.noise_only]
+        narrowed = dataclasses.replace(ties, members=tuple(certain))
+        if _schedule_ks([narrowed if j == i else t for j, t in enumerate(tie_sets)]) != table:
+            groups.append([e.point.refined(ties.refinement + 1) for e in ties.members])
+    return groups
+
+
+def refine_pair(a: TieSet | None, b: TieSet | None) -> list[Point]:
+    """Refine whichever of two tie sets is at the lower precision (both when equal), so they meet."""
+    if a is None or b is None:
+        return []
+    level = min(a.refinement, b.refinement)
+    if level >= MAX_REFINEMENT:
+        return []
+    points = [e.point.refined(level + 1) for t in (a, b) if t.refinement == level for e in t.members]
+    return list(dict.fromkeys(points))  # the shared K = 0 point once
 
 
 def _fill_unevaluated(choices: tuple[BucketChoice, ...], space: StudySpace, completed: Mapping[Point, Evaluation]) -> tuple[list[BucketChoice], list[str]]:
@@ -154,18 +425,18 @@ def _fill_unevaluated(choices: tuple[BucketChoice, ...], space: StudySpace, comp
 
 
 def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recommendation | None:
-    """The best combo by aggregate over buckets (near-ties to the earlier combo), with its schedule."""
-    scores = [_combo_score(space, combo, completed) for combo in space.combos]
-    scores = [s for s in scores if s.buckets_covered > 0]
-    if not scores:
+    """The best combo by aggregate over buckets (near-ties to the earlier combo), with its K table."""
+    picked = _pick_combo(space, completed)
+    if picked is None:
         return None
-    most_covered = max(s.buckets_covered for s in scores)
-    eligible = [s for s in scores if s.buckets_covered == most_covered]
-    top = max(s.aggregate_throughput_tokens_per_s for s in eligible)
-    # Near-ties between combos go to the earlier one in the document (the simpler rule/sampling first).
-    winner = next(s for s in eligible if s.aggregate_throughput_tokens_per_s >= top * (1 - TIE_RELATIVE))
-    ranking = sorted(scores, key=lambda s: (-s.buckets_covered, -s.aggregate_throughput_tokens_per_s))
+    winner, top, ranking = picked
     choices, notes = _fill_unevaluated(winner.choices, space, completed)
+    if winner is not top:
+        gap, stderr, _ = _combo_gap(space, top, winner, completed)
+        notes.append(
+            f"{top.combo.label} is {gap:.1%} ahead (standard error {stderr:.1%}): within the noise or 0.5 %, so the "
+            f"earlier combo in the document, {winner.combo.label}, is recommended"
+        )
     for choice in choices:
         if choice.evaluation is not None and not choice.evaluation.feasible:
             notes.append(f"batch size {choice.batch_size}: no simulated config meets the SLOs; the least violating is used")
@@ -175,6 +446,7 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
                 "their noise (standard error = the whole throughput); comparisons rest on their acceptance counts "
                 "alone; simulate more requests or longer outputs"
             )
+    notes.extend(_rise_notes(choices))
     schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
     max_k = max(k for _, _, k in schedule)
     notes += zero_row_notes(space, winner.combo, choices, completed, winner.aggregate_throughput_tokens_per_s)
@@ -193,3 +465,18 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
         ranking=tuple(ranking),
         notes=tuple(notes),
     )
+
+
+def _rise_notes(choices: Sequence[BucketChoice]) -> list[str]:
+    """Why K rises with the batch size where it does: no choice within the tie sets avoids it."""
+    notes = []
+    known = [c for c in choices if c.ties is not None]
+    for low, high in zip(known, known[1:]):
+        if high.num_speculative_tokens > low.num_speculative_tokens:
+            assert low.ties is not None and high.ties is not None
+            notes.append(
+                f"K rises from {low.num_speculative_tokens} at batch size {low.batch_size} to {high.num_speculative_tokens} at "
+                f"batch size {high.batch_size}: the evidence rules out a non-increasing table here (tied at "
+                f"{low.batch_size}: {low.ties.describe()}; at {high.batch_size}: {high.ties.describe()})"
+            )
+    return notes

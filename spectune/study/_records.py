@@ -24,6 +24,7 @@ from spectune.study._space import Point, StudySpace
 __all__ = [
     "ATTR_DUPLICATE_OF",
     "ATTR_OWNER",
+    "ATTR_REFINEMENT",
     "ATTR_RESULT",
     "Evaluation",
     "SearchState",
@@ -38,6 +39,7 @@ __all__ = [
 ATTR_OWNER = "spectune.owner"
 ATTR_RESULT = "spectune.result"
 ATTR_DUPLICATE_OF = "spectune.duplicate_of"
+ATTR_REFINEMENT = "spectune.refinement"  # a point's refinement level (absent: 0), written before its params
 PARAM_BATCH_SIZE = "batch_size"
 PARAM_COMBO = "combo"
 PARAM_K = "num_speculative_tokens"
@@ -93,7 +95,8 @@ def trial_point(space: StudySpace, trial: FrozenTrial) -> Point | None:
     """The point a trial holds: its params, written as the sampler picks them (None until all three are)."""
     params = trial.params
     if all(name in params for name in (PARAM_BATCH_SIZE, PARAM_COMBO, PARAM_K)):
-        return space.point(int(params[PARAM_BATCH_SIZE]), str(params[PARAM_COMBO]), int(params[PARAM_K]))
+        point = space.point(int(params[PARAM_BATCH_SIZE]), str(params[PARAM_COMBO]), int(params[PARAM_K]))
+        return point.refined(int(trial.user_attrs.get(ATTR_REFINEMENT, 0)))
     return None
 
 

@@ -39,7 +39,7 @@ from spectune.study._storage import (
     open_study,
     prepare_study,
 )
-from spectune.study._structured import structured_converged, structured_next_point
+from spectune.study._structured import REFINE_BUDGET, structured_converged, structured_next_point, structured_next_points
 
 __all__ = ["BATCH_POINTS", "EXHAUSTIVE_LIMIT", "StudyProgress", "StudyRun", "resolve_strategy", "run_study"]
 
@@ -77,6 +77,7 @@ class _WorkerSpec:
     seed: int
     keep_combos: int
     optuna_verbosity: int
+    refine_budget: float = REFINE_BUDGET
 
 
 def resolve_strategy(space: StudySpace, choice: StrategyChoice) -> Strategy:
@@ -96,6 +97,7 @@ def run_study(
     workers: int = 1,
     seed: int = 0,
     keep_combos: int = 2,
+    refine_budget: float = REFINE_BUDGET,
     progress: Callable[[StudyProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> StudyRun:
@@ -114,7 +116,7 @@ def run_study(
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
-    spec = _WorkerSpec(space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity())
+    spec = _WorkerSpec(space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity(), refine_budget)
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
     opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
     try:
@@ -151,7 +153,9 @@ def _worker_loop(
     keep_going: Callable[[], bool] = lambda: True,
 ) -> int:
     """Run trials until the study is done (or ``keep_going`` says stop); return how many this worker completed."""
-    study.sampler = SpectuneSampler(spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos)
+    study.sampler = SpectuneSampler(
+        spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget
+    )
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
     idle_prunes = 0
@@ -179,14 +183,17 @@ def _worker_loop(
 
 
 def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
-    """Trials a worker runs at once: the exhaustive search's free points of the batch size it reaches
-    next (it goes bucket by bucket), up to BATCH_POINTS and what the budget leaves, evaluated in one
-    lockstep call. The structured search and TPE decide each point from the results before it: one at
-    a time."""
-    if spec.strategy != "exhaustive":
+    """Trials a worker runs at once, their points evaluated in one lockstep call (up to BATCH_POINTS
+    and what the budget leaves): every point the structured search needs now (the steps no other
+    step waits for); the exhaustive search's free points of the batch size it reaches next (it goes
+    bucket by bucket). TPE decides each point from the results before it: one at a time."""
+    if spec.strategy == "structured":
+        size = min(len(structured_next_points(state, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget)), BATCH_POINTS)
+    elif spec.strategy == "exhaustive":
+        free = state.free_points()
+        size = min(sum(1 for p in free if p.batch_size == free[0].batch_size), BATCH_POINTS) if free else 1
+    else:
         return 1
-    free = state.free_points()
-    size = min(sum(1 for p in free if p.batch_size == free[0].batch_size), BATCH_POINTS) if free else 1
     if spec.n_trials is not None:
         size = min(size, spec.n_trials - state.num_complete_trials - state.num_live_trials)
     return max(size, 1)
@@ -217,10 +224,11 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
             return "wait"  # the others' running trials may still fail and leave work
     if spec.strategy == "tpe":
         return "run"
-    if spec.strategy == "structured" and spec.n_trials is None and structured_converged(state, keep_combos=spec.keep_combos):
+    search = {"keep_combos": spec.keep_combos, "refine_budget": spec.refine_budget}
+    if spec.strategy == "structured" and spec.n_trials is None and structured_converged(state, **search):
         return "stop"
     has_free = (
-        structured_next_point(state, keep_combos=spec.keep_combos) is not None
+        structured_next_point(state, **search) is not None
         if spec.strategy == "structured"
         else bool(state.free_points())
     )

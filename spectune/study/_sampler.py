@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from spectune.study._records import (
     ATTR_OWNER,
+    ATTR_REFINEMENT,
     PARAM_BATCH_SIZE,
     PARAM_COMBO,
     PARAM_K,
@@ -38,7 +39,7 @@ from spectune.study._records import (
     trial_point,
 )
 from spectune.study._space import Point, StudySpace
-from spectune.study._structured import structured_next_point
+from spectune.study._structured import REFINE_BUDGET, structured_next_point
 
 __all__ = ["ATTR_NO_POINT_LEFT", "SpectuneSampler", "Strategy", "search_space", "wait_for_earlier_trials"]
 
@@ -92,10 +93,13 @@ def exhaustive_next_point(state: SearchState) -> Point | None:
 class SpectuneSampler(BaseSampler):
     """Proposes one (batch size, combo, K) point per trial with the chosen strategy."""
 
-    def __init__(self, space: StudySpace, strategy: Strategy, *, seed: int, keep_combos: int = 2) -> None:
+    def __init__(
+        self, space: StudySpace, strategy: Strategy, *, seed: int, keep_combos: int = 2, refine_budget: float = REFINE_BUDGET
+    ) -> None:
         self.space = space
         self.strategy = strategy
         self.keep_combos = keep_combos
+        self.refine_budget = refine_budget
         self._tpe = TPESampler(seed=seed) if strategy == "tpe" else None
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
@@ -117,13 +121,15 @@ class SpectuneSampler(BaseSampler):
         later_holders = [t for t in study.get_trials(deepcopy=False) if t.number > trial.number and trial_point(self.space, t)]
         state = SearchState.from_trials(self.space, [*earlier, *later_holders])
         if self.strategy == "structured":
-            point = structured_next_point(state, keep_combos=self.keep_combos)
+            point = structured_next_point(state, keep_combos=self.keep_combos, refine_budget=self.refine_budget)
         else:
             point = exhaustive_next_point(state)
         if point is None:
             # Every point is evaluated or held: the objective sees this mark and stops without simulating.
             study._storage.set_trial_user_attr(trial._trial_id, ATTR_NO_POINT_LEFT, True)
             point = next(iter(self.space.points()))
+        if point.refinement:  # written before the params, so whoever sees the params sees it too
+            study._storage.set_trial_user_attr(trial._trial_id, ATTR_REFINEMENT, point.refinement)
         return params_of(self.space, point)
 
     def sample_independent(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 __all__ = [
@@ -18,12 +18,16 @@ __all__ = [
     "Combo",
     "Constraint",
     "Point",
+    "REFINE_FACTOR",
     "StudySpace",
     "bucket_ranges",
 ]
 
 Objective = Literal["throughput", "tpot_p99"]
 OFF = "off"  # the combo label of a K = 0 point
+# A refinement simulates this many times the requests of the level below: the acceptance noise of a
+# comparison (drafts per simulation) halves with each level.
+REFINE_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -56,20 +60,39 @@ class Combo:
 
 @dataclass(frozen=True, order=True)
 class Point:
-    """One simulation: ``combo`` (a label, or 'off' when K = 0) at K, at one bucket's batch size."""
+    """One simulation: ``combo`` (a label, or 'off' when K = 0) at K, at one bucket's batch size.
+
+    ``refinement`` r > 0 is the same configuration simulated again with ``REFINE_FACTOR ** r`` times
+    the bucket's requests (adaptive precision): a separate simulation with its own result.
+    """
 
     batch_size: int
     combo: str
     num_speculative_tokens: int
+    refinement: int = 0
 
     @property
     def key(self) -> str:
         """The canonical identity used to spot duplicates across trials and workers."""
-        return f"bs={self.batch_size}|{self.combo}|K={self.num_speculative_tokens}"
+        base = f"bs={self.batch_size}|{self.combo}|K={self.num_speculative_tokens}"
+        return f"{base}|requests x{self.requests_factor}" if self.refinement else base
 
     @property
     def is_off(self) -> bool:
         return self.num_speculative_tokens == 0
+
+    @property
+    def requests_factor(self) -> int:
+        """How many times the bucket's requests this simulation runs."""
+        return REFINE_FACTOR**self.refinement
+
+    @property
+    def base(self) -> Point:
+        """The same configuration at the bucket's own number of requests."""
+        return replace(self, refinement=0) if self.refinement else self
+
+    def refined(self, refinement: int) -> Point:
+        return self if refinement == self.refinement else replace(self, refinement=refinement)
 
 
 @dataclass(frozen=True)

@@ -2,98 +2,230 @@
 
 Throughput is separable by bucket (each bucket is its own closed-loop simulation) and, along K,
 close to unimodal: it rises while drafts are accepted often enough to pay for themselves and falls
-once verification stops being free. So instead of a black-box search over (bucket, combo, K):
+once verification stops being free. Near its top it is often a plateau, and a tie goes to the
+smaller K, so a bucket is *settled* when its best K is bracketed (both neighbours known) and the
+smallest K that ties with the best has been evaluated along with the K just below it, which does not
+tie (the plateau's low end) -- at the smaller batch sizes only down to the smallest K tied at the next
+larger one: a K below it would make the table rise there -- and the K just above the largest tie.
+So instead of a black-box search over (bucket, combo, K):
 
 1. at the representative (most common) bucket, search K for the first combo with a golden-section-like
    bracket search (K = 0, speculation off, is the shared left end of every curve), then for every
    other combo by hill-climbing from the first one's optimum (combos of a method peak at similar K);
-2. keep the ``keep_combos`` best combos there;
-3. for each kept combo, walk outwards bucket by bucket, starting each bucket's K search at the
-   neighbouring bucket's optimum (towards larger batches, at the smallest K that ties with it) and
-   hill-climbing one step at a time (preferring smaller K at larger batch sizes, where the optimum
-   moves down);
-4. with budget left, do the same for the other combos, then fill the rest of the space nearest the
-   known optima first.
+2. keep the ``keep_combos`` best combos there, and any other within noise of the last of them (after
+   adaptive precision, below, when the noise alone decides);
+3. for each kept combo, settle the representative bucket, then walk outwards in both directions
+   bucket by bucket, starting each bucket's K search at the settled neighbour's optimum (towards
+   larger batches, at the smallest K that ties with it) and hill-climbing one step at a time
+   (preferring smaller K at larger batch sizes, where the optimum moves down);
+4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
+   the recommendation open (``_recommend.precision_requests``), while the work added (simulated
+   steps) stays within ``refine_budget`` times the search's own;
+5. with budget left (``n_trials``), fill the rest of the space nearest the known optima.
 
-Every decision is a pure function of the ``SearchState`` read from storage, so the search resumes
-after a crash and runs unchanged with many workers: a point held by a running trial is skipped and
-the next useful point is proposed instead.
+``structured_next_points`` returns every point the search needs now -- the independent steps of all
+searches in flight (the screening of every combo, each kept combo's two directions, every refinement)
+-- so that they can be simulated together; a step that depends on another's result is not in the list
+until that result is known. Every decision is a pure function of the ``SearchState`` read from
+storage, so the search resumes after a crash and runs unchanged with many workers: a point held by a
+running trial is left out, and a worker with nothing to take waits for the others' results.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from spectune.study._recommend import choose_in_bucket
+from spectune.study._recommend import (
+    bucket_tie_set,
+    choose_in_bucket,
+    common_precision,
+    is_tie,
+    precision_requests,
+    refine_pair,
+    tied_by_noise_only,
+)
 from spectune.study._records import SearchState
 from spectune.study._space import OFF, Point, StudySpace
 
-__all__ = ["next_k", "structured_converged", "structured_next_point"]
+__all__ = ["REFINE_BUDGET", "next_k", "structured_converged", "structured_next_point", "structured_next_points"]
 
 _GOLDEN_STEP = 0.382  # fraction of a bracket side probed next (1 - 1/phi)
+# Adaptive precision may add this share of the search's own work (simulated steps: a simulation with
+# 4x the requests has about 4x the steps).
+REFINE_BUDGET = 0.5
 
 
-def structured_next_point(state: SearchState, *, keep_combos: int) -> Point | None:
-    """The most useful free point, or None when every point is evaluated, held or given up."""
-    for point, _ in _candidates(state, keep_combos):
-        if state.is_free(point):
-            return point
-    return None
+def structured_next_points(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> list[Point]:
+    """Every free point the search needs now, most useful first (deterministic).
+
+    Until the search has converged: the steps of every search in flight whose result no other step in
+    the list waits for (empty while all of them are held by running trials: wait for those). After:
+    the rest of the space in fill order, for a budget (``n_trials``) past convergence.
+    """
+    needed = _needed(state, keep_combos, refine_budget)
+    if not needed:
+        ranking = _rank_at(state, state.space.batch_sizes[state.space.representative_bucket()])
+        needed = _fill_order(state, ranking)
+    return [p for p in needed if state.is_free(p)]
 
 
-def structured_converged(state: SearchState, *, keep_combos: int) -> bool:
-    """True once screening and the kept combos' per-bucket searches have all settled."""
-    return all(not is_core or state.is_settled(point) for point, is_core in _candidates(state, keep_combos))
+def structured_next_point(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> Point | None:
+    """The most useful free point, or None when nothing is free (all evaluated, held or given up)."""
+    points = structured_next_points(state, keep_combos=keep_combos, refine_budget=refine_budget)
+    return points[0] if points else None
 
 
-def _candidates(state: SearchState, keep_combos: int) -> Iterator[tuple[Point, bool]]:
-    """Points in priority order, each with whether it belongs to the core search (steps 1-3)."""
+def structured_converged(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> bool:
+    """True once screening, the kept combos' settled buckets and the refinements are all done."""
+    return not _needed(state, keep_combos, refine_budget)
+
+
+def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[Point]:
+    """Unsettled points the search needs now, in priority order (duplicates removed)."""
     space = state.space
     rep = space.representative_bucket()
     rep_batch_size = space.batch_sizes[rep]
-    outward = _outward_order(len(space.batch_sizes), rep)
-    middle = _middle_k(space)
-
-    yield Point(rep_batch_size, OFF, 0), True
-    anchor: int | None = None  # the first fully searched combo's best K: where the others start
-    for combo in space.combos:
-        if anchor is None:
-            point = _curve_step(state, combo.label, rep_batch_size, start=middle, warm=False, prefer_lower=False)
-            if point is None:
-                anchor = _best_k(state, combo.label, rep_batch_size)
-        else:
-            point = _curve_step(state, combo.label, rep_batch_size, start=anchor, warm=True, prefer_lower=False)
-        if point is not None:
-            yield point, True
-    for index in outward[1:]:
-        yield Point(space.batch_sizes[index], OFF, 0), True
-
-    ranking = _rank_at(state, rep_batch_size)
-    for position, label in enumerate(ranking):
-        for point in _bucket_chain(state, label, rep, outward):
-            yield point, position < keep_combos
-    yield from ((point, False) for point in _fill_order(state, ranking, outward))
+    needed = [Point(rep_batch_size, OFF, 0)]
+    needed += _screening_steps(state, rep_batch_size)
+    needed += [Point(b, OFF, 0) for b in space.batch_sizes if b != rep_batch_size]
+    needed = [p for p in needed if not state.is_settled(p)]
+    if not needed:
+        kept, contest = _kept_combos(state, rep_batch_size, keep_combos, lambda group: _refinement_steps(state, refine_budget, [group]))
+        needed = contest
+        for label in kept if not contest else ():
+            needed += _chain_steps(state, label, rep)
+    if not needed:
+        needed = _refinement_steps(state, refine_budget, precision_requests(state.space, state.completed))
+    return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
 
 
-def _bucket_chain(state: SearchState, label: str, rep: int, outward: list[int]) -> Iterator[Point]:
-    """One combo's K search at every bucket, each warm-started from its neighbour towards ``rep``."""
+def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
+    """The first combo's cold K search; once it is bracketed, every other combo's, warm from its optimum."""
     space = state.space
-    for index in outward[1:]:
-        neighbour = index - 1 if index > rep else index + 1
-        # Going up in batch size the optimum moves down: start from the smallest K that ties with the
-        # neighbour's best; going down it moves up: start from the neighbour's best itself.
-        start = _best_k(state, label, space.batch_sizes[neighbour], smallest_tie=index > rep)
-        if start is None:
-            start = _middle_k(space)
-        point = _curve_step(state, label, space.batch_sizes[index], start=start, warm=True, prefer_lower=index > rep)
-        if point is not None:
-            yield point
+    first = space.combos[0].label
+    step = _curve_step(state, first, batch_size, start=_middle_k(space), warm=False, prefer_lower=False)
+    if step is not None:
+        return [step]
+    anchor = _best_k(state, first, batch_size)
+    anchor = _middle_k(space) if anchor is None else anchor
+    steps = (_curve_step(state, c.label, batch_size, start=anchor, warm=True, prefer_lower=False) for c in space.combos[1:])
+    return [s for s in steps if s is not None]
 
 
-def _fill_order(state: SearchState, ranking: list[str], outward: list[int]) -> list[Point]:
+def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
+    """One kept combo: settle the representative bucket, then the next unsettled bucket each way."""
+    space = state.space
+    step = _plateau_step(state, label, space.batch_sizes[rep])
+    if step is not None:
+        return [step]
+    steps = []
+    for direction in (1, -1):
+        index = rep + direction
+        while 0 <= index < len(space.batch_sizes):
+            # Going up in batch size the optimum moves down: start from the smallest K that ties with the
+            # neighbour's best; going down it moves up: start from the neighbour's best itself.
+            start = _best_k(state, label, space.batch_sizes[index - direction], smallest_tie=direction > 0)
+            batch_size = space.batch_sizes[index]
+            step = _curve_step(
+                state, label, batch_size, start=_middle_k(space) if start is None else start, warm=True, prefer_lower=direction > 0
+            )
+            # Towards smaller batches the table may not fall below the larger neighbour's K (it would rise
+            # there), so the plateau matters only down to the smallest K tied at that neighbour.
+            ties = _tie_range(state, label, space.batch_sizes[index - direction]) if direction < 0 else None
+            step = step or _plateau_step(state, label, batch_size, floor=ties[0] if ties else 0)
+            if step is not None:
+                steps.append(step)
+                break
+            index += direction
+    return steps
+
+
+def _plateau_step(state: SearchState, label: str, batch_size: int, *, floor: int = 0) -> Point | None:
+    """The K just below the smallest K tied with the best (not below ``floor``), then the K just above
+    the largest, when not evaluated yet; None: the bucket is settled. Above: near the top a noisy dip
+    can hide a better K behind a tied neighbour from the hill-climb."""
+    ties = _tie_range(state, label, batch_size)
+    if ties is None:
+        return None
+    ks = state.space.k_values
+    lowest, highest = ks.index(ties[0]), ks.index(ties[1])
+    neighbours = ([ks[lowest - 1]] if lowest > 0 and ties[0] > floor else []) + ([ks[highest + 1]] if highest + 1 < len(ks) else [])
+    points = (state.space.point(batch_size, label, k) for k in neighbours)
+    return next((p for p in points if not state.is_settled(p)), None)
+
+
+def _tie_range(state: SearchState, label: str, batch_size: int) -> tuple[int, int] | None:
+    """The smallest and largest evaluated K tied with the best (first pass); None when nothing meets the
+    SLOs (the least violating point is the answer: no plateau) or nothing is evaluated."""
+    space = state.space
+    evaluations = [e for k in space.k_values if (e := state.completed.get(space.point(batch_size, label, k)))]
+    feasible = [e for e in evaluations if e.feasible]
+    if not feasible:
+        return None
+    best = max(feasible, key=lambda e: (e.throughput, -e.point.num_speculative_tokens))
+    tied = [e.point.num_speculative_tokens for e in feasible if is_tie(best, e)]
+    return min(tied), max(tied)
+
+
+def _kept_combos(
+    state: SearchState, batch_size: int, keep_combos: int, refine: Callable[[list[Point]], list[Point]]
+) -> tuple[list[str], list[Point]]:
+    """(combos to follow, points to refine first). The ``keep_combos`` best at the bucket, and every next
+    one that ties with the last of them: a tie through noise alone is refined first (``refine`` returns
+    the group's points to run, empty when past the budget or the last precision), else both are kept."""
+    space = state.space
+    ranked = _rank_at(state, batch_size)
+    kept = ranked[:keep_combos]
+    last = bucket_tie_set(space, kept[-1], batch_size, state.completed) if kept else None
+    for label in ranked[keep_combos:]:
+        other = bucket_tie_set(space, label, batch_size, state.completed)
+        pair = common_precision(last.best, other.best, state.completed) if last and other else None
+        if pair is None or not is_tie(*pair):
+            break
+        if last is not None and other is not None and tied_by_noise_only(*pair):
+            steps = refine(refine_pair(last, other))
+            if steps:
+                return kept, steps
+        kept.append(label)
+    return kept, []
+
+
+def _refinement_steps(state: SearchState, refine_budget: float, groups: list[list[Point]]) -> list[Point]:
+    """The refined points of every group (most decisive first) that fits the budget, whole."""
+    spent = sum(_work(state, p) for p in [*state.completed, *state.claimed] if p.refinement)
+    allowance = refine_budget * sum(_work(state, p) for p in state.completed if not p.refinement) - spent
+    steps: list[Point] = []
+    for group in groups:
+        todo = [p for p in group if not state.is_settled(p)]
+        cost = sum(_work(state, p) for p in todo if p not in state.claimed)
+        if cost > allowance:
+            continue
+        allowance -= cost
+        steps += todo
+    return steps
+
+
+def _work(state: SearchState, point: Point) -> float:
+    """A simulation's work in simulated steps (what its time grows with), deterministic unlike its wall
+    time; one not run yet: its first pass's times its requests factor. 1 without the counter."""
+    evaluation = state.completed.get(point)
+    if evaluation is not None:
+        return _steps(evaluation.metrics)
+    base = state.completed.get(point.base)
+    return point.requests_factor * (_steps(base.metrics) if base is not None else 1.0)
+
+
+def _steps(metrics: Mapping[str, Any]) -> float:
+    steps = metrics.get("simulated_steps")
+    return float(steps) if isinstance(steps, (int, float)) and not isinstance(steps, bool) and steps > 0 else 1.0
+
+
+def _fill_order(state: SearchState, ranking: list[str]) -> list[Point]:
     """Every remaining point: best-ranked combos first, buckets outwards, K nearest the known optimum."""
     space = state.space
+    outward = _outward_order(len(space.batch_sizes), space.representative_bucket())
     rank_of = {label: i for i, label in enumerate(ranking)}
     bucket_rank = {space.batch_sizes[index]: i for i, index in enumerate(outward)}
 
@@ -170,11 +302,15 @@ def next_k(values: dict[int, float], ks: tuple[int, ...], *, start: int, warm: b
 
 
 def _rank_at(state: SearchState, batch_size: int) -> list[str]:
-    """Combo labels by their best score at one bucket; unevaluated combos last, document order on ties."""
+    """Combo labels by their best score at one bucket (at the precision their tie sets reached; K = 0
+    counts only for combos never simulated with K >= 1); unevaluated combos last, document order on ties."""
     scored = []
     for order, combo in enumerate(state.space.combos):
         values = {k: v for k, v in _curve(state, combo.label, batch_size).items() if k > 0}
         best = max(values.values()) if values else -math.inf
+        ties = bucket_tie_set(state.space, combo.label, batch_size, state.completed) if values else None
+        if ties is not None and ties.refinement and ties.feasible:
+            best = ties.best.score
         scored.append((-best, order, combo.label))
     return [label for _, _, label in sorted(scored)]
 

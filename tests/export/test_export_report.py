@@ -63,3 +63,30 @@ def test_pareto_rows_list_each_buckets_front_fastest_first(two_objective_outcome
         assert len(mine) == len(front) >= 1
         speeds = [float(r["tokens/s"].replace(",", "")) for r in mine]
         assert speeds == sorted(speeds, reverse=True)
+
+
+def test_summary_rows_recommended_yaml_and_report_show_each_buckets_tie_set(outcome):
+    from spectune.export import recommended_yaml, summary_rows
+
+    recommendation = outcome.recommendation
+    rows = summary_rows(outcome)
+    yaml_text = recommended_yaml(outcome)
+    html = report_html(outcome)
+    for row, choice in zip(rows, recommendation.choices):
+        ties = choice.ties
+        assert choice.num_speculative_tokens in ties.ks
+        assert row["tie set"] == ties.describe() and re.fullmatch(r"K [0-9,\u2013 ]+( alone)? within [0-9.]+%( \(K [0-9] not simulated\))?", row["tie set"])
+        line = next(x for x in yaml_text.splitlines() if x.startswith(f"# batch size {choice.first_batch_size}-{choice.last_batch_size}: "))
+        best = ties.best.point.num_speculative_tokens
+        if best == choice.num_speculative_tokens:
+            assert "the best simulated" in line
+        else:
+            below = (ties.best.throughput - choice.evaluation.throughput) / ties.best.throughput
+            assert f"{below:.1%} below the best simulated (K {best})" in line
+        assert line.endswith(f"tied: {ties.describe()}")
+        assert f"tied: {ties.describe()}</text>" in html  # the shaded band's label
+    # one error bar per simulated point of every curve (the K = 0 point is drawn once per combo curve)
+    drawn = sum(len([k for k in outcome.space.k_values if outcome.space.point(b, c.label, k) in outcome.completed])
+                for b in outcome.space.batch_sizes for c in outcome.space.combos)  # fmt: skip
+    assert html.count('stroke-width="1" fill="none"/>') == drawn
+    assert html.count('fill-opacity="0.12"') == len(outcome.space.batch_sizes)

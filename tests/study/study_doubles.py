@@ -93,10 +93,51 @@ class SyntheticEvaluator:
         digest = hashlib.sha256(f"{self.seed}|{point.key}".encode()).digest()
         u1, u2 = (int.from_bytes(digest[:8], "big") + 1) / 2**64, int.from_bytes(digest[8:16], "big") / 2**64
         gauss = math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
-        throughput = float(metrics["throughput_tokens_per_s"]) * (1 + self.noise * gauss)  # type: ignore[arg-type]
+        noise = self.noise / 2**point.refinement  # a refinement simulates 4x the requests
+        throughput = float(metrics["throughput_tokens_per_s"]) * (1 + noise * gauss)  # type: ignore[arg-type]
         metrics["throughput_tokens_per_s"] = throughput
-        metrics["throughput_stderr_tokens_per_s"] = self.noise * throughput
+        metrics["throughput_stderr_tokens_per_s"] = noise * throughput
         return metrics
+
+
+class PlantedEvaluator:
+    """Exact throughput from planted curves ``{(combo label, batch size): {K: tokens/s}}`` (K = 0 is read
+    from any curve of the bucket), reported with a relative standard error of ``noise`` that halves with
+    every refinement (4x the requests): a decision's noise without a random draw."""
+
+    def __init__(self, curves: dict[tuple[str, int], dict[int, float]], *, noise: float = 0.0, call_log: str | None = None) -> None:
+        self.curves = curves
+        self.noise = noise
+        self.call_log = call_log
+
+    def __call__(self, point: Point) -> dict[str, object]:
+        if self.call_log is not None:
+            with open(self.call_log, "a") as log:
+                log.write(f"{os.getpid()} {point.key}\n")
+        if point.is_off:
+            curve = next(c for (label, bs), c in self.curves.items() if bs == point.batch_size)
+        else:
+            curve = self.curves[(point.combo, point.batch_size)]
+        throughput = curve[point.num_speculative_tokens]
+        return {
+            "throughput_tokens_per_s": throughput,
+            "throughput_stderr_tokens_per_s": throughput * self.noise / 2**point.refinement,
+            "tpot_p99_ms": 10.0,
+        }
+
+
+def plateau_curve(low: int, high: int, *, max_k: int, level: float = 1000.0) -> dict[int, float]:
+    """K = 0 at 40 % of ``level``, rising steeply to a plateau from ``low`` to ``high`` (each K 0.1 %
+    above the one before: the raw best is ``high``), falling steeply after it."""
+    curve = {}
+    for k in range(max_k + 1):
+        if k < low:
+            curve[k] = level * (0.4 + 0.5 * k / low)
+        elif k <= high:
+            curve[k] = level * (1 + 0.001 * (k - low))
+        else:
+            curve[k] = level * (1 + 0.001 * (high - low)) * (1 - 0.05 * (k - high))
+    return curve
 
 
 def fingerprint(text: str = "doc-v1") -> dict[str, str]:
