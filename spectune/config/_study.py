@@ -293,6 +293,13 @@ class StudyDocument(SpectuneModel):
                 problems.append(
                     (("schedule", "batch_sizes", i), f"must be <= workload.max_num_seqs ({self.workload.max_num_seqs}), got {size}")
                 )
+        tp = self.target_model.tensor_parallel_size
+        if self.hardware.num_gpus > tp and self.hardware.num_gpus % tp == 0:
+            # A study's batch sizes and K table are one engine's; vLLM turns the per-batch-size K table off
+            # under data parallelism, and replicas would split each batch size among themselves.
+            problems.append((("hardware", "num_gpus"), f"a study tunes one engine: must equal target_model."
+                             f"tensor_parallel_size ({tp}) (replicas serve the same table each, and vLLM disables the "
+                             f"per-batch-size K table under data parallelism), got {self.hardware.num_gpus}"))
         for i, candidate in enumerate(self.candidates):
             problems += self._candidate_problems(i, candidate)
         if not self.combinations():

@@ -160,3 +160,12 @@ def test_each_point_becomes_a_closed_loop_simulation_at_its_batch_size(tmp_path)
     assert simulation_document(floor, space.point(8, "ngram/standard/greedy", 0)).workload.num_requests == 16
     assert off.speculative.num_speculative_tokens_for_batch(1) == 0 and off.speculative.num_speculative_tokens_for_batch(64) == 0
     assert off.effective_drafter().drafting == "lookup"  # no draft pass: plain decoding
+
+
+def test_a_study_of_several_replicas_is_refused_at_num_gpus(tmp_path):
+    # Replicas would split each batch size among themselves, and vLLM serves no K table under data
+    # parallelism: a study tunes one engine, and says so instead of labelling per-replica batches.
+    text = textwrap.dedent(STUDY).replace("hardware: h100-sxm", "hardware: {gpu: h100-sxm, num_gpus: 2}")
+    assert text != textwrap.dedent(STUDY)
+    problems, path = _problems(tmp_path, text)
+    assert any("hardware.num_gpus: a study tunes one engine" in p and "got 2" in p for p in problems), problems
