@@ -172,6 +172,11 @@ def _show_labels(labels: tuple[tuple[str, str], ...]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else ""
 
 
+def _counter_error(later: Scrape, model: str, series: str, message: str) -> DocumentError:
+    """A counter that contradicts the others, blamed on its line in the later scrape."""
+    return DocumentError([Problem(later.file, _series_line(later, series, model), series, message)])
+
+
 def _window(
     totals: dict[str, dict[str, int]], earlier: Scrape, later: Scrape, model: str, source: SourceWindows
 ) -> CountWindow | None:
@@ -183,15 +188,10 @@ def _window(
         source.skip(None, "vllm:spec_decode_num_drafts", f"no drafts {where}")
         return None
     if drafted < num_drafts:
-        line = _series_line(later, "vllm:spec_decode_num_draft_tokens", model)
-        raise DocumentError(
-            [
-                Problem(
-                    later.file, line, "vllm:spec_decode_num_draft_tokens",
-                    f"went up by {drafted} {where}, fewer than the drafts ({num_drafts}); every draft proposes at "
-                    "least one token: inconsistent counters",
-                )
-            ]
+        raise _counter_error(
+            later, model, "vllm:spec_decode_num_draft_tokens",
+            f"went up by {drafted} {where}, fewer than the drafts ({num_drafts}); every draft proposes at "
+            "least one token: inconsistent counters",
         )  # fmt: skip
     per_position_map = totals.get("per_position") or {}
     per_position: tuple[int, ...] | None = None
@@ -231,18 +231,14 @@ def _window(
             source.notes.append(f"Per-position counters {where} sum to {sum(per_position)} vs {accepted} accepted; used the per-position sum.")
             accepted = sum(per_position)
     if accepted > drafted:
-        line = _series_line(later, "vllm:spec_decode_num_accepted_tokens", model)
-        raise DocumentError([Problem(later.file, line, "vllm:spec_decode_num_accepted_tokens", f"went up by {accepted}, more than draft tokens ({drafted}) {where}")])
+        raise _counter_error(
+            later, model, "vllm:spec_decode_num_accepted_tokens", f"went up by {accepted}, more than draft tokens ({drafted}) {where}"
+        )
     if per_position is not None and drafted > len(per_position) * num_drafts:
-        line = _series_line(later, "vllm:spec_decode_num_draft_tokens", model)
-        raise DocumentError(
-            [
-                Problem(
-                    later.file, line, "vllm:spec_decode_num_draft_tokens",
-                    f"went up by {drafted} {where}, more than K = {len(per_position)} positions x {num_drafts} drafts: "
-                    "inconsistent counters",
-                )
-            ]
+        raise _counter_error(
+            later, model, "vllm:spec_decode_num_draft_tokens",
+            f"went up by {drafted} {where}, more than K = {len(per_position)} positions x {num_drafts} drafts: "
+            "inconsistent counters",
         )  # fmt: skip
     running = later.running.get(model)
     return CountWindow(
