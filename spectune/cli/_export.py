@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from spectune.cli._app import app, handle_errors
-from spectune.cli._study import StorageOption, locate_study
+from spectune.cli._study import StorageOption
 from spectune.errors import SpectuneError
 
 
@@ -29,12 +29,12 @@ def export(
 ) -> None:
     """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv and report.html."""
     from spectune.export import check_output_dir, write_artefacts
-    from spectune.study import load_outcome
+    from spectune.study import default_out_dir, load_outcome, locate_study
 
     if vllm_synthetic_form not in ("current", "legacy"):
         raise SpectuneError(f"--vllm-synthetic-form: must be 'current' or 'legacy', got {vllm_synthetic_form!r}")
     name, storage_url = locate_study(study, storage=storage, out=None)  # --out is where to write, not where it ran
-    out_dir = out if out is not None else Path("runs") / name
+    out_dir = default_out_dir(name, out)
     check_output_dir(out_dir)
     outcome = load_outcome(storage_url, name)
     written = write_artefacts(outcome, out_dir, vllm_synthetic_form=vllm_synthetic_form)  # type: ignore[arg-type]

@@ -34,34 +34,6 @@ StorageOption = Annotated[
 ]
 
 
-def _out_dir(name: str, out: Path | None) -> Path:
-    return out if out is not None else Path("runs") / name
-
-
-def resolve_storage(name: str, *, option: str | None, document_storage: str | None, document_dir: Path | None, out: Path | None) -> str:
-    """--storage, else the document's (a relative path is relative to the document), else OUT/study.journal."""
-    if option:
-        return option
-    if document_storage:
-        if "://" in document_storage or document_dir is None or Path(document_storage).is_absolute():
-            return document_storage
-        return str(document_dir / document_storage)
-    return str(_out_dir(name, out) / "study.journal")
-
-
-def locate_study(target: str, *, storage: str | None, out: Path | None) -> tuple[str, str]:
-    """(study name, storage) from a study document path or a study name."""
-    path = Path(target)
-    if path.is_file():
-        from spectune.config import load_document
-
-        document = load_document(path, expect="study").model
-        return document.name, resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=path.parent, out=out)
-    if path.suffix.lower() in (".yaml", ".yml", ".json"):
-        raise SpectuneError(f"{target}: no such file (give a study document or a study name)")
-    return target, resolve_storage(target, option=storage, document_storage=None, document_dir=None, out=out)
-
-
 def _console() -> Console:
     """Standard output; piped, it has no terminal width to respect, so tables are not wrapped at 80 columns."""
     return Console(soft_wrap=True, highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -162,7 +134,7 @@ def run(
 
     from spectune.config import load_document
     from spectune.export import check_output_dir
-    from spectune.study import run_study
+    from spectune.study import default_out_dir, resolve_storage, run_study
     from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
 
     if n_trials is not None and n_trials < 1:
@@ -174,7 +146,7 @@ def run(
     if sampler is not None and sampler not in ("auto", "structured", "exhaustive", "tpe"):
         raise SpectuneError(f"--sampler: must be one of auto, structured, exhaustive, tpe, got {sampler!r}")
     chosen: Literal["auto", "structured", "exhaustive", "tpe"] = sampler or document.trials.sampler  # type: ignore[assignment]
-    out_dir = _out_dir(document.name, out)
+    out_dir = default_out_dir(document.name, out)
     check_output_dir(out_dir)  # before the study runs, not after
     storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
     space = space_from_document(document)
@@ -238,7 +210,7 @@ def show(
     out: Annotated[Path | None, typer.Option("--out", help="Where the study's default journal lives (runs/<name>/).", show_default=False)] = None,
 ) -> None:
     """Print a study's trials so far and its recommendation (from its storage alone)."""
-    from spectune.study import load_outcome
+    from spectune.study import load_outcome, locate_study
 
     name, storage_url = locate_study(study, storage=storage, out=out)
     outcome = load_outcome(storage_url, name)

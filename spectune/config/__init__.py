@@ -28,6 +28,17 @@ from spectune.config._hardware import (
     kv_cache_capacity_tokens,
 )
 from spectune.config._loader import parse_mapping_text, read_mapping
+from spectune.config._metrics import (
+    BOUND_METRICS,
+    CSV_METRICS,
+    OBJECTIVE_METRICS,
+    STUDY_METRICS,
+    Constraint,
+    MetricInfo,
+    Objective,
+    StudyMetrics,
+    parse_constraint,
+)
 from spectune.config._overrides import apply_overrides, parse_override
 from spectune.config._profile import (
     AcceptanceCounts,
@@ -54,7 +65,13 @@ from spectune.config._simulation import (
     drafter_override_problems,
     dynamic_speculation_off_notice,
 )
-from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, METHODS, SpeculativeConfig
+from spectune.config._speculative import (
+    MAX_NUM_SPECULATIVE_TOKENS,
+    METHODS,
+    SpeculativeConfig,
+    SpeculativeFields,
+    default_num_speculative_tokens,
+)
 from spectune.config._step_times import (
     STEP_TIME_COLUMNS,
     RooflineFitRecord,
@@ -63,7 +80,7 @@ from spectune.config._step_times import (
     StepTimeTable,
     read_step_time_table,
 )
-from spectune.config._study import CONSTRAINT_METRICS, SpeculativeBase, StudyCandidate, StudyDocument
+from spectune.config._study import SpeculativeBase, StudyCandidate, StudyDocument
 from spectune.config._workload import (
     MAX_SEQUENCE_TOKENS,
     MAX_TEMPERATURES,
@@ -107,7 +124,16 @@ __all__ = [
     "LoadedDocument",
     "RuleViolations",
     "SpeculativeConfig",
-    "CONSTRAINT_METRICS",
+    "SpeculativeFields",
+    "BOUND_METRICS",
+    "CSV_METRICS",
+    "Constraint",
+    "MetricInfo",
+    "OBJECTIVE_METRICS",
+    "Objective",
+    "STUDY_METRICS",
+    "StudyMetrics",
+    "parse_constraint",
     "SpeculativeBase",
     "StudyCandidate",
     "StudyDocument",
@@ -126,6 +152,7 @@ __all__ = [
     "conditional_to_unconditional",
     "decay_to_conditional_rates",
     "default_drafter",
+    "default_num_speculative_tokens",
     "default_drafter_preset",
     "deployment_problems",
     "drafter_as_configured",

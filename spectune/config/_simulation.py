@@ -12,7 +12,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
 from spectune.config._profile import AcceptanceProfile, AcceptanceRates, BatchSizeBin
-from spectune.config._speculative import SpeculativeConfig
+from spectune.config._speculative import SpeculativeConfig, SpeculativeFields
 from spectune.config._step_times import CostModelConfig
 from spectune.config._workload import WorkloadConfig
 from spectune.errors import DocumentError
@@ -206,7 +206,7 @@ def drafter_as_configured(speculative: SpeculativeConfig, drafter: DrafterSpec) 
 
 
 def drafter_override_problems(
-    speculative: SpeculativeConfig, drafter: DrafterSpec | None, target_tp: int,
+    speculative: SpeculativeFields, drafter: DrafterSpec | None, target_tp: int,
     *, paths: tuple[str, str] = ("speculative", "drafter"),
 ) -> list[tuple[tuple[str | int, ...], str]]:
     """The speculative config's draft_tensor_parallel_size: 1 or the target's (vLLM's rule), and not at odds

@@ -14,7 +14,7 @@ size in a gap between rows, or past the last row, takes the previous row's K; an
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
 
@@ -30,7 +30,9 @@ __all__ = [
     "MAX_NUM_SPECULATIVE_TOKENS",
     "METHODS",
     "SpeculativeConfig",
+    "SpeculativeFields",
     "Method",
+    "default_num_speculative_tokens",
 ]
 
 # Simulation cost grows with K and nobody serves with more; vLLM's V1 buffers stop at 128.
@@ -78,8 +80,16 @@ def _is_mtp_alias(method: str) -> bool:
     return method.endswith("_mtp") and method != "mtp"
 
 
-class SpeculativeConfig(SpectuneModel):
-    """vLLM's speculative config (``--speculative-config``), as spectune validates and simulates it."""
+class SpeculativeFields(SpectuneModel):
+    """vLLM's speculative-config fields and their rules; K optional, as in vLLM.
+
+    Two models narrow it: ``SpeculativeConfig`` (a config to serve or simulate: K resolved, vLLM's
+    default for suffix and mtp filled in) and a study candidate's ``SpeculativeBase`` (no K: the study
+    searches it). Neither is the other, so neither has to pretend about K.
+    """
+
+    # Whether a missing K takes vLLM's default for the method (suffix, mtp) before the fields validate.
+    _fills_default_k: ClassVar[bool] = False
 
     method: Method = Field(
         description="Drafting method. MTP aliases such as 'deepseek_mtp' normalise to 'mtp'; without a "
@@ -91,12 +101,11 @@ class SpeculativeConfig(SpectuneModel):
         description="Draft model, EAGLE head or drafter weights (a Hugging Face id or a path). Not "
         "needed for mtp/dspark (they reuse the target) or ngram/suffix (no weights).",
     )
-    num_speculative_tokens: int = Field(
+    num_speculative_tokens: int | None = Field(
+        default=None,
         ge=1,
         le=MAX_NUM_SPECULATIVE_TOKENS,
-        description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
-        "table it caps every row's K and sizes vLLM's buffers. Optional for suffix (default "
-        "suffix_decoding_max_tree_depth, 24) and mtp (default the checkpoint's n_predict, taken as 1).",
+        description="K: draft tokens proposed and verified per step (tokens).",
     )
     rejection_sample_method: Literal["standard", "block", "synthetic"] = Field(
         default="standard",
@@ -194,7 +203,7 @@ class SpeculativeConfig(SpectuneModel):
             inferred = _infer_method(data["model"])
             data["method"] = inferred
             notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
-        if "num_speculative_tokens" not in data or data["num_speculative_tokens"] is None:
+        if cls._fills_default_k and data.get("num_speculative_tokens") is None:
             _default_num_speculative_tokens(data, info)
         rule = data.get("rejection_sample_method")
         if isinstance(rule, str) and rule in _LEGACY_REJECTION_METHODS:
@@ -216,7 +225,7 @@ class SpeculativeConfig(SpectuneModel):
         return data
 
     @model_validator(mode="after")
-    def _check_cross_field_rules(self, info: ValidationInfo) -> SpeculativeConfig:
+    def _check_cross_field_rules(self, info: ValidationInfo) -> SpeculativeFields:
         problems: list[tuple[tuple[str | int, ...], str]] = []
         synthetic_fields = [
             name
@@ -278,6 +287,8 @@ class SpeculativeConfig(SpectuneModel):
     def _check_synthetic_values(self) -> list[tuple[tuple[str | int, ...], str]]:
         k = self.num_speculative_tokens
         problems: list[tuple[tuple[str | int, ...], str]] = []
+        if k is None:  # no K, no synthetic form (a study candidate refuses both)
+            return problems
         rates = self.synthetic_acceptance_rates
         if rates is not None:
             if len(rates) != k:
@@ -350,6 +361,8 @@ class SpeculativeConfig(SpectuneModel):
             return
         field = "num_speculative_tokens_per_batch_size"
         k_max = self.num_speculative_tokens
+        if k_max is None:  # no K, no table (a study candidate refuses both)
+            return
         for i, (start, end, k) in enumerate(rows):
             if k > k_max:
                 notify(
@@ -397,6 +410,20 @@ class SpeculativeConfig(SpectuneModel):
             if self.method not in _PROMPT_LOOKUP_METHODS:
                 notify(info, ("prompt_lookup_max",), f"prompt lookup only applies to ngram, ignored for '{self.method}'")
 
+
+class SpeculativeConfig(SpeculativeFields):
+    """vLLM's speculative config (``--speculative-config``), as spectune validates and simulates it."""
+
+    _fills_default_k: ClassVar[bool] = True
+
+    num_speculative_tokens: int = Field(
+        ge=1,
+        le=MAX_NUM_SPECULATIVE_TOKENS,
+        description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
+        "table it caps every row's K and sizes vLLM's buffers. Optional for suffix (default "
+        "suffix_decoding_max_tree_depth, 24) and mtp (default the checkpoint's n_predict, taken as 1).",
+    )
+
     # --- derived values the simulator uses ----------------------------------------------------
 
     def synthetic_conditional_rates(self) -> list[float] | None:
@@ -426,14 +453,22 @@ class SpeculativeConfig(SpectuneModel):
         return min(self.num_speculative_tokens, max(covering)[1])
 
 
+def default_num_speculative_tokens(method: object, suffix_decoding_max_tree_depth: object = None) -> int | None:
+    """vLLM's K for a config that gives none: suffix decoding's tree depth, an MTP checkpoint's n_predict
+    (taken as 1); None for the other methods, which need K."""
+    if method == "suffix":
+        depth = suffix_decoding_max_tree_depth
+        return depth if isinstance(depth, int) and depth >= 1 else SUFFIX_DEFAULT_MAX_TREE_DEPTH
+    return MTP_DEFAULT_N_PREDICT if method == "mtp" else None
+
+
 def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) -> None:
     """K for a config that gives none, as vLLM defaults it; other methods keep it required."""
     method = data.get("method")
-    if method == "suffix":
-        depth = data.get("suffix_decoding_max_tree_depth")
-        data["num_speculative_tokens"] = depth if isinstance(depth, int) and depth >= 1 else SUFFIX_DEFAULT_MAX_TREE_DEPTH
-    elif method == "mtp":
-        data["num_speculative_tokens"] = MTP_DEFAULT_N_PREDICT
+    k = default_num_speculative_tokens(method, data.get("suffix_decoding_max_tree_depth"))
+    if k is not None:
+        data["num_speculative_tokens"] = k
+    if method == "mtp":
         notify(
             info,
             ("num_speculative_tokens",),

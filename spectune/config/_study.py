@@ -11,34 +11,28 @@ every batch size of ``schedule`` -- each simulated as a closed loop at that conc
 
 from __future__ import annotations
 
-import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, WithJsonSchema, field_serializer, field_validator, model_validator
 
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
-from spectune.config._simulation import AcceptanceSource, SimulationOptions
-from spectune.config._speculative import _DISTRIBUTION_FREE_METHODS, MAX_NUM_SPECULATIVE_TOKENS, SpeculativeConfig
+from spectune.config._metrics import BOUND_METRICS, OBJECTIVE_METRICS, Constraint, Objective, parse_constraint
+from spectune.config._simulation import AcceptanceSource, SimulationOptions, drafter_override_problems
+from spectune.config._speculative import (
+    _DISTRIBUTION_FREE_METHODS,
+    MAX_NUM_SPECULATIVE_TOKENS,
+    SpeculativeConfig,
+    SpeculativeFields,
+)
 from spectune.config._step_times import CostModelConfig
 from spectune.config._workload import WorkloadConfig
 from spectune.errors import SpectuneError
 
-__all__ = ["CONSTRAINT_METRICS", "StudyCandidate", "StudyDocument", "SpeculativeBase"]
+__all__ = ["StudyCandidate", "StudyDocument", "SpeculativeBase"]
 
 FieldPath = tuple[str | int, ...]
 
-# Simulation results an SLO can bound (SimulationResult field names, units in the name).
-CONSTRAINT_METRICS = (
-    "throughput_tokens_per_s",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-)
-_CONSTRAINT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 _SEARCHED_FIELDS = {
     "num_speculative_tokens": "searched by the study: set search.num_speculative_tokens instead",
     "num_speculative_tokens_per_batch_size": "this table is what the study produces; remove it",
@@ -48,16 +42,30 @@ _SEARCHED_FIELDS = {
 }
 
 
-class SpeculativeBase(SpeculativeConfig):
+class SpeculativeBase(SpeculativeFields):
     """A candidate's speculative config without K: method, model and the other vLLM fields.
 
     Setting ``rejection_sample_method`` or ``draft_sample_method`` here pins this candidate to that
     value instead of searching ``search.rejection_sample_methods`` / ``search.draft_sample_methods``.
     """
 
-    num_speculative_tokens: int | None = Field(  # type: ignore[assignment]
+    num_speculative_tokens: None = Field(
         default=None, description="Not allowed here: K is searched (search.num_speculative_tokens)."
     )
+
+    def config(self, num_speculative_tokens: int, rejection_sample_method: str, draft_sample_method: str) -> SpeculativeConfig:
+        """The config one point serves: these fields with K, the rule and the draft sampling.
+
+        Built, not validated again: the study document checked every combination it tries (K within
+        search.num_speculative_tokens, rules and samplings the method can use).
+        """
+        fields = dict(self) | {
+            "num_speculative_tokens": num_speculative_tokens,
+            "rejection_sample_method": rejection_sample_method,
+            "draft_sample_method": draft_sample_method,
+        }
+        chosen = self.model_fields_set | {"num_speculative_tokens", "rejection_sample_method", "draft_sample_method"}
+        return SpeculativeConfig.model_construct(_fields_set=chosen, **fields)
 
     @model_validator(mode="before")
     @classmethod
@@ -230,17 +238,18 @@ class StudyDocument(SpectuneModel):
     candidates: list[StudyCandidate] = Field(min_length=1, max_length=32, description="The drafting methods to try.")
     search: SearchSpace = Field(description="K range, verification rules and draft samplings to try.")
     schedule: ScheduleBuckets = Field(description="Batch sizes of the per-batch-size K schedule.")
-    objectives: list[Literal["throughput", "tpot_p99"]] = Field(
+    objectives: list[Objective] = Field(
         default_factory=lambda: ["throughput"],
         min_length=1,
         max_length=2,
-        description="'throughput' (output tokens/s, maximised), optionally then 'tpot_p99' (ms, minimised) "
-        "for a Pareto front; the recommendation maximises throughput within the constraints.",
+        description=f"'throughput' ({OBJECTIVE_METRICS['throughput']}, maximised), optionally then 'tpot_p99' "
+        f"({OBJECTIVE_METRICS['tpot_p99']}, minimised) for a Pareto front; the recommendation maximises "
+        "throughput within the constraints.",
     )
-    constraints: list[str] = Field(
+    constraints: list[Annotated[Constraint, WithJsonSchema({"type": "string"})]] = Field(
         default_factory=list,
         max_length=16,
-        description=f"SLOs as 'METRIC <= NUMBER' or 'METRIC >= NUMBER', METRIC one of {', '.join(CONSTRAINT_METRICS)}.",
+        description=f"SLOs as 'METRIC <= NUMBER' or 'METRIC >= NUMBER', METRIC one of {', '.join(BOUND_METRICS)}.",
     )
     trials: StudyTrials = Field(default_factory=StudyTrials, description="Budget and sampler.")
     storage: str | None = Field(
@@ -265,19 +274,27 @@ class StudyDocument(SpectuneModel):
             )
         return {**data, "workload": {**workload, "concurrency": 1}}
 
-    @field_validator("constraints")
+    @field_validator("constraints", mode="before")
     @classmethod
-    def _parse_constraints(cls, values: list[str]) -> list[str]:
-        problems = []
-        for i, text in enumerate(values):
-            match = _CONSTRAINT.match(text)
-            if match is None or match.group(1) not in CONSTRAINT_METRICS:
-                problems.append(
-                    ((i,), f"must look like 'METRIC <= NUMBER' or 'METRIC >= NUMBER' with METRIC one of "
-                     f"{', '.join(CONSTRAINT_METRICS)}, got {text!r}")
-                )
+    def _parse_constraints(cls, values: Any) -> Any:
+        """Each 'METRIC <= NUMBER' text becomes a ``Constraint``, once."""
+        if not isinstance(values, list):
+            return values
+        parsed, problems = [], []
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                parsed.append(value)
+                continue
+            try:
+                parsed.append(parse_constraint(value))
+            except ValueError as err:
+                problems.append(((i,), str(err)))
         check_rules(problems)
-        return values
+        return parsed
+
+    @field_serializer("constraints")
+    def _constraint_texts(self, constraints: list[Constraint]) -> list[str]:
+        return [c.text if c.text is not None else c.label for c in constraints]
 
     @model_validator(mode="after")
     def _fits_together(self, info: ValidationInfo) -> StudyDocument:
@@ -326,7 +343,8 @@ class StudyDocument(SpectuneModel):
             drafter = candidate.drafter if candidate.drafter is not None else default_drafter(method, self.target_model)
         except SpectuneError as err:
             return [(at + ("drafter",), f"required here: {err}")]
-        problems = []
+        tp = self.target_model.tensor_parallel_size
+        problems = [(at + path, message) for path, message in drafter_override_problems(candidate.speculative, candidate.drafter, tp)]
         for path, message in deployment_problems(self.hardware, self.target_model, drafter):
             problems.append((at + path if path[0] == "drafter" else path, message))
         return problems
@@ -362,11 +380,9 @@ class StudyDocument(SpectuneModel):
                     out.append(((candidate, rule, sampling), reason))
         return out
 
-    def constraint_triples(self) -> list[tuple[str, str, float]]:
-        """The constraints as (metric, '<=' or '>=', bound)."""
-        triples = []
-        for text in self.constraints:
-            match = _CONSTRAINT.match(text)
-            assert match is not None  # checked by _parse_constraints
-            triples.append((match.group(1), match.group(2), float(match.group(3))))
-        return triples
+    def candidate(self, label: str) -> StudyCandidate:
+        """The candidate named ``label``."""
+        for candidate in self.candidates:
+            if candidate.label == label:
+                return candidate
+        raise KeyError(f"no candidate {label!r} in study {self.name!r}")

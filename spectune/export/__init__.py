@@ -8,7 +8,7 @@ check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``repo
 
 from spectune.export._artefacts import ARTEFACT_NAMES, bucket_comments, check_output_dir, json_text, recommended_yaml, write_artefacts
 from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_script, measurement_ks
-from spectune.export._report import pareto_front, report_html
+from spectune.export._report import report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
 from spectune.export._svg import Band, Series, chart_svg, nice_ticks
 from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, tie_cell, trials_csv
@@ -36,7 +36,6 @@ __all__ = [
     "measure_script",
     "measurement_ks",
     "nice_ticks",
-    "pareto_front",
     "pareto_rows",
     "recommended_speculative_config",
     "recommended_yaml",

@@ -58,13 +58,13 @@ def _simulated_rates(outcome: StudyOutcome, recommendation: Recommendation, k: i
     space = recommendation.space
     order = sorted(space.batch_sizes, key=lambda b: abs(math.log(b / space.batch_sizes[space.representative_bucket()])))
     by_k: dict[int, list[float]] = {}
-    for candidate_k in sorted({p.num_speculative_tokens for p in outcome.completed if p.combo == recommendation.combo.label}):
+    for candidate_k in sorted({p.num_speculative_tokens for p in outcome.completed if p.combo == recommendation.combo}):
         evaluations = _combo_evaluations(outcome, recommendation, candidate_k)
         for batch_size in order:
             evaluation = evaluations.get(batch_size)
-            values = evaluation.metrics.get("acceptance_per_position") if evaluation is not None else None
-            if isinstance(values, Sequence) and len(values) >= candidate_k and all(isinstance(v, int | float) for v in values):
-                by_k[candidate_k] = [float(v) for v in values[:candidate_k]]
+            values = evaluation.metrics.acceptance_per_position if evaluation is not None else None
+            if values is not None and len(values) >= candidate_k:
+                by_k[candidate_k] = list(values[:candidate_k])
                 break
     if not by_k:
         return None

@@ -8,15 +8,14 @@ trade-off with its Pareto front.
 from __future__ import annotations
 
 import json
-import math
 from html import escape
 
 from spectune.export._svg import PALETTE, Band, Series, chart_svg
 from spectune.export._tables import summary_rows
 from spectune.export._vllm import vllm_speculative_config
-from spectune.study import Evaluation, StudyOutcome, provenance_notes, recommendation_provenance
+from spectune.study import Evaluation, StudyOutcome, pareto_front, provenance_notes, recommendation_provenance
 
-__all__ = ["pareto_front", "report_html"]
+__all__ = ["report_html"]
 
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1000px; }
@@ -29,23 +28,8 @@ pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
 """
 
 
-def pareto_front(evaluations: list[Evaluation]) -> list[Evaluation]:
-    """Evaluations no other one beats on both throughput (higher) and p99 TPOT (lower)."""
-    finite = [e for e in evaluations if math.isfinite(_tpot(e)) and math.isfinite(e.throughput)]
-    front = []
-    for e in finite:
-        dominated = any(
-            o.throughput >= e.throughput and _tpot(o) <= _tpot(e) and (o.throughput > e.throughput or _tpot(o) < _tpot(e))
-            for o in finite
-        )
-        if not dominated:
-            front.append(e)
-    return sorted(front, key=lambda e: e.throughput)
-
-
 def _tpot(evaluation: Evaluation) -> float:
-    value = evaluation.metrics.get("tpot_p99_ms")
-    return float(value) if isinstance(value, (int, float)) else math.nan
+    return evaluation.metrics.value("tpot_p99_ms")
 
 
 def _table(rows: list[dict[str, str]]) -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping
-from typing import Any
 
-from spectune.study import BucketChoice, Point, StudyOutcome, recommendation_provenance
+from spectune.config import CSV_METRICS, StudyMetrics
+from spectune.study import OFF, BucketChoice, Point, StudyOutcome, pareto_front, recommendation_provenance
 
 __all__ = ["TRIAL_COLUMNS", "pareto_rows", "summary_rows", "tie_cell", "trials_csv"]
 
+# The point's columns, the metrics marked for the CSV (StudyMetrics), then the trial's.
 TRIAL_COLUMNS = (
     "number",
     "state",
@@ -22,32 +22,22 @@ TRIAL_COLUMNS = (
     "draft_sample_method",
     "num_speculative_tokens",
     "requests_factor",
-    "throughput_tokens_per_s",
-    "throughput_stderr_tokens_per_s",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "itl_p99_ms",
-    "ttft_p99_ms",
-    "mean_acceptance_length",
-    "mean_batch_size",
+    *CSV_METRICS,
     "feasible",
     "duplicate_of",
     "worker",
     "duration_s",
 )
-_METRIC_COLUMNS = TRIAL_COLUMNS[9:17]
 
 
-def _number(metrics: Mapping[str, Any] | None, name: str) -> str:
-    value = (metrics or {}).get(name)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return ""
-    return f"{value:.6g}"
+def _number(metrics: StudyMetrics | None, name: str) -> str:
+    value = metrics.value(name) if metrics is not None else math.nan
+    return f"{value:.6g}" if math.isfinite(value) else ""
 
 
-def _fixed(metrics: Mapping[str, Any] | None, name: str) -> str:
-    value = (metrics or {}).get(name)
-    return f"{value:.1f}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+def _fixed(metrics: StudyMetrics | None, name: str) -> str:
+    value = metrics.value(name) if metrics is not None else math.nan
+    return f"{value:.1f}" if math.isfinite(value) else "-"
 
 
 def trials_csv(outcome: StudyOutcome) -> str:
@@ -57,7 +47,7 @@ def trials_csv(outcome: StudyOutcome) -> str:
     writer.writerow(TRIAL_COLUMNS)
     for trial in outcome.trials:
         point = trial.point
-        combo = outcome.space.combo(point.combo) if point is not None and not point.is_off else None
+        combo = point.combo if point is not None else None
         evaluation = outcome.completed.get(point) if point is not None else None
         feasible = "" if trial.metrics is None or evaluation is None else str(evaluation.feasible).lower()
         writer.writerow(
@@ -65,13 +55,13 @@ def trials_csv(outcome: StudyOutcome) -> str:
                 trial.number,
                 trial.state,
                 point.batch_size if point else "",
-                combo.candidate if combo else ("off" if point else ""),
+                combo.candidate if combo else (OFF if point else ""),
                 outcome.space.candidate(combo.candidate).method if combo else "",
                 combo.rejection_sample_method if combo else "",
                 combo.draft_sample_method if combo else "",
                 point.num_speculative_tokens if point else "",
                 point.requests_factor if point else "",  # > 1: simulated again with more requests (precision)
-                *(_number(trial.metrics, name) for name in _METRIC_COLUMNS),
+                *(_number(trial.metrics, name) for name in CSV_METRICS),
                 feasible,
                 "" if trial.duplicate_of is None else trial.duplicate_of,
                 trial.worker or "",
@@ -90,10 +80,10 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     rows = []
     for choice in recommendation.choices:
         evaluation = choice.evaluation
-        off = outcome.completed.get(Point(choice.batch_size, "off", 0))
+        off = outcome.completed.get(Point.off(choice.batch_size))
         if evaluation is not None:  # K = 0 on the same requests when the tie set was simulated again with more
-            off = outcome.completed.get(Point(choice.batch_size, "off", 0, evaluation.point.refinement), off)
-        metrics = evaluation.metrics if evaluation is not None else {}
+            off = outcome.completed.get(Point.off(choice.batch_size, evaluation.point.refinement), off)
+        metrics = evaluation.metrics if evaluation is not None else None
         gain = ""
         if evaluation is not None and off is not None and off.throughput > 0:
             gain = f"{evaluation.throughput / off.throughput:.2f}x"
@@ -121,8 +111,6 @@ def tie_cell(choice: BucketChoice) -> str:
 
 def pareto_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     """With two objectives: each bucket's Pareto front (throughput up, p99 TPOT down), fastest first."""
-    from spectune.export._report import pareto_front  # the report draws the same fronts
-
     rows = []
     for batch_size in outcome.space.batch_sizes:
         evaluations = [e for p, e in outcome.completed.items() if p.batch_size == batch_size]
@@ -131,7 +119,7 @@ def pareto_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
             rows.append(
                 {
                     "batch size": str(batch_size),
-                    "config": "off" if point.is_off else f"{point.combo} K={point.num_speculative_tokens}",
+                    "config": OFF if point.combo is None else f"{point.combo.label} K={point.num_speculative_tokens}",
                     "tokens/s": f"{evaluation.throughput:,.0f}",
                     "TPOT p99 ms": _fixed(evaluation.metrics, "tpot_p99_ms"),
                     "SLOs": "met" if evaluation.feasible else "missed",

@@ -10,7 +10,6 @@ vLLM's acceptance to what the simulation saw (``rejection_sample_method: synthet
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal
 
 from spectune.config import SpeculativeConfig
@@ -57,11 +56,11 @@ def simulated_acceptance_rates(recommendation: Recommendation) -> list[float] | 
         evaluation = choice.evaluation
         if evaluation is None or choice.num_speculative_tokens != k:
             continue
-        rates = evaluation.metrics.get("acceptance_per_position")
-        if isinstance(rates, Sequence) and len(rates) >= k and all(isinstance(r, (int, float)) for r in rates[:k]):
-            monotone = []
+        rates = evaluation.metrics.acceptance_per_position
+        if rates is not None and len(rates) >= k:
+            monotone: list[float] = []
             for rate in rates[:k]:  # vLLM wants non-increasing rates in [0, 1]; the counts already are
-                monotone.append(min(max(float(rate), 0.0), monotone[-1] if monotone else 1.0))
+                monotone.append(min(max(rate, 0.0), monotone[-1] if monotone else 1.0))
             return [round(r, 4) for r in monotone]
     return None
 

@@ -10,6 +10,7 @@ from spectune.study._document import SimulationEvaluator, document_fingerprint, 
 from spectune.study._objective import Evaluator, StudyObjective
 from spectune.study._provenance import BucketProvenance, Mark, provenance_notes, recommendation_provenance, study_context
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
+from spectune.study._pareto import pareto_front
 from spectune.study._recommend import (
     MAX_REFINEMENT,
     BucketChoice,
@@ -25,16 +26,26 @@ from spectune.study._recommend import (
     precision_requests,
     recommend,
 )
-from spectune.study._records import Evaluation, SearchState, comparison_noise, evaluate_metrics
+from spectune.study._records import Evaluation, SearchState, as_metrics, comparison_noise, evaluate_metrics
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
-from spectune.study._space import REFINE_FACTOR, Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
-from spectune.study._storage import JournalRepair, describe_storage, open_storage, open_study, repair_journal
+from spectune.study._space import OFF, REFINE_FACTOR, Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
+from spectune.study._storage import (
+    JournalRepair,
+    default_out_dir,
+    describe_storage,
+    locate_study,
+    open_storage,
+    open_study,
+    repair_journal,
+    resolve_storage,
+)
 from spectune.study._structured import REFINE_BUDGET, next_k, structured_converged, structured_next_point, structured_next_points
 
 __all__ = [
     "EXHAUSTIVE_LIMIT",
     "MAX_REFINEMENT",
+    "OFF",
     "REFINE_BUDGET",
     "REFINE_FACTOR",
     "BucketChoice",
@@ -60,9 +71,11 @@ __all__ = [
     "StudySpace",
     "TieSet",
     "TrialRecord",
+    "as_metrics",
     "bucket_ranges",
     "bucket_tie_set",
     "choose_in_bucket",
+    "default_out_dir",
     "describe_storage",
     "document_fingerprint",
     "comparison_noise",
@@ -70,17 +83,20 @@ __all__ = [
     "format_ks",
     "is_tie",
     "load_outcome",
+    "locate_study",
     "merge_schedule",
     "monotone_ks",
     "next_k",
     "open_storage",
     "open_study",
     "outcome_of",
+    "pareto_front",
     "precision_requests",
     "provenance_notes",
     "recommend",
     "recommendation_provenance",
     "repair_journal",
+    "resolve_storage",
     "resolve_strategy",
     "run_study",
     "search_space",

@@ -12,7 +12,6 @@ way each point is simulated once.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from spectune.config import OBJECTIVE_METRICS, StudyMetrics
 from spectune.study._records import (
     ATTR_DUPLICATE_OF,
     ATTR_REFINEMENT,
@@ -29,16 +29,16 @@ from spectune.study._records import (
     PARAM_COMBO,
     PARAM_K,
     SearchState,
+    as_metrics,
     is_abandoned,
-    metric_value,
 )
 from spectune.study._sampler import ATTR_NO_POINT_LEFT, wait_for_earlier_trials
 from spectune.study._space import Point, StudySpace
 
 __all__ = ["ATTR_SURPLUS", "Evaluator", "StudyObjective", "objective_values", "suggest_point"]
 
-Evaluator = Callable[[Point], Mapping[str, Any]]
-"""Simulates one point; returns ``SimulationResult.to_dict()``-like metrics (JSON-serialisable)."""
+Evaluator = Callable[[Point], StudyMetrics | Mapping[str, Any]]
+"""Simulates one point; returns its ``StudyMetrics`` (or a mapping of their names, read through it)."""
 
 ATTR_SURPLUS = "spectune.surplus"
 _HOLDER_POLL_S = 0.1
@@ -56,12 +56,9 @@ def suggest_point(space: StudySpace, trial: optuna.Trial) -> Point:
     return space.point(int(batch_size), str(combo), int(k))
 
 
-def objective_values(space: StudySpace, metrics: Mapping[str, Any]) -> list[float]:
-    """Throughput (tokens/s, maximised) and, with two objectives, p99 TPOT (ms, minimised)."""
-    values = [metric_value(metrics, "throughput_tokens_per_s")]
-    if "tpot_p99" in space.objectives:
-        values.append(metric_value(metrics, "tpot_p99_ms"))
-    return values
+def objective_values(space: StudySpace, metrics: StudyMetrics) -> list[float]:
+    """Each objective's metric: throughput (tokens/s, maximised), then p99 TPOT (ms, minimised) when asked."""
+    return [metrics.value(OBJECTIVE_METRICS[objective]) for objective in space.objectives]
 
 
 class StudyObjective:
@@ -93,12 +90,12 @@ class StudyObjective:
             known = _await_holder(trial.study, self.space, point, trial.number)
         if known is not None:
             trial.set_user_attr(ATTR_DUPLICATE_OF, known.trial_number)
-            metrics = dict(known.metrics)
+            metrics = known.metrics
         else:
-            metrics = dict(self.evaluator(point))
-        trial.set_user_attr(ATTR_RESULT, _json_safe(metrics))
+            metrics = as_metrics(self.evaluator(point))
+        trial.set_user_attr(ATTR_RESULT, metrics.to_attr())
         for constraint in self.space.constraints:
-            violation = constraint.violation(metric_value(metrics, constraint.metric))
+            violation = constraint.violation(metrics.value(constraint.metric))
             trial.set_constraint(constraint.label, min(violation, _CONSTRAINT_CAP))
         return objective_values(self.space, metrics)
 
@@ -124,17 +121,3 @@ def _filled(earlier: list[optuna.trial.FrozenTrial]) -> int:
         if t.state == TrialState.COMPLETE or (t.state == TrialState.RUNNING and not is_abandoned(t))
     )
 
-
-def _json_safe(value: Any) -> Any:
-    """Storages keep user attrs as JSON: NaN/inf become None, tuples lists, numpy scalars floats."""
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return number if math.isfinite(number) else None

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
+from spectune.config import StudyMetrics
 from spectune.errors import SpectuneError
 from spectune.study._objective import ATTR_SURPLUS
-from spectune.study._records import ATTR_DUPLICATE_OF, ATTR_OWNER, ATTR_RESULT, Evaluation, SearchState, trial_point
+from spectune.study._records import ATTR_DUPLICATE_OF, ATTR_OWNER, Evaluation, SearchState, trial_metrics, trial_point
 from spectune.study._recommend import Recommendation, recommend
 from spectune.study._space import Point, StudySpace
 from spectune.study._storage import (
@@ -39,7 +39,7 @@ class TrialRecord:
     number: int
     state: str
     point: Point | None
-    metrics: dict[str, Any] | None
+    metrics: StudyMetrics | None
     duplicate_of: int | None
     surplus: bool
     worker: str | None
@@ -67,13 +67,12 @@ class StudyOutcome:
 
 def _record(space: StudySpace, trial: FrozenTrial) -> TrialRecord:
     owner = trial.user_attrs.get(ATTR_OWNER)
-    result = trial.user_attrs.get(ATTR_RESULT)
     duration = trial.duration.total_seconds() if trial.duration is not None else None
     return TrialRecord(
         number=trial.number,
         state=trial.state.name,
         point=trial_point(space, trial),
-        metrics=dict(result) if isinstance(result, dict) else None,
+        metrics=trial_metrics(trial),
         duplicate_of=trial.user_attrs.get(ATTR_DUPLICATE_OF),
         surplus=bool(trial.user_attrs.get(ATTR_SURPLUS)),
         worker=f"{owner.get('host')}:{owner.get('pid')}" if isinstance(owner, dict) else None,

@@ -19,6 +19,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from spectune.config import StudyMetrics
 from spectune.study._space import Point, StudySpace
 
 __all__ = [
@@ -30,14 +31,15 @@ __all__ = [
     "SearchState",
     "comparison_noise",
     "evaluate_metrics",
+    "as_metrics",
     "is_abandoned",
-    "metric_value",
     "owner_attr",
+    "trial_metrics",
     "trial_point",
 ]
 
 ATTR_OWNER = "spectune.owner"
-ATTR_RESULT = "spectune.result"
+ATTR_RESULT = "spectune.result"  # the trial's StudyMetrics.to_attr()
 ATTR_DUPLICATE_OF = "spectune.duplicate_of"
 ATTR_REFINEMENT = "spectune.refinement"  # a point's refinement level (absent: 0), written before its params
 PARAM_BATCH_SIZE = "batch_size"
@@ -100,6 +102,18 @@ def trial_point(space: StudySpace, trial: FrozenTrial) -> Point | None:
     return None
 
 
+def as_metrics(metrics: StudyMetrics | Mapping[str, Any]) -> StudyMetrics:
+    """An evaluator's result as the study's record: a ``StudyMetrics``, or a mapping of its field names
+    (``SimulationResult.to_dict()``, a stored result attribute, a test double's few metrics)."""
+    return metrics if isinstance(metrics, StudyMetrics) else StudyMetrics.from_mapping(metrics)
+
+
+def trial_metrics(trial: FrozenTrial) -> StudyMetrics | None:
+    """The metrics a trial stored (None until it has)."""
+    result = trial.user_attrs.get(ATTR_RESULT)
+    return StudyMetrics.from_mapping(result) if isinstance(result, Mapping) else None
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One completed simulation, scored for the search.
@@ -108,29 +122,22 @@ class Evaluation:
     that grows with the (relative) violation, so any feasible point beats every infeasible one.
     ``stderr`` is the simulator's standard error of the throughput; ``noise`` the part of it that
     differs between points of one bucket, which is what a comparison between them has to beat (see
-    ``comparison_noise``).
+    ``comparison_noise``). ``zero_row_draft_ms`` is the drafter's pass added to each step when the
+    K = 0 point stands for a 0 row of a combo's table (see ``_zero_row``).
     """
 
     point: Point
     trial_number: int
-    metrics: Mapping[str, Any]
+    metrics: StudyMetrics
     throughput: float
     stderr: float
     feasible: bool
     score: float
     noise: float
+    zero_row_draft_ms: float = 0.0
 
 
-def metric_value(metrics: Mapping[str, Any], name: str) -> float:
-    """A numeric metric, NaN when absent or stored as null (JSON has no NaN)."""
-    value = metrics.get(name)
-    try:
-        return float(value) if value is not None else math.nan
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def comparison_noise(metrics: Mapping[str, Any], throughput: float, stderr: float) -> float:
+def comparison_noise(metrics: StudyMetrics, throughput: float, stderr: float) -> float:
     """Standard error (tokens/s) of the part of a throughput that is not common to its bucket.
 
     Every point of a bucket simulates the same requests (same seed: same lengths, same arrivals), so
@@ -142,34 +149,37 @@ def comparison_noise(metrics: Mapping[str, Any], throughput: float, stderr: floa
     Plain decoding (no drafts) has none. Never more than the simulator's own ``stderr``; without the
     counters (another evaluator), the ``stderr`` itself.
     """
-    drafts = metrics.get("num_drafts")
-    if not isinstance(drafts, (int, float)) or isinstance(drafts, bool):
+    drafts = metrics.num_drafts
+    if drafts is None:
         return stderr
     if drafts <= 0:
         return 0.0
-    rates = metrics.get("acceptance_per_position")
-    length = metric_value(metrics, "mean_acceptance_length")
-    if not isinstance(rates, list) or not rates or not length > 0:
+    rates = metrics.acceptance_per_position
+    length = metrics.value("mean_acceptance_length")
+    if not rates or not length > 0:
         return stderr
-    mean = sum(float(r) for r in rates)
-    second = sum((2 * j + 1) * float(r) for j, r in enumerate(rates))
+    mean = sum(rates)
+    second = sum((2 * j + 1) * r for j, r in enumerate(rates))
     variance = max(second - mean * mean, 0.0)
     return min(stderr, throughput * math.sqrt(variance / drafts) / length)
 
 
-def evaluate_metrics(space: StudySpace, point: Point, metrics: Mapping[str, Any], trial_number: int) -> Evaluation:
-    throughput = metric_value(metrics, "throughput_tokens_per_s")
-    stderr = metric_value(metrics, "throughput_stderr_tokens_per_s")
+def evaluate_metrics(
+    space: StudySpace, point: Point, metrics: StudyMetrics | Mapping[str, Any], trial_number: int
+) -> Evaluation:
+    metrics = as_metrics(metrics)
+    throughput = metrics.value("throughput_tokens_per_s")
+    stderr = metrics.value("throughput_stderr_tokens_per_s")
     stderr = stderr if math.isfinite(stderr) else 0.0
     violation = 0.0
     for constraint in space.constraints:
-        excess = constraint.violation(metric_value(metrics, constraint.metric))
+        excess = constraint.violation(metrics.value(constraint.metric))
         if excess > 0:
             violation += excess / max(abs(constraint.bound), 1e-9)
     feasible = violation == 0.0 and math.isfinite(throughput)
     score = throughput if feasible else -1.0 - min(violation, 1e12)
     noise = comparison_noise(metrics, throughput, stderr) if math.isfinite(throughput) else stderr
-    return Evaluation(point, trial_number, dict(metrics), throughput, stderr, feasible, score, noise)
+    return Evaluation(point, trial_number, metrics, throughput, stderr, feasible, score, noise)
 
 
 @dataclass
@@ -195,9 +205,10 @@ class SearchState:
             point = trial_point(space, trial)
             if trial.state == TrialState.COMPLETE:
                 state.num_complete_trials += 1
-                result = trial.user_attrs.get(ATTR_RESULT)
-                if point is not None and isinstance(result, dict) and point not in state.completed:
-                    state.completed[point] = evaluate_metrics(space, point, result, trial.number)
+                if point is not None and point not in state.completed:
+                    metrics = trial_metrics(trial)
+                    if metrics is not None:
+                        state.completed[point] = evaluate_metrics(space, point, metrics, trial.number)
             elif trial.state == TrialState.WAITING or (trial.state == TrialState.RUNNING and not is_abandoned(trial, now)):
                 state.num_live_trials += 1
                 if point is not None:

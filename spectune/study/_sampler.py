@@ -65,8 +65,8 @@ def search_space(space: StudySpace) -> dict[str, BaseDistribution]:
 
 
 def params_of(space: StudySpace, point: Point) -> dict[str, Any]:
-    combo = point.combo if not point.is_off else space.combos[0].label  # K = 0: any combo is the same point
-    return {PARAM_BATCH_SIZE: point.batch_size, PARAM_COMBO: combo, PARAM_K: point.num_speculative_tokens}
+    combo = point.combo or space.combos[0]  # K = 0: any combo is the same point
+    return {PARAM_BATCH_SIZE: point.batch_size, PARAM_COMBO: combo.label, PARAM_K: point.num_speculative_tokens}
 
 
 def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:

@@ -2,29 +2,32 @@
 
 A *point* is one simulation: a combo at a K, served as a closed loop at one bucket's batch size.
 K = 0 (speculation off) does not depend on the combo, so each bucket has exactly one K = 0 point,
-shared by every combo. The space is plain data (JSON round-trip) so that a finished study can be
-exported from its storage alone, without the document it was made from.
+shared by every combo: its ``combo`` is None. The space is plain data (JSON round-trip) so that a
+finished study can be exported from its storage alone, without the document it was made from.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
+
+from spectune.config import Constraint, Objective
 
 __all__ = [
     "Candidate",
     "Combo",
     "Constraint",
+    "OFF",
     "Point",
     "REFINE_FACTOR",
     "StudySpace",
     "bucket_ranges",
 ]
 
-Objective = Literal["throughput", "tpot_p99"]
-OFF = "off"  # the combo label of a K = 0 point
+OFF = "off"  # how a K = 0 point reads where a combo label would (keys, tables, trials.csv)
 # A refinement simulates this many times the requests of the level below: the acceptance noise of a
 # comparison (drafts per simulation) halves with each level.
 REFINE_FACTOR = 4
@@ -55,31 +58,58 @@ class Combo:
 
     @property
     def label(self) -> str:
+        """'candidate/rule/sampling': the combo's name in trial params and tables."""
         return f"{self.candidate}/{self.rejection_sample_method}/{self.draft_sample_method}"
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True)
 class Point:
-    """One simulation: ``combo`` (a label, or 'off' when K = 0) at K, at one bucket's batch size.
+    """One simulation: ``combo`` at K, at one bucket's batch size; ``combo`` is None exactly when K = 0.
 
     ``refinement`` r > 0 is the same configuration simulated again with ``REFINE_FACTOR ** r`` times
-    the bucket's requests (adaptive precision): a separate simulation with its own result.
+    the bucket's requests (adaptive precision): a separate simulation with its own result. Points
+    sort by (batch size, label, K, refinement).
     """
 
     batch_size: int
-    combo: str
+    combo: Combo | None
     num_speculative_tokens: int
     refinement: int = 0
+
+    def __post_init__(self) -> None:
+        if self.combo is not None and not isinstance(self.combo, Combo):
+            raise TypeError(f"Point.combo must be a Combo or None (K = 0), got {self.combo!r}")
+        if (self.combo is None) != (self.num_speculative_tokens == 0):
+            raise ValueError(
+                f"a point has no combo exactly when K = 0, got combo {self.combo} at K = {self.num_speculative_tokens}"
+            )
+
+    @classmethod
+    def off(cls, batch_size: int, refinement: int = 0) -> Point:
+        """A bucket's K = 0 point: speculation off, the same for every combo."""
+        return cls(batch_size, None, 0, refinement)
+
+    @property
+    def label(self) -> str:
+        """The combo's label, or 'off'."""
+        return OFF if self.combo is None else self.combo.label
 
     @property
     def key(self) -> str:
         """The canonical identity used to spot duplicates across trials and workers."""
-        base = f"bs={self.batch_size}|{self.combo}|K={self.num_speculative_tokens}"
+        base = f"bs={self.batch_size}|{self.label}|K={self.num_speculative_tokens}"
         return f"{base}|requests x{self.requests_factor}" if self.refinement else base
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Point):
+            return NotImplemented
+        mine = (self.batch_size, self.label, self.num_speculative_tokens, self.refinement)
+        return mine < (other.batch_size, other.label, other.num_speculative_tokens, other.refinement)
 
     @property
     def is_off(self) -> bool:
-        return self.num_speculative_tokens == 0
+        return self.combo is None
 
     @property
     def requests_factor(self) -> int:
@@ -93,25 +123,6 @@ class Point:
 
     def refined(self, refinement: int) -> Point:
         return self if refinement == self.refinement else replace(self, refinement=refinement)
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """An SLO: ``metric <= bound`` or ``metric >= bound`` on a simulation result field."""
-
-    metric: str
-    op: Literal["<=", ">="]
-    bound: float
-
-    @property
-    def label(self) -> str:
-        return f"{self.metric} {self.op} {self.bound:g}"
-
-    def violation(self, value: float) -> float:
-        """How far ``value`` is outside the bound (<= 0 when satisfied); Optuna's constraint value."""
-        if not math.isfinite(value):
-            return math.inf
-        return value - self.bound if self.op == "<=" else self.bound - value
 
 
 @dataclass(frozen=True)
@@ -166,17 +177,20 @@ class StudySpace:
         total = sum(raw)
         return tuple(w / total for w in raw)
 
-    def point(self, batch_size: int, combo: str, num_speculative_tokens: int) -> Point:
-        """The canonical point: every K = 0 point of a bucket is the same 'off' point."""
-        return Point(batch_size, OFF if num_speculative_tokens == 0 else combo, num_speculative_tokens)
+    def point(self, batch_size: int, label: str, num_speculative_tokens: int) -> Point:
+        """The point of the combo labelled ``label`` at K; every K = 0 point of a bucket is the same
+        'off' point, whatever the label."""
+        if num_speculative_tokens == 0:
+            return Point.off(batch_size)
+        return Point(batch_size, self.combo(label), num_speculative_tokens)
 
     def points(self) -> Iterator[Point]:
         """All distinct points: per bucket, the K = 0 point then every combo at every K >= 1."""
         for batch_size in self.batch_sizes:
-            yield Point(batch_size, OFF, 0)
+            yield Point.off(batch_size)
             for combo in self.combos:
                 for k in self.k_values[1:]:
-                    yield Point(batch_size, combo.label, k)
+                    yield Point(batch_size, combo, k)
 
     @property
     def size(self) -> int:
@@ -206,6 +220,7 @@ class StudySpace:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["candidates"] = [{"name": c.name, "speculative_base": dict(c.speculative_base)} for c in self.candidates]
+        data["constraints"] = [c.model_dump(mode="json") for c in self.constraints]
         data["context"] = dict(self.context)
         return data
 
@@ -221,7 +236,7 @@ class StudySpace:
             max_batch_size=data["max_batch_size"],
             batch_size_weights=tuple(data.get("batch_size_weights") or ()),
             objectives=tuple(data.get("objectives") or ("throughput",)),
-            constraints=tuple(Constraint(**c) for c in data.get("constraints") or ()),
+            constraints=tuple(Constraint.model_validate(c) for c in data.get("constraints") or ()),
             skipped_combos=tuple(data.get("skipped_combos") or ()),
             context=dict(data.get("context") or {}),
         )

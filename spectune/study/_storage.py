@@ -1,5 +1,8 @@
 """Where a study lives: a journal file (default, embedded) or an SQL database (many machines).
 
+Which one: ``--storage``, else the document's ``storage`` (a path relative to the document), else
+``OUT/study.journal``, OUT being ``runs/<study name>`` unless given (``resolve_storage``).
+
 - A path (no ``://``): Optuna's ``JournalStorage(JournalFileBackend)``; the fastest choice on one
   machine, safe for many local processes, resumable after any crash.
 - ``postgresql+psycopg://...`` (or any SQLAlchemy URL, ``sqlite:///...`` included): ``RDBStorage``
@@ -36,6 +39,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._storage import JournalStorageReplayResult  # replays one record, to find bad ones
 from optuna.trial import TrialState
 
+from spectune.config import OBJECTIVE_METRICS, load_document
 from spectune.errors import SpectuneError
 from spectune.study._records import is_abandoned
 from spectune.study._space import StudySpace
@@ -44,12 +48,15 @@ __all__ = [
     "JournalRepair",
     "StudyFingerprint",
     "close_storage",
+    "default_out_dir",
     "describe_storage",
     "fail_abandoned_trials",
+    "locate_study",
     "open_storage",
     "open_study",
     "prepare_study",
     "repair_journal",
+    "resolve_storage",
     "study_space",
 ]
 
@@ -68,6 +75,37 @@ StudyFingerprint = Mapping[str, str]  # {"document_sha256": ..., "simulator_vers
 
 def _is_url(storage: str) -> bool:
     return "://" in storage
+
+
+def default_out_dir(name: str, out: Path | None = None) -> Path:
+    """Where a study's artefacts (and by default its journal) go: ``out``, else ``runs/<name>``."""
+    return out if out is not None else Path("runs") / name
+
+
+def resolve_storage(
+    name: str, *, option: str | None, document_storage: str | None, document_dir: Path | None, out: Path | None
+) -> str:
+    """``option`` (--storage), else the document's (a relative path is relative to the document), else OUT/study.journal."""
+    if option:
+        return option
+    if document_storage:
+        if _is_url(document_storage) or document_dir is None or Path(document_storage).is_absolute():
+            return document_storage
+        return str(document_dir / document_storage)
+    return str(default_out_dir(name, out) / "study.journal")
+
+
+def locate_study(target: str, *, storage: str | None, out: Path | None) -> tuple[str, str]:
+    """(study name, storage) from a study document's path or a study name."""
+    path = Path(target)
+    if path.is_file():
+        document = load_document(path, expect="study").model
+        return document.name, resolve_storage(
+            document.name, option=storage, document_storage=document.storage, document_dir=path.parent, out=out
+        )
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        raise SpectuneError(f"{target}: no such file (give a study document or a study name)")
+    return target, resolve_storage(target, option=storage, document_storage=None, document_dir=None, out=out)
 
 
 def describe_storage(storage: str) -> str:
@@ -327,8 +365,7 @@ def prepare_study(
 
 
 def _metric_names(space: StudySpace) -> list[str]:
-    names = {"throughput": "throughput_tokens_per_s", "tpot_p99": "tpot_p99_ms"}
-    return [names[objective] for objective in space.objectives]
+    return [OBJECTIVE_METRICS[objective] for objective in space.objectives]
 
 
 def study_space(study: optuna.Study) -> StudySpace:

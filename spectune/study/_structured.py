@@ -34,8 +34,7 @@ running trial is left out, and a worker with nothing to take waits for the other
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from spectune.study._recommend import (
     bucket_tie_set,
@@ -46,8 +45,9 @@ from spectune.study._recommend import (
     refine_pair,
     tied_by_noise_only,
 )
+from spectune.config import StudyMetrics
 from spectune.study._records import SearchState
-from spectune.study._space import OFF, Point, StudySpace
+from spectune.study._space import Point, StudySpace
 
 __all__ = ["REFINE_BUDGET", "next_k", "structured_converged", "structured_next_point", "structured_next_points"]
 
@@ -87,9 +87,9 @@ def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[
     space = state.space
     rep = space.representative_bucket()
     rep_batch_size = space.batch_sizes[rep]
-    needed = [Point(rep_batch_size, OFF, 0)]
+    needed = [Point.off(rep_batch_size)]
     needed += _screening_steps(state, rep_batch_size)
-    needed += [Point(b, OFF, 0) for b in space.batch_sizes if b != rep_batch_size]
+    needed += [Point.off(b) for b in space.batch_sizes if b != rep_batch_size]
     needed = [p for p in needed if not state.is_settled(p)]
     if not needed:
         kept, contest = _kept_combos(state, rep_batch_size, keep_combos, lambda group: _refinement_steps(state, refine_budget, [group]))
@@ -217,9 +217,9 @@ def _work(state: SearchState, point: Point) -> float:
     return point.requests_factor * (_steps(base.metrics) if base is not None else 1.0)
 
 
-def _steps(metrics: Mapping[str, Any]) -> float:
-    steps = metrics.get("simulated_steps")
-    return float(steps) if isinstance(steps, (int, float)) and not isinstance(steps, bool) and steps > 0 else 1.0
+def _steps(metrics: StudyMetrics) -> float:
+    steps = metrics.simulated_steps
+    return float(steps) if steps is not None and steps > 0 else 1.0
 
 
 def _fill_order(state: SearchState, ranking: list[str]) -> list[Point]:
@@ -230,13 +230,13 @@ def _fill_order(state: SearchState, ranking: list[str]) -> list[Point]:
     bucket_rank = {space.batch_sizes[index]: i for i, index in enumerate(outward)}
 
     def priority(point: Point) -> tuple[int, int, int, int]:
-        if point.is_off:
+        if point.combo is None:
             return (-1, bucket_rank[point.batch_size], 0, 0)
-        reference = _best_k(state, point.combo, point.batch_size)
+        reference = _best_k(state, point.combo.label, point.batch_size)
         if reference is None:
             reference = _middle_k(space)
         distance = abs(point.num_speculative_tokens - reference)
-        return (rank_of.get(point.combo, len(ranking)), bucket_rank[point.batch_size], distance, point.num_speculative_tokens)
+        return (rank_of.get(point.combo.label, len(ranking)), bucket_rank[point.batch_size], distance, point.num_speculative_tokens)
 
     return sorted(space.points(), key=priority)
 

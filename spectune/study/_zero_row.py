@@ -11,6 +11,7 @@ whether those rows or turning speculation off (no drafter loaded) serve faster, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -53,19 +54,21 @@ def _tax_ms(space: StudySpace, combo: Combo, batch_size: int) -> float:
 def zero_row_evaluation(space: StudySpace, combo: Combo, batch_size: int, off: Evaluation | None) -> Evaluation | None:
     """The 'off' point as a 0 row of ``combo``'s table: slower by the drafter's pass (unchanged without the term)."""
     tax = _tax_ms(space, combo, batch_size)
-    step = off.metrics.get("mean_step_ms") if off is not None else None
-    if off is None or tax <= 0 or not isinstance(step, int | float) or step <= 0:
+    step = off.metrics.mean_step_ms if off is not None else None
+    if off is None or tax <= 0 or step is None or step <= 0:
         return off
     factor = step / (step + tax)
-    metrics = dict(off.metrics)
+    changes: dict[str, float] = {}
     for name in ("throughput_tokens_per_s", "throughput_stderr_tokens_per_s"):
-        if isinstance(metrics.get(name), int | float):
-            metrics[name] *= factor
+        value = getattr(off.metrics, name)
+        if value is not None:
+            changes[name] = value * factor
     for name in _SLOWER_WITH_STEP:
-        if isinstance(metrics.get(name), int | float):
-            metrics[name] /= factor
-    metrics["zero_row_draft_ms"] = tax
-    return evaluate_metrics(space, off.point, metrics, off.trial_number)
+        value = getattr(off.metrics, name)
+        if value is not None:
+            changes[name] = value / factor
+    taxed = evaluate_metrics(space, off.point, dataclasses.replace(off.metrics, **changes), off.trial_number)
+    return dataclasses.replace(taxed, zero_row_draft_ms=tax)
 
 
 def zero_row_notes(space: StudySpace, combo: Combo, choices: Any, completed: Mapping[Point, Evaluation], aggregate: float) -> list[str]:
@@ -82,7 +85,7 @@ def zero_row_notes(space: StudySpace, combo: Combo, choices: Any, completed: Map
         if off is None or chosen is None or chosen.throughput <= 0 or off.throughput <= chosen.throughput:
             continue
         if choice.num_speculative_tokens == 0:
-            what = f"this 0 row keeps the drafter running ({mode}, +{chosen.metrics.get('zero_row_draft_ms', 0.0):.2f} ms a step)"
+            what = f"this 0 row keeps the drafter running ({mode}, +{chosen.zero_row_draft_ms:.2f} ms a step)"
         else:
             what = f"K={choice.num_speculative_tokens} beats a 0 row, which would keep the drafter running ({mode})"
         notes.append(

@@ -92,6 +92,6 @@ def test_the_term_makes_the_zero_row_slower_by_the_drafter_share() -> None:
 
     off = completed[space.point(256, combo.label, 0)]
     taxed = zero_row_evaluation(space, combo, 256, off)
-    step, tax = off.metrics["mean_step_ms"], taxed.metrics["zero_row_draft_ms"]
+    step, tax = off.metrics.mean_step_ms, taxed.zero_row_draft_ms
     assert taxed.throughput == pytest.approx(off.throughput * step / (step + tax))
-    assert taxed.metrics["tpot_p99_ms"] == pytest.approx(off.metrics["tpot_p99_ms"] * (step + tax) / step)
+    assert taxed.metrics.tpot_p99_ms == pytest.approx(off.metrics.tpot_p99_ms * (step + tax) / step)

@@ -30,5 +30,5 @@ def two_objective_outcome(tmp_path_factory):
         batch_sizes=(4, 64),
         max_k=4,
         objectives=("throughput", "tpot_p99"),
-        constraints=(Constraint("tpot_p99_ms", "<=", 20.0),),
+        constraints=(Constraint(metric="tpot_p99_ms", op="<=", bound=20.0),),
     )

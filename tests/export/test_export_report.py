@@ -4,9 +4,8 @@ import csv
 import io
 import re
 
-from spectune.export import TRIAL_COLUMNS, nice_ticks, pareto_front, report_html, trials_csv
-from spectune.study import Point, evaluate_metrics
-from study_doubles import make_space
+from spectune.export import TRIAL_COLUMNS, nice_ticks, report_html, trials_csv
+from spectune.study import pareto_front
 
 
 def test_trials_csv_has_one_row_per_trial_and_marks_k0_as_off(outcome):
@@ -33,17 +32,6 @@ def test_report_draws_pareto_fronts_with_two_objectives(two_objective_outcome):
     html = report_html(two_objective_outcome)
     assert html.count("<svg") == 2 * len(two_objective_outcome.space.batch_sizes)
     assert "tpot_p99_ms &lt;= 20" in html
-
-
-def test_pareto_front_keeps_exactly_the_non_dominated_points():
-    space = make_space()
-    values = [(100, 10), (200, 20), (150, 25), (200, 15), (50, 5), (50, 6)]
-    evaluations = [
-        evaluate_metrics(space, Point(8, "eagle3/standard/greedy", i + 1), {"throughput_tokens_per_s": t, "tpot_p99_ms": p}, i)
-        for i, (t, p) in enumerate(values)
-    ]
-    front = [(e.throughput, e.metrics["tpot_p99_ms"]) for e in pareto_front(evaluations)]
-    assert front == [(50, 5), (100, 10), (200, 15)]
 
 
 def test_nice_ticks_cover_the_range_with_round_steps():

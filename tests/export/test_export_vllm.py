@@ -66,7 +66,7 @@ def test_synthetic_forms_pin_the_simulated_acceptance(outcome):
     assert current["rejection_sample_method"] == legacy["rejection_sample_method"] == "synthetic"
     assert len(rates) == k and all(a >= b for a, b in zip(rates, rates[1:]))
     chosen = next(c for c in recommendation.choices if c.num_speculative_tokens == k)
-    assert rates == [round(r, 4) for r in chosen.evaluation.metrics["acceptance_per_position"][:k]]
+    assert rates == [round(r, 4) for r in chosen.evaluation.metrics.acceptance_per_position[:k]]
     assert "synthetic_acceptance_rates" not in legacy and "draft_sample_method" not in legacy
     assert abs(legacy["synthetic_acceptance_rate"] - sum(rates) / k) < 1e-4
     for config in (current, legacy):

@@ -84,7 +84,7 @@ def test_script_serves_the_schedule_k_their_neighbours_and_k0_at_every_bucket(ou
         assert len(config["synthetic_acceptance_rates"]) == k
         evaluation = outcome.completed.get(recommendation.space.point(8, recommendation.combo.label, k))
         if evaluation is not None:  # simulated at this K: its rates, as the simulation measured them
-            assert config["synthetic_acceptance_rates"] == [round(r, 4) for r in evaluation.metrics["acceptance_per_position"]]
+            assert config["synthetic_acceptance_rates"] == [round(r, 4) for r in evaluation.metrics.acceptance_per_position]
         assert {f"bench {k} {b}" for b in (1, 8, 64)} <= {" ".join(line.split()[:3]) for line in script.splitlines()}
     assert "--random-input-len 100 --random-output-len 64" in script
     assert re.search(r"^# Estimated GPU time: about \d+ min", script, re.M)

@@ -53,13 +53,19 @@ def make_space(
     )
 
 
+def make_point(batch_size: int, label: str, k: int, refinement: int = 0) -> Point:
+    """The point of the combo labelled 'candidate/rule/sampling' at K (the 'off' point at K = 0)."""
+    return Point(batch_size, Combo(*label.split("/")) if k else None, k, refinement)
+
+
 def true_metrics(point: Point) -> dict[str, float]:
     """Noise-free metrics of a point under the closed-form model."""
     bs, k = point.batch_size, point.num_speculative_tokens
     if k == 0:
         alpha, draft_ms, extra_ms = 0.0, 0.0, 0.0
     else:
-        method, rule, sampling = point.combo.split("/")
+        assert point.combo is not None
+        method, rule, sampling = point.combo.candidate, point.combo.rejection_sample_method, point.combo.draft_sample_method
         alpha = ACCEPTANCE[method] + (0.03 if sampling == "probabilistic" else 0.0) + (0.015 if rule == "block" and sampling == "probabilistic" else 0.0)
         draft_ms = DRAFT_MS_PER_TOKEN[method] * k * (1 + bs / 64)
         extra_ms = 0.05 * k if sampling == "probabilistic" else 0.0
@@ -117,7 +123,7 @@ class PlantedEvaluator:
         if point.is_off:
             curve = next(c for (label, bs), c in self.curves.items() if bs == point.batch_size)
         else:
-            curve = self.curves[(point.combo, point.batch_size)]
+            curve = self.curves[(point.label, point.batch_size)]
         throughput = curve[point.num_speculative_tokens]
         return {
             "throughput_tokens_per_s": throughput,

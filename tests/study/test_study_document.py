@@ -98,9 +98,16 @@ def test_a_rule_set_in_the_candidate_pins_it(tmp_path):
         ("  num_requests: 16\n", "  num_requests: 16\n  concurrency: 8\n", 5,
          "workload.concurrency: set by the study: each of schedule.batch_sizes is simulated as a closed loop at that "
          "concurrency; remove it, got 8"),
-        ('["tpot_p99_ms <= 50"]', '["p99 < 50"]', 24,
+        ('["tpot_p99_ms <= 50"]', '["p99 <= 50"]', 24,
+         "constraints[0]: METRIC must be one of throughput_tokens_per_s, tpot_p50_ms, tpot_p99_ms, itl_p50_ms, itl_p99_ms, "
+         "ttft_p50_ms, ttft_p99_ms, got 'p99' (in 'p99 <= 50')"),
+        ('["tpot_p99_ms <= 50"]', '["tpot_p99_ms < 50"]', 24,
+         "constraints[0]: the operator must be '<=' or '>=', got '<' (in 'tpot_p99_ms < 50')"),
+        ('["tpot_p99_ms <= 50"]', '["tpot_p99_ms <= fifty"]', 24,
+         "constraints[0]: NUMBER must be a finite number, got 'fifty' (in 'tpot_p99_ms <= fifty')"),
+        ('["tpot_p99_ms <= 50"]', '["tpot_p99_ms"]', 24,
          "constraints[0]: must look like 'METRIC <= NUMBER' or 'METRIC >= NUMBER' with METRIC one of "
-         "throughput_tokens_per_s, tpot_p50_ms, tpot_p99_ms, itl_p50_ms, itl_p99_ms, ttft_p50_ms, ttft_p99_ms, got 'p99 < 50'"),
+         "throughput_tokens_per_s, tpot_p50_ms, tpot_p99_ms, itl_p50_ms, itl_p99_ms, ttft_p50_ms, ttft_p99_ms, got 'tpot_p99_ms'"),
         ("batch_sizes: [1, 8]", "batch_sizes: [8, 1]", 23, "schedule.batch_sizes[1]: must be > 8 (strictly increasing), got 1"),
         ("batch_sizes: [1, 8]", "batch_sizes: [1, 128]", 23, "schedule.batch_sizes[1]: must be <= workload.max_num_seqs (64), got 128"),
         ("{min: 1, max: 3}", "{min: 4, max: 3}", 19, "search.num_speculative_tokens.min: must be <= max (3), got 4"),

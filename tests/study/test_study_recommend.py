@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from study_doubles import SyntheticEvaluator, make_space
+from study_doubles import SyntheticEvaluator, make_point, make_space
 
-from spectune.config import SpeculativeConfig
+from spectune.config import SpeculativeConfig, StudyMetrics
 from spectune.study import Constraint, Point, choose_in_bucket, evaluate_metrics, merge_schedule, recommend
 
 SPACE = make_space(batch_sizes=(1, 8, 32, 128), max_k=6)
@@ -18,32 +18,32 @@ def _evaluation(point, throughput, stderr=0.0, tpot=10.0, space=SPACE):
 
 
 def test_a_larger_k_within_two_sigma_loses_to_the_smaller_k():
-    small = _evaluation(Point(8, "eagle3/standard/greedy", 3), 1000.0, stderr=10.0)
-    large = _evaluation(Point(8, "eagle3/standard/greedy", 5), 1025.0, stderr=10.0)  # 25 < 2 * hypot(10, 10) = 28.3
+    small = _evaluation(make_point(8, "eagle3/standard/greedy", 3), 1000.0, stderr=10.0)
+    large = _evaluation(make_point(8, "eagle3/standard/greedy", 5), 1025.0, stderr=10.0)  # 25 < 2 * hypot(10, 10) = 28.3
     assert choose_in_bucket([large, small]) is small
 
 
 def test_a_larger_k_beyond_two_sigma_wins():
-    small = _evaluation(Point(8, "eagle3/standard/greedy", 3), 1000.0, stderr=10.0)
-    large = _evaluation(Point(8, "eagle3/standard/greedy", 5), 1030.0, stderr=10.0)
+    small = _evaluation(make_point(8, "eagle3/standard/greedy", 3), 1000.0, stderr=10.0)
+    large = _evaluation(make_point(8, "eagle3/standard/greedy", 5), 1030.0, stderr=10.0)
     assert choose_in_bucket([large, small]) is large
 
 
 def test_without_stderr_the_half_percent_floor_makes_the_tie():
-    small = _evaluation(Point(8, "eagle3/standard/greedy", 2), 1000.0)
-    large = _evaluation(Point(8, "eagle3/standard/greedy", 4), 1004.9)
-    larger = _evaluation(Point(8, "eagle3/standard/greedy", 6), 1006.0)
+    small = _evaluation(make_point(8, "eagle3/standard/greedy", 2), 1000.0)
+    large = _evaluation(make_point(8, "eagle3/standard/greedy", 4), 1004.9)
+    larger = _evaluation(make_point(8, "eagle3/standard/greedy", 6), 1006.0)
     assert choose_in_bucket([small, large]) is small
     assert choose_in_bucket([small, larger]) is larger
 
 
 def test_a_feasible_point_beats_any_faster_infeasible_one():
-    space = make_space(constraints=(Constraint("tpot_p99_ms", "<=", 20.0),))
-    fast = _evaluation(Point(8, "eagle3/standard/greedy", 5), 2000.0, tpot=25.0, space=space)
-    slow = _evaluation(Point(8, "eagle3/standard/greedy", 1), 900.0, tpot=15.0, space=space)
+    space = make_space(constraints=(Constraint(metric="tpot_p99_ms", op="<=", bound=20.0),))
+    fast = _evaluation(make_point(8, "eagle3/standard/greedy", 5), 2000.0, tpot=25.0, space=space)
+    slow = _evaluation(make_point(8, "eagle3/standard/greedy", 1), 900.0, tpot=15.0, space=space)
     assert not fast.feasible and slow.feasible
     assert choose_in_bucket([fast, slow]) is slow
-    worse = _evaluation(Point(8, "eagle3/standard/greedy", 6), 2100.0, tpot=40.0, space=space)
+    worse = _evaluation(make_point(8, "eagle3/standard/greedy", 6), 2100.0, tpot=40.0, space=space)
     assert choose_in_bucket([fast, worse]) is fast  # nothing feasible: the least violation
 
 
@@ -81,7 +81,7 @@ def test_recommendation_is_one_combo_with_its_own_k_per_bucket():
     best_label = max(recommendation.ranking, key=lambda s: s.aggregate_throughput_tokens_per_s).combo.label
     assert recommendation.combo.label == best_label == "eagle3/block/probabilistic"
     for choice in recommendation.choices:
-        assert choice.evaluation.point.combo in (best_label, "off")
+        assert choice.evaluation.point.label in (best_label, "off")
     ks = [c.num_speculative_tokens for c in recommendation.choices]
     assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1]  # the double's optimum falls with batch size
 
@@ -89,18 +89,18 @@ def test_recommendation_is_one_combo_with_its_own_k_per_bucket():
 def test_near_tied_combos_go_to_the_earlier_one():
     completed = {}
     for bs in SPACE.batch_sizes:
-        completed[Point(bs, "eagle3/standard/greedy", 3)] = _evaluation(Point(bs, "eagle3/standard/greedy", 3), 1000.0)
-        completed[Point(bs, "eagle3/block/greedy", 3)] = _evaluation(Point(bs, "eagle3/block/greedy", 3), 1003.0)
+        completed[make_point(bs, "eagle3/standard/greedy", 3)] = _evaluation(make_point(bs, "eagle3/standard/greedy", 3), 1000.0)
+        completed[make_point(bs, "eagle3/block/greedy", 3)] = _evaluation(make_point(bs, "eagle3/block/greedy", 3), 1003.0)
     assert recommend(SPACE, completed).combo.label == "eagle3/standard/greedy"
     for bs in SPACE.batch_sizes:
-        completed[Point(bs, "eagle3/block/greedy", 3)] = _evaluation(Point(bs, "eagle3/block/greedy", 3), 1020.0)
+        completed[make_point(bs, "eagle3/block/greedy", 3)] = _evaluation(make_point(bs, "eagle3/block/greedy", 3), 1020.0)
     assert recommend(SPACE, completed).combo.label == "eagle3/block/greedy"
 
 
 def test_bucket_never_simulated_for_the_combo_copies_a_neighbour_and_says_so():
     completed = {}
     for bs in (1, 8, 32):
-        point = Point(bs, "eagle3/standard/greedy", 4)
+        point = make_point(bs, "eagle3/standard/greedy", 4)
         completed[point] = _evaluation(point, 1000.0)
     recommendation = recommend(SPACE, completed)
     last = recommendation.choices[-1]
@@ -111,8 +111,8 @@ def test_bucket_never_simulated_for_the_combo_copies_a_neighbour_and_says_so():
 def test_speculation_off_everywhere_is_a_valid_all_zero_schedule():
     completed = {}
     for bs in SPACE.batch_sizes:
-        completed[Point(bs, "off", 0)] = _evaluation(Point(bs, "off", 0), 1000.0)
-        completed[Point(bs, "ngram/standard/greedy", 1)] = _evaluation(Point(bs, "ngram/standard/greedy", 1), 800.0)
+        completed[Point.off(bs)] = _evaluation(Point.off(bs), 1000.0)
+        completed[make_point(bs, "ngram/standard/greedy", 1)] = _evaluation(make_point(bs, "ngram/standard/greedy", 1), 800.0)
     recommendation = recommend(SPACE, completed)
     assert recommendation.schedule == ((1, 256, 0),)
     assert recommendation.num_speculative_tokens == 1 and recommendation.speculation_off_everywhere
@@ -132,21 +132,19 @@ def test_comparison_noise_is_the_acceptance_noise_of_the_counters():
     accepted = np.cumprod(draws, axis=1).sum(axis=1)  # drafts accepted per step: stop at the first rejection
     unconditional = list(np.cumprod(conditional))
     drafts = 5000
-    metrics = {
-        "num_drafts": drafts,
-        "acceptance_per_position": unconditional,
-        "mean_acceptance_length": 1 + sum(unconditional),
-    }
+    metrics = StudyMetrics(
+        num_drafts=drafts, acceptance_per_position=tuple(unconditional), mean_acceptance_length=1 + sum(unconditional)
+    )
     expected = 1000.0 * math.sqrt(accepted.var() / drafts) / (1 + accepted.mean())
     assert comparison_noise(metrics, 1000.0, 1e9) == pytest.approx(expected, rel=0.02)
     assert comparison_noise(metrics, 1000.0, 1.0) == 1.0  # never more than the simulator's own error
-    assert comparison_noise({"num_drafts": 0}, 1000.0, 30.0) == 0.0  # plain decoding: nothing random
-    assert comparison_noise({}, 1000.0, 30.0) == 30.0  # no counters: the simulator's error
+    assert comparison_noise(StudyMetrics(num_drafts=0), 1000.0, 30.0) == 0.0  # plain decoding: nothing random
+    assert comparison_noise(StudyMetrics(), 1000.0, 30.0) == 30.0  # no counters: the simulator's error
 
 
 def test_ties_use_the_noise_not_common_to_the_bucket():
     counters = {"num_drafts": 100_000, "acceptance_per_position": [0.7, 0.5, 0.35], "mean_acceptance_length": 2.55}
-    small = evaluate_metrics(SPACE, Point(8, "eagle3/standard/greedy", 3), counters | {"throughput_tokens_per_s": 1000.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
-    large = evaluate_metrics(SPACE, Point(8, "eagle3/standard/greedy", 5), counters | {"throughput_tokens_per_s": 1030.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
+    small = evaluate_metrics(SPACE, make_point(8, "eagle3/standard/greedy", 3), counters | {"throughput_tokens_per_s": 1000.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
+    large = evaluate_metrics(SPACE, make_point(8, "eagle3/standard/greedy", 5), counters | {"throughput_tokens_per_s": 1030.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
     assert small.noise < 5 and large.noise < 5  # the 6 % drift of the load is shared by both
     assert choose_in_bucket([small, large]) is large  # 3 % apart: beyond 2 sigma and the 0.5 % floor

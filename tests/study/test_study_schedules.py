@@ -8,10 +8,9 @@ import dataclasses
 from collections import Counter
 
 import pytest
-from study_doubles import PlantedEvaluator, SyntheticEvaluator, fingerprint, make_space, plateau_curve
+from study_doubles import PlantedEvaluator, SyntheticEvaluator, fingerprint, make_point, make_space, plateau_curve
 
 from spectune.study import (
-    Point,
     SearchState,
     bucket_tie_set,
     evaluate_metrics,
@@ -64,7 +63,7 @@ def test_the_search_finds_each_plateaus_low_end_and_the_k_below_it():
     assert recommendation.combo.label == EAGLE
     assert space.batch_sizes[space.representative_bucket()] == 4
     for i, (batch_size, (low, high)) in enumerate(zip(space.batch_sizes, plateaus)):
-        assert Point(batch_size, EAGLE, low) in state.completed
+        assert make_point(batch_size, EAGLE, low) in state.completed
         assert bucket_tie_set(space, EAGLE, batch_size, state.completed).ks[0] == low
         # The K below, which does not tie -- below the representative batch size only while it is not
         # below the low end of the next larger batch size (a table using it would rise there).
@@ -151,7 +150,7 @@ def test_adaptive_precision_separates_two_combos_one_percent_apart():
     refined = _search(space, evaluator, keep_combos=2, refine_budget=2.0)
     assert recommend(space, refined.completed).combo.label == "eagle3/block/greedy"
     extra = [p for p in refined.completed if p.refinement]
-    assert sorted(extra) == sorted([Point(8, EAGLE, 2, 1), Point(8, "eagle3/block/greedy", 2, 1)])  # only the contested points
+    assert sorted(extra) == sorted([make_point(8, EAGLE, 2, 1), make_point(8, "eagle3/block/greedy", 2, 1)])  # only the contested points
 
 
 def test_adaptive_precision_stops_at_its_budget_and_calls_the_rest_a_tie():
@@ -229,9 +228,9 @@ def test_screening_keeps_a_combo_tied_with_the_last_kept_one_or_refines_them_apa
         curves[("eagle3/block/greedy", batch_size)] = {k: v * 1.01 for k, v in curve.items()}
     evaluator = PlantedEvaluator(curves, noise=0.006)  # 1 % apart: tied at first, told apart at 4x requests
     tied = _search(space, evaluator, keep_combos=1, refine_budget=0.0)
-    followed = {p.combo for p in tied.completed if p.batch_size != 8 and not p.is_off}
+    followed = {p.label for p in tied.completed if p.batch_size != 8 and not p.is_off}
     assert followed == {EAGLE, "eagle3/block/greedy"}  # within noise of the kept one: followed too
     refined = _search(space, evaluator, keep_combos=1, refine_budget=2.0)
-    assert {p for p in refined.completed if p.refinement} >= {Point(8, EAGLE, 2, 1), Point(8, "eagle3/block/greedy", 2, 1)}
-    followed = {p.combo for p in refined.completed if p.batch_size != 8 and not p.is_off}
+    assert {p for p in refined.completed if p.refinement} >= {make_point(8, EAGLE, 2, 1), make_point(8, "eagle3/block/greedy", 2, 1)}
+    followed = {p.label for p in refined.completed if p.batch_size != 8 and not p.is_off}
     assert followed == {"eagle3/block/greedy"}  # told apart at the screening bucket: only the faster one

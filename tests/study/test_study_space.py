@@ -11,7 +11,7 @@ def test_points_are_distinct_and_k0_is_one_point_per_bucket():
     points = list(space.points())
     assert len(points) == len(set(points)) == space.size
     off = [p for p in points if p.num_speculative_tokens == 0]
-    assert off == [Point(1, "off", 0), Point(8, "off", 0), Point(32, "off", 0)]
+    assert off == [Point.off(1), Point.off(8), Point.off(32)]
     # 5 combos (eagle3: 2 rules x 2 samplings, ngram: 1) x K 1..5, plus K = 0, per bucket
     assert space.size == 3 * (1 + 5 * 5)
 
@@ -62,7 +62,7 @@ def test_representative_bucket_is_the_heaviest_or_the_lower_median():
 
 
 def test_space_round_trips_through_json():
-    space = make_space(constraints=(Constraint("tpot_p99_ms", "<=", 50.0),), objectives=("throughput", "tpot_p99"))
+    space = make_space(constraints=(Constraint(metric="tpot_p99_ms", op="<=", bound=50.0),), objectives=("throughput", "tpot_p99"))
     import json
 
     again = StudySpace.from_json(json.loads(json.dumps(space.to_json())))
@@ -71,8 +71,8 @@ def test_space_round_trips_through_json():
 
 
 def test_constraint_violation_is_positive_only_when_the_slo_is_missed():
-    le = Constraint("tpot_p99_ms", "<=", 50.0)
-    ge = Constraint("throughput_tokens_per_s", ">=", 1000.0)
+    le = Constraint(metric="tpot_p99_ms", op="<=", bound=50.0)
+    ge = Constraint(metric="throughput_tokens_per_s", op=">=", bound=1000.0)
     assert le.violation(40.0) < 0 < le.violation(60.0)
     assert ge.violation(1200.0) < 0 < ge.violation(900.0)
     assert le.violation(float("nan")) == float("inf")
