@@ -46,11 +46,12 @@ from typing import Any
 
 import optuna
 
-from spectune.config import load_document
+from spectune.config import StudyMetrics, load_document
 from spectune.study import (
     Point,
     SimulationEvaluator,
     StudySpace,
+    as_metrics,
     document_fingerprint,
     load_outcome,
     run_study,
@@ -69,7 +70,7 @@ class TableEvaluator:
 
     def __call__(self, point: Point) -> Mapping[str, Any]:
         if point.key not in self.table:
-            self.table[point.key] = self.simulate(point)
+            self.table[point.key] = self.simulate(point).to_attr()
         return self.table[point.key]
 
 
@@ -98,8 +99,8 @@ def non_increasing(ks: list[int]) -> bool:
     return all(a >= b for a, b in zip(ks, ks[1:]))
 
 
-def _steps(metrics: Mapping[str, Any] | None) -> int:
-    return int((metrics or {}).get("simulated_steps") or 0)
+def _steps(metrics: StudyMetrics | Mapping[str, Any] | None) -> int:
+    return (as_metrics(metrics).simulated_steps or 0) if metrics is not None else 0
 
 
 def searched(space: StudySpace, evaluator: TableEvaluator, fingerprint: dict, storage: str, **options: Any) -> dict[str, Any]:
@@ -134,11 +135,11 @@ def exhaustive_table(study: Path, seed: int, workers: int, work: Path) -> dict[s
     run_study(space, SimulationEvaluator(document), document_fingerprint(document), storage=storage, strategy="exhaustive", workers=workers)
     wall_s = time.perf_counter() - started
     outcome = load_outcome(storage, space.name)
-    table = {point.key: evaluation.metrics for point, evaluation in outcome.completed.items()}
+    table = {point.key: evaluation.metrics.to_attr() for point, evaluation in outcome.completed.items()}
     assert len(table) == space.size, f"exhaustive study holds {len(table)} of {space.size} points"
     evaluator = SimulationEvaluator(document)
     for point in list(space.points())[:: max(1, space.size // 3)]:  # a simulation is deterministic for its seed
-        again = evaluator(point)["throughput_tokens_per_s"]
+        again = evaluator(point).throughput_tokens_per_s
         assert again == table[point.key]["throughput_tokens_per_s"], f"{point.key}: {again} != table"
     optimum, optimum_combo, optimum_ks = exhaustive_optimum(space, table)
     choice = outcome.recommendation

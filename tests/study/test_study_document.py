@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from spectune.config import load_document
+from spectune.config import SimulationDocument, load_document
 from spectune.errors import DocumentError
 from spectune.study import document_fingerprint, simulation_document, space_from_document
 
@@ -167,6 +167,63 @@ def test_each_point_becomes_a_closed_loop_simulation_at_its_batch_size(tmp_path)
     assert simulation_document(floor, space.point(8, "ngram/standard/greedy", 0)).workload.num_requests == 16
     assert off.speculative.num_speculative_tokens_for_batch(1) == 0 and off.speculative.num_speculative_tokens_for_batch(64) == 0
     assert off.effective_drafter().drafting == "lookup"  # no draft pass: plain decoding
+    for copied in (on, off):  # copied from validated parts: validating it again changes nothing
+        assert SimulationDocument.model_validate(copied.model_dump(), context={"notices": []}) == copied
+    assert on.acceptance is document.candidates[0].acceptance and on.hardware is document.hardware
+
+
+LEGACY = """\
+kind: study
+name: legacy
+workload: {num_requests: 16, prompt_tokens: 64, output_tokens: 16, temperature: 0.7, vocab_size: 128, max_num_seqs: 64}
+hardware: h100-sxm
+target_model: llama-3.1-8b
+candidates:
+  - name: eagle3
+    speculative: {method: eagle3, model: RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3, rejection_sample_method: block}
+    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}
+  - speculative: {method: suffix}
+    acceptance: {conditional_rates: [0.42, 0.6]}
+  - name: deep-suffix
+    speculative: {method: suffix, suffix_decoding_max_tree_depth: 12}
+    acceptance: {conditional_rates: [0.5]}
+search:
+  num_speculative_tokens: {min: 1, max: 3}
+schedule:
+  batch_sizes: [1, 8]
+constraints: ["tpot_p99_ms<=50.0", "throughput_tokens_per_s >= 1e2"]
+"""
+
+
+def test_a_document_hashes_as_it_did_before_candidates_lost_their_k(tmp_path):
+    # The sha256 spectune 8284216 computed for LEGACY (a study resumes only under the same hash): a
+    # suffix candidate's base then held vLLM's default K, and constraints are hashed as written.
+    _, loaded = _load(tmp_path, LEGACY)
+    document = loaded.model
+    assert [c.speculative.num_speculative_tokens for c in document.candidates] == [None, None, None]
+    assert document_fingerprint(document)["document_sha256"] == "bd2b499d6b5aa8ce70d6739b8bc93a07e0b2b9bfd267603f8259ab50ccdbfa56"
+    assert [c.label for c in document.constraints] == ["tpot_p99_ms <= 50", "throughput_tokens_per_s >= 100"]
+
+
+def test_a_point_serves_its_candidates_base_with_its_k_rule_and_sampling(tmp_path):
+    _, loaded = _load(tmp_path, LEGACY)
+    document = loaded.model
+    space = space_from_document(document)
+    suffix = simulation_document(document, space.point(8, "deep-suffix/standard/greedy", 2)).speculative
+    assert (suffix.method, suffix.suffix_decoding_max_tree_depth, suffix.num_speculative_tokens) == ("suffix", 12, 2)
+    eagle = simulation_document(document, space.point(8, "eagle3/block/greedy", 3)).speculative
+    assert (eagle.num_speculative_tokens, eagle.rejection_sample_method) == (3, "block")  # pinned by the candidate
+    assert eagle.model_dump(exclude_unset=True) == {
+        "method": "eagle3", "model": "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3", "num_speculative_tokens": 3,
+        "rejection_sample_method": "block", "draft_sample_method": "greedy",
+    }  # fmt: skip
+
+
+def test_a_candidates_draft_tensor_parallelism_is_checked_with_the_study(tmp_path):
+    text = STUDY.replace("{method: ngram}", "{method: ngram, draft_tensor_parallel_size: 2}")
+    problems, path = _problems(tmp_path, text)
+    assert f"{path}:16: candidates[1].speculative.draft_tensor_parallel_size: must be 1 or the target's " \
+        "tensor_parallel_size (1) as vLLM requires, got 2" in problems, problems
 
 
 def test_a_study_of_several_replicas_is_refused_at_num_gpus(tmp_path):

@@ -83,3 +83,22 @@ def test_inconsistent_space_is_refused_with_the_reason():
         make_space(batch_sizes=(8, 1))
     with pytest.raises(ValueError, match="max_batch_size must be >= the largest batch size"):
         StudySpace("s", (), (Combo("e", "standard", "greedy"),), (1, 8), 1, 3, max_batch_size=4)
+
+
+def test_a_point_holds_its_combo_and_k0_holds_none():
+    space = make_space()
+    combo = space.combo("eagle3/block/greedy")
+    assert space.point(8, "eagle3/block/greedy", 3) == Point(8, combo, 3) and Point(8, combo, 3).label == combo.label
+    assert space.point(8, "eagle3/block/greedy", 0) == Point.off(8) and Point.off(8).label == "off"
+    with pytest.raises(TypeError, match="must be a Combo"):
+        Point(8, "eagle3/block/greedy", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no combo exactly when K = 0"):
+        Point(8, None, 3)
+    with pytest.raises(ValueError, match="no combo exactly when K = 0"):
+        Point(8, combo, 0)
+
+
+def test_points_sort_by_batch_size_label_k_and_refinement():
+    ngram = make_space(methods=("ngram",)).combos[0]
+    points = [Point(8, ngram, 1), Point.off(8), Point(1, ngram, 2), Point(1, ngram, 1, 1), Point(1, ngram, 1)]
+    assert sorted(points) == [Point(1, ngram, 1), Point(1, ngram, 1, 1), Point(1, ngram, 2), Point(8, ngram, 1), Point.off(8)]
