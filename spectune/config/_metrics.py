@@ -29,16 +29,19 @@ __all__ = [
     "BOUND_METRICS",
     "CSV_METRICS",
     "OBJECTIVE_METRICS",
+    "STEP_SCALED_METRICS",
     "STUDY_METRICS",
     "Constraint",
     "MetricInfo",
     "Objective",
     "StudyMetrics",
+    "or_nan",
     "parse_constraint",
 ]
 
 Objective = Literal["throughput", "tpot_p99"]
 MetricKind = Literal["float", "int", "bool", "floats"]
+StepScaling = Literal["time", "rate"]
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,21 @@ class MetricInfo:
     csv: bool = False  # a column of trials.csv
     bound: bool = False  # an SLO may bound it ('METRIC <= NUMBER')
     objective: Objective | None = None  # the objective it is (maximised for throughput, minimised for latency)
+    # How it moves when every decode step takes longer: in proportion ('time': latencies the steps bound),
+    # inversely ('rate': throughputs), or not at all (None).
+    step_scaling: StepScaling | None = None
 
 
-def _metric(unit: str, kind: MetricKind = "float", *, csv: bool = False, bound: bool = False, objective: Objective | None = None) -> Any:
-    return dataclasses.field(default=None, metadata={"metric": MetricInfo(unit, kind, csv, bound, objective)})
+def _metric(
+    unit: str,
+    kind: MetricKind = "float",
+    *,
+    csv: bool = False,
+    bound: bool = False,
+    objective: Objective | None = None,
+    step_scaling: StepScaling | None = None,
+) -> Any:
+    return dataclasses.field(default=None, metadata={"metric": MetricInfo(unit, kind, csv, bound, objective, step_scaling)})
 
 
 @dataclass(frozen=True)
@@ -66,12 +80,12 @@ class StudyMetrics:
     ``acceptance_per_position`` is unconditional).
     """
 
-    throughput_tokens_per_s: float | None = _metric("tokens/s", csv=True, bound=True, objective="throughput")
-    throughput_stderr_tokens_per_s: float | None = _metric("tokens/s", csv=True)
-    tpot_p50_ms: float | None = _metric("ms", csv=True, bound=True)
-    tpot_p99_ms: float | None = _metric("ms", csv=True, bound=True, objective="tpot_p99")
-    itl_p50_ms: float | None = _metric("ms", bound=True)
-    itl_p99_ms: float | None = _metric("ms", csv=True, bound=True)
+    throughput_tokens_per_s: float | None = _metric("tokens/s", csv=True, bound=True, objective="throughput", step_scaling="rate")
+    throughput_stderr_tokens_per_s: float | None = _metric("tokens/s", csv=True, step_scaling="rate")
+    tpot_p50_ms: float | None = _metric("ms", csv=True, bound=True, step_scaling="time")
+    tpot_p99_ms: float | None = _metric("ms", csv=True, bound=True, objective="tpot_p99", step_scaling="time")
+    itl_p50_ms: float | None = _metric("ms", bound=True, step_scaling="time")
+    itl_p99_ms: float | None = _metric("ms", csv=True, bound=True, step_scaling="time")
     ttft_p50_ms: float | None = _metric("ms", bound=True)
     ttft_p99_ms: float | None = _metric("ms", csv=True, bound=True)
     mean_acceptance_length: float | None = _metric("tokens", csv=True)
@@ -80,7 +94,7 @@ class StudyMetrics:
     num_draft_tokens: int | None = _metric("tokens", "int")
     num_accepted_tokens: int | None = _metric("tokens", "int")
     mean_batch_size: float | None = _metric("requests", csv=True)
-    mean_step_ms: float | None = _metric("ms")
+    mean_step_ms: float | None = _metric("ms", step_scaling="time")
     num_requests: int | None = _metric("requests", "int")
     output_tokens: int | None = _metric("tokens", "int")
     simulated_steps: int | None = _metric("steps", "int")
@@ -110,6 +124,11 @@ class StudyMetrics:
         return math.nan if value is None else float(value)
 
 
+def or_nan(value: float | None) -> float:
+    """A measured number, NaN when not measured."""
+    return math.nan if value is None else float(value)
+
+
 def _read(kind: MetricKind, value: Any) -> Any:
     if value is None:
         return None
@@ -135,6 +154,7 @@ NUMERIC_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.kin
 CSV_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.csv)
 BOUND_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.bound)
 OBJECTIVE_METRICS: dict[Objective, str] = {info.objective: name for name, info in STUDY_METRICS.items() if info.objective}
+STEP_SCALED_METRICS: dict[str, StepScaling] = {name: info.step_scaling for name, info in STUDY_METRICS.items() if info.step_scaling}
 
 _OPERATORS: dict[str, Literal["<=", ">="]] = {"<=": "<=", ">=": ">="}
 _CONSTRAINT = re.compile(r"^\s*([^\s<>=!]+)\s*(<=|>=|==|!=|<|>|=)\s*(\S+)\s*$")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from html import escape
 
+from spectune.config import or_nan
 from spectune.export._svg import PALETTE, Band, Series, chart_svg
 from spectune.export._tables import summary_rows
 from spectune.export._vllm import vllm_speculative_config
@@ -29,7 +30,7 @@ pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
 
 
 def _tpot(evaluation: Evaluation) -> float:
-    return evaluation.metrics.value("tpot_p99_ms")
+    return or_nan(evaluation.metrics.tpot_p99_ms)
 
 
 def _table(rows: list[dict[str, str]]) -> str:

@@ -35,9 +35,8 @@ def _number(metrics: StudyMetrics | None, name: str) -> str:
     return f"{value:.6g}" if math.isfinite(value) else ""
 
 
-def _fixed(metrics: StudyMetrics | None, name: str) -> str:
-    value = metrics.value(name) if metrics is not None else math.nan
-    return f"{value:.1f}" if math.isfinite(value) else "-"
+def _fixed(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None and math.isfinite(value) else "-"
 
 
 def trials_csv(outcome: StudyOutcome) -> str:
@@ -94,7 +93,7 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                 "K": str(choice.num_speculative_tokens),
                 "tokens/s": f"{evaluation.throughput:,.0f}" if evaluation is not None else "-",
                 "vs K=0": gain or "-",
-                "TPOT p99 ms": _fixed(metrics, "tpot_p99_ms"),
+                "TPOT p99 ms": _fixed(metrics.tpot_p99_ms if metrics is not None else None),
                 "SLOs": ("met" if evaluation.feasible else "missed") if evaluation is not None else "-",
                 "tie set": tie_cell(choice),
                 "note": choice.note or "",
@@ -121,7 +120,7 @@ def pareto_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
                     "batch size": str(batch_size),
                     "config": OFF if point.combo is None else f"{point.combo.label} K={point.num_speculative_tokens}",
                     "tokens/s": f"{evaluation.throughput:,.0f}",
-                    "TPOT p99 ms": _fixed(evaluation.metrics, "tpot_p99_ms"),
+                    "TPOT p99 ms": _fixed(evaluation.metrics.tpot_p99_ms),
                     "SLOs": "met" if evaluation.feasible else "missed",
                 }
             )

@@ -19,7 +19,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from spectune.config import StudyMetrics
+from spectune.config import StudyMetrics, or_nan
 from spectune.study._space import Point, StudySpace
 
 __all__ = [
@@ -155,7 +155,7 @@ def comparison_noise(metrics: StudyMetrics, throughput: float, stderr: float) ->
     if drafts <= 0:
         return 0.0
     rates = metrics.acceptance_per_position
-    length = metrics.value("mean_acceptance_length")
+    length = or_nan(metrics.mean_acceptance_length)
     if not rates or not length > 0:
         return stderr
     mean = sum(rates)
@@ -168,8 +168,8 @@ def evaluate_metrics(
     space: StudySpace, point: Point, metrics: StudyMetrics | Mapping[str, Any], trial_number: int
 ) -> Evaluation:
     metrics = as_metrics(metrics)
-    throughput = metrics.value("throughput_tokens_per_s")
-    stderr = metrics.value("throughput_stderr_tokens_per_s")
+    throughput = or_nan(metrics.throughput_tokens_per_s)
+    stderr = or_nan(metrics.throughput_stderr_tokens_per_s)
     stderr = stderr if math.isfinite(stderr) else 0.0
     violation = 0.0
     for constraint in space.constraints:

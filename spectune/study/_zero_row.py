@@ -16,13 +16,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from spectune.config import StudyDocument, default_drafter
+from spectune.config import STEP_SCALED_METRICS, StudyDocument, default_drafter
 from spectune.study._records import Evaluation, evaluate_metrics
 from spectune.study._space import Combo, Point, StudySpace
 
 __all__ = ["zero_row_context", "zero_row_evaluation", "zero_row_notes"]
 
-_SLOWER_WITH_STEP = ("tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "mean_step_ms")
 
 
 def zero_row_context(document: StudyDocument, prompt_tokens: float | None, output_tokens: float | None) -> dict[str, Any]:
@@ -59,14 +58,10 @@ def zero_row_evaluation(space: StudySpace, combo: Combo, batch_size: int, off: E
         return off
     factor = step / (step + tax)
     changes: dict[str, float] = {}
-    for name in ("throughput_tokens_per_s", "throughput_stderr_tokens_per_s"):
+    for name, scaling in STEP_SCALED_METRICS.items():
         value = getattr(off.metrics, name)
         if value is not None:
-            changes[name] = value * factor
-    for name in _SLOWER_WITH_STEP:
-        value = getattr(off.metrics, name)
-        if value is not None:
-            changes[name] = value / factor
+            changes[name] = value * factor if scaling == "rate" else value / factor
     taxed = evaluate_metrics(space, off.point, dataclasses.replace(off.metrics, **changes), off.trial_number)
     return dataclasses.replace(taxed, zero_row_draft_ms=tax)
 

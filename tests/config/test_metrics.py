@@ -100,3 +100,10 @@ def test_a_constraint_read_back_from_storage_checks_its_metric():
     assert Constraint.model_validate({"metric": "ttft_p99_ms", "op": ">=", "bound": 2}).bound == 2.0
     with pytest.raises(ValueError, match="must be one of"):
         Constraint.model_validate({"metric": "wall_time_s", "op": "<=", "bound": 1})
+
+
+def test_step_scaled_metrics_are_the_throughputs_and_the_step_bound_latencies():
+    from spectune.config import STEP_SCALED_METRICS
+
+    assert {n for n, s in STEP_SCALED_METRICS.items() if s == "rate"} == {"throughput_tokens_per_s", "throughput_stderr_tokens_per_s"}
+    assert {n for n, s in STEP_SCALED_METRICS.items() if s == "time"} == {"tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "mean_step_ms"}
