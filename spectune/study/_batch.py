@@ -15,14 +15,16 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from spectune.config import StudyMetrics
 from spectune.study._space import Point
 
 __all__ = ["BatchCollector", "BatchEvaluator", "evaluate_batch"]
 
-BatchEvaluator = Callable[[Sequence[Point]], Sequence[Mapping[str, Any]]]
+Metrics = StudyMetrics | Mapping[str, Any]  # what an evaluator returns (see ``_objective.Evaluator``)
+BatchEvaluator = Callable[[Sequence[Point]], Sequence[Metrics]]
 
 
-def evaluate_batch(evaluator: Callable[[Point], Mapping[str, Any]], points: Sequence[Point]) -> list[Mapping[str, Any]]:
+def evaluate_batch(evaluator: Callable[[Point], Metrics], points: Sequence[Point]) -> list[Metrics]:
     """``evaluator.evaluate_many(points)`` where the evaluator has it (one lockstep call), else one by one."""
     many = getattr(evaluator, "evaluate_many", None)
     if many is not None:
@@ -37,17 +39,17 @@ class BatchCollector:
     evaluator the objective calls, and blocks until the batch is evaluated.
     """
 
-    def __init__(self, size: int, evaluator: Callable[[Point], Mapping[str, Any]]) -> None:
+    def __init__(self, size: int, evaluator: Callable[[Point], Metrics]) -> None:
         self.size = size
         self.evaluator = evaluator
         self._lock = threading.Condition()
         self._arrived = 0
         self._points: list[Point] = []
-        self._results: list[Mapping[str, Any]] | None = None
+        self._results: list[Metrics] | None = None
         self._error: BaseException | None = None
         self._local = threading.local()
 
-    def __call__(self, point: Point) -> Mapping[str, Any]:
+    def __call__(self, point: Point) -> Metrics:
         with self._lock:
             index = len(self._points)
             self._points.append(point)

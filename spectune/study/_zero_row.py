@@ -57,7 +57,7 @@ def zero_row_evaluation(space: StudySpace, combo: Combo, batch_size: int, off: E
     if off is None or tax <= 0 or step is None or step <= 0:
         return off
     factor = step / (step + tax)
-    changes: dict[str, float] = {}
+    changes: dict[str, Any] = {}
     for name, scaling in STEP_SCALED_METRICS.items():
         value = getattr(off.metrics, name)
         if value is not None:
