@@ -107,7 +107,17 @@ class StudyMetrics:
 
         Other keys are ignored; a value of the wrong kind, a non-finite number or a missing key is None.
         """
-        return cls(**{name: _read(info.kind, data.get(name)) for name, info in STUDY_METRICS.items()})
+        values = {}
+        for name, kind in _KINDS:
+            value = data.get(name)
+            # The common case first (a search reads every stored result each time it decides).
+            if type(value) is float and kind == "float" and math.isfinite(value):
+                values[name] = value
+            elif type(value) is int and kind == "int":
+                values[name] = value
+            else:
+                values[name] = _read(kind, value)
+        return cls(**values)
 
     def to_attr(self) -> dict[str, Any]:
         """The JSON a trial stores (every field, in order; None for a metric not measured)."""
@@ -146,10 +156,11 @@ def _read(kind: MetricKind, value: Any) -> Any:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return type(value) in (float, int) or (isinstance(value, numbers.Real) and not isinstance(value, bool))
 
 
 STUDY_METRICS: dict[str, MetricInfo] = {f.name: f.metadata["metric"] for f in dataclasses.fields(StudyMetrics)}
+_KINDS = tuple((name, info.kind) for name, info in STUDY_METRICS.items())
 NUMERIC_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.kind != "floats")
 CSV_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.csv)
 BOUND_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.bound)
