@@ -20,6 +20,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from spectune.config import StudyMetrics, or_nan
+from spectune.errors import SpectuneError
 from spectune.study._space import Point, StudySpace
 
 __all__ = [
@@ -96,10 +97,16 @@ def is_abandoned(trial: FrozenTrial, now: datetime | None = None) -> bool:
 def trial_point(space: StudySpace, trial: FrozenTrial) -> Point | None:
     """The point a trial holds: its params, written as the sampler picks them (None until all three are)."""
     params = trial.params
-    if all(name in params for name in (PARAM_BATCH_SIZE, PARAM_COMBO, PARAM_K)):
+    if not all(name in params for name in (PARAM_BATCH_SIZE, PARAM_COMBO, PARAM_K)):
+        return None
+    try:
         point = space.point(int(params[PARAM_BATCH_SIZE]), str(params[PARAM_COMBO]), int(params[PARAM_K]))
-        return point.refined(int(trial.user_attrs.get(ATTR_REFINEMENT, 0)))
-    return None
+    except KeyError:
+        raise SpectuneError(
+            f"study {space.name!r}, trial {trial.number}: combo {params[PARAM_COMBO]!r} is not one of the study's "
+            f"({', '.join(c.label for c in space.combos)}); the storage holds a trial this study did not make"
+        ) from None
+    return point.refined(int(trial.user_attrs.get(ATTR_REFINEMENT, 0)))
 
 
 def as_metrics(metrics: StudyMetrics | Mapping[str, Any]) -> StudyMetrics:

@@ -102,3 +102,23 @@ def test_points_sort_by_batch_size_label_k_and_refinement():
     ngram = make_space(methods=("ngram",)).combos[0]
     points = [Point(8, ngram, 1), Point.off(8), Point(1, ngram, 2), Point(1, ngram, 1, 1), Point(1, ngram, 1)]
     assert sorted(points) == [Point(1, ngram, 1), Point(1, ngram, 1, 1), Point(1, ngram, 2), Point(8, ngram, 1), Point.off(8)]
+
+
+def test_a_trial_of_a_combo_outside_the_space_is_refused_by_name():
+    import optuna
+
+    from spectune.errors import SpectuneError
+    from spectune.study._records import trial_point
+
+    space = make_space()
+    labels = ["medusa/standard/greedy", *(c.label for c in space.combos)]
+    distributions = {
+        "batch_size": optuna.distributions.CategoricalDistribution([8]),
+        "combo": optuna.distributions.CategoricalDistribution(labels),
+        "num_speculative_tokens": optuna.distributions.IntDistribution(0, 6),
+    }
+    known = optuna.trial.create_trial(params={"batch_size": 8, "combo": labels[1], "num_speculative_tokens": 2}, distributions=distributions, value=1.0)
+    assert trial_point(space, known) == space.point(8, labels[1], 2)
+    foreign = optuna.trial.create_trial(params={"batch_size": 8, "combo": labels[0], "num_speculative_tokens": 2}, distributions=distributions, value=1.0)
+    with pytest.raises(SpectuneError, match="trial -1: combo 'medusa/standard/greedy' is not one of the study's"):
+        trial_point(space, foreign)
