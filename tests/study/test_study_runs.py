@@ -305,3 +305,16 @@ def test_a_graceful_stop_lets_every_worker_finish_its_running_trial(tmp_path):
     trials = load_outcome(storage, space.name).trials
     assert Counter(t.state for t in trials) == {"COMPLETE": stopped.completed_trials}  # none killed mid-trial
     assert 2 <= stopped.completed_trials < space.size
+
+
+def test_a_trial_stores_every_kept_metric_in_the_records_order(tmp_path):
+    from spectune.config import STUDY_METRICS
+
+    space = make_space(batch_sizes=(8,), max_k=2, methods=("ngram",))
+    storage = str(tmp_path / "s.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, strategy="exhaustive")
+    trials = optuna.load_study(study_name=space.name, storage=open_storage(storage)).get_trials()
+    stored = [t.user_attrs["spectune.result"] for t in trials]
+    assert len(stored) == space.size and all(list(result) == list(STUDY_METRICS) for result in stored)
+    # The double reports throughput and TPOT only; what it does not measure is stored as null, not left out.
+    assert all(r["throughput_tokens_per_s"] > 0 and r["num_drafts"] is None for r in stored)
