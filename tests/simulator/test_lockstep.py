@@ -102,3 +102,28 @@ def test_lockstep_equals_alone_with_replicas_and_acceptance_bins(simulation_docu
     for document, result in zip([replicas, bins], together):
         assert _numbers(result) == _numbers(simulate(document, baseline=False))
     assert together[0].num_requests == 40 and together[1].num_drafts > 0
+
+
+def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
+    """The kernels read each step's rows in the banks of every synthesizer the group meets (another
+    document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
+    numbers of the twin, which takes the same bank rows."""
+    bins = {"conditional_rates": [0.5, 0.5], "bins": [
+        {"min_running": 1, "max_running": 3, "conditional_rates": [0.9, 0.8]},
+        {"min_running": 4, "max_running": 64, "conditional_rates": [0.3, 0.2]},
+    ]}
+    documents = _documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2]
+    documents.append(simulation_document(
+        seed=3,
+        speculative={"method": "eagle3", "num_speculative_tokens": 2, "rejection_sample_method": "block",
+                     "draft_sample_method": "probabilistic"},
+        acceptance=bins,
+        workload={"concurrency": 6, "num_requests": 12, "temperature": 0.7, "vocab_size": 128},
+        simulation={"bank_rows": 64},
+    ))
+    kernels = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})}) for d in documents]
+    assert [len(g) for g in lockstep_groups(kernels)] == [3]
+    twin = simulate_many(documents, baseline=False)
+    for result, expected in zip(simulate_many(kernels, baseline=False), twin):
+        assert _numbers(result) == _numbers(expected)
+    assert all(r.num_accepted_tokens > 0 for r in twin)
