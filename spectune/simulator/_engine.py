@@ -258,6 +258,7 @@ class _KernelVerifier(_Verifier):
         self.bank_offsets: dict[int, tuple[int, int]] = {}  # id(synthesizer) -> its banks' element offsets
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``bank_offsets`` (and their banks)
         self.call: _KernelCall | None = None
+        self.graphs = _StepGraphs() if device.type == "cuda" else None
 
     def _bank_offsets(self, synthesizer: LogitSynthesizer) -> tuple[int, int]:
         """Element offsets of the synthesizer's target and draft banks from the first banks met."""
@@ -283,28 +284,84 @@ class _KernelVerifier(_Verifier):
             sizes.append(size)
             offsets.append(offset)
         self.staged.copy_(self.host, non_blocking=True)
-        num_drafts = self.num_drafts
         for member, (ids, _, k) in requests.items():
             assert member.synthesizer is not None
             offset, size = self.offsets[id(member)], len(ids)
             synthesizer = member.synthesizer(size)
-            index = member.temperature_index.index_select(0, self.staged[0, offset : offset + size])
-            step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
-            target_offset, draft_offset = self._bank_offsets(synthesizer)
-            target_rows = self.target_rows[offset : offset + size]
-            torch.mul(_padded_rows(step.rows, num_drafts), self.vocab, out=target_rows)
-            if target_offset:
-                target_rows.add_(target_offset)
-            if self.draft_rows is not None:
-                torch.add(target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + size])
-            self.tokens[offset : offset + size].copy_(_padded_drafts(step.draft_tokens, num_drafts))
-            self.temperature[offset : offset + size].copy_(step.temperature)
-            self.seeds[offset : offset + size].copy_(self.staged[1, offset : offset + size])
+            bank_offsets = self._bank_offsets(synthesizer)
+            if self.graphs is None:
+                self._write_step(member, synthesizer, bank_offsets, offset, size, k)
+            else:
+                self.graphs.replay(member, (size, k), lambda: self._write_step(member, synthesizer, bank_offsets, offset, size, k))
         generated = time.perf_counter()
         assert self.call is not None
         num_tokens = self.call.run()
         emitted = num_tokens.to("cpu", torch.int64).numpy()  # the step's one host sync
         return _split(requests, emitted, sizes, started, generated, offsets)
+
+
+    def _write_step(
+        self, member: EngineMember, synthesizer: LogitSynthesizer, bank_offsets: tuple[int, int], offset: int, size: int,
+        k: int,
+    ) -> None:
+        """Draw the member's step (its generator) and write its slice of the call's buffers."""
+        num_drafts = self.num_drafts
+        index = member.temperature_index.index_select(0, self.staged[0, offset : offset + size])
+        step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+        target_offset, draft_offset = bank_offsets
+        target_rows = self.target_rows[offset : offset + size]
+        torch.mul(_padded_rows(step.rows, num_drafts), self.vocab, out=target_rows)
+        if target_offset:
+            target_rows.add_(target_offset)
+        if self.draft_rows is not None:
+            torch.add(target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + size])
+        self.tokens[offset : offset + size].copy_(_padded_drafts(step.draft_tokens, num_drafts))
+        self.temperature[offset : offset + size].copy_(step.temperature)
+        self.seeds[offset : offset + size].copy_(self.staged[1, offset : offset + size])
+
+
+class _StepGraphs:
+    """CUDA graphs of members' step writes (their draws included), one per (member, batch size, k).
+
+    A closed loop holds its batch size for most steps, so a member's (size, k) seen on two steps in a
+    row is captured and replayed from then on; one seen once (a ramp, the drain) runs eagerly. A
+    graph's draws come from the member's generator, registered with the graph: a replay takes the
+    generator's offset where eager draws left it and moves it on by as much, so the stream, and every
+    token, is the one eager steps give.
+    """
+
+    MAX_PER_MEMBER = 8
+
+    def __init__(self) -> None:
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream()
+        self.graphs: dict[tuple[int, tuple[int, int]], torch.cuda.CUDAGraph] = {}
+        self.count: dict[int, int] = {}
+        self.last: dict[int, tuple[int, int]] = {}
+
+    def replay(self, member: EngineMember, shape: tuple[int, int], write: Callable[[], None]) -> None:
+        key = (id(member), shape)
+        graph = self.graphs.get(key)
+        if graph is None:
+            repeated = self.last.get(id(member)) == shape
+            self.last[id(member)] = shape
+            if not repeated or self.count.get(id(member), 0) >= self.MAX_PER_MEMBER:
+                write()
+                return
+            graph = torch.cuda.CUDAGraph()
+            graph.register_generator_state(member.generator)
+            # torch.cuda.graph's capture, without its device sync, garbage collection and cache flush
+            self.stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.stream):
+                graph.capture_begin(pool=self.pool)
+                try:
+                    write()
+                finally:
+                    graph.capture_end()
+            torch.cuda.current_stream().wait_stream(self.stream)
+            self.graphs[key] = graph
+            self.count[id(member)] = self.count.get(id(member), 0) + 1
+        graph.replay()
 
 
 class _KernelCall:

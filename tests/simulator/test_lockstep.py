@@ -1,6 +1,7 @@
 """Lockstep: simulations run side by side (one rejection-sampling call a step) give their numbers alone, bit for bit."""
 
 import pytest
+import torch
 
 from spectune.simulator import lockstep_groups, simulate, simulate_many
 
@@ -127,3 +128,26 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     for result, expected in zip(simulate_many(kernels, baseline=False), twin):
         assert _numbers(result) == _numbers(expected)
     assert all(r.num_accepted_tokens > 0 for r in twin)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_step_graphs_replay_what_eager_steps_give(simulation_document, monkeypatch):
+    """On CUDA a member's step (its draws and writes) is replayed from a graph once its batch size
+    repeats: the numbers equal those of eager steps only."""
+    from spectune.simulator import _engine
+
+    documents = _documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3]
+    documents = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"device": "cuda"})}) for d in documents]
+    captured: list[int] = []
+    original = _engine._StepGraphs.replay
+
+    def counting(self, member, shape, write):
+        original(self, member, shape, write)
+        captured.append(len(self.graphs))
+
+    monkeypatch.setattr(_engine._StepGraphs, "replay", counting)
+    replayed = simulate_many(documents, baseline=False)
+    assert max(captured) >= 3  # every member replays its steady batch
+    monkeypatch.setattr(_engine._StepGraphs, "MAX_PER_MEMBER", 0)
+    eager = simulate_many(documents, baseline=False)
+    assert [_numbers(r) for r in replayed] == [_numbers(r) for r in eager]
