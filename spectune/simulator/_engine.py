@@ -323,28 +323,30 @@ class _KernelVerifier(_Verifier):
 class _StepGraphs:
     """CUDA graphs of members' step writes (their draws included), one per (member, batch size, k).
 
-    A closed loop holds its batch size for most steps, so a member's (size, k) seen on two steps in a
-    row is captured and replayed from then on; one seen once (a ramp, the drain) runs eagerly. A
-    graph's draws come from the member's generator, registered with the graph: a replay takes the
-    generator's offset where eager draws left it and moves it on by as much, so the stream, and every
-    token, is the one eager steps give.
+    A closed loop's batch size stays within a few requests of its concurrency for most steps (finished
+    requests leave, new ones join after their prefill), so a member's (size, k) is captured when it
+    comes back a second time and replayed from then on; one seen once (a ramp, the drain) runs
+    eagerly. A graph's draws come from the member's generator, registered with the graph: a replay
+    takes the generator's offset where eager draws left it and moves it on by as much, so the stream,
+    and every token, is the one eager steps give. Graphs share one memory pool (their intermediates
+    only: the step's buffers live outside it) and never run concurrently.
     """
 
-    MAX_PER_MEMBER = 8
+    MAX_PER_MEMBER = 64
 
     def __init__(self) -> None:
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream()
         self.graphs: dict[tuple[int, tuple[int, int]], torch.cuda.CUDAGraph] = {}
         self.count: dict[int, int] = {}
-        self.last: dict[int, tuple[int, int]] = {}
+        self.seen: set[tuple[int, tuple[int, int]]] = set()
 
     def replay(self, member: EngineMember, shape: tuple[int, int], write: Callable[[], None]) -> None:
         key = (id(member), shape)
         graph = self.graphs.get(key)
         if graph is None:
-            repeated = self.last.get(id(member)) == shape
-            self.last[id(member)] = shape
+            repeated = key in self.seen
+            self.seen.add(key)
             if not repeated or self.count.get(id(member), 0) >= self.MAX_PER_MEMBER:
                 write()
                 return
