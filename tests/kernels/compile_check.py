@@ -94,7 +94,7 @@ def parameter_names(fn, constexprs) -> list[str]:
         if name in constexprs:
             continue
         if name in GROUPS:
-            names += [f"{name}.{field}" for field in GROUPS[name]._fields]
+            names += [f"{name}.{field}" for field in GROUPS[name]._fields if field != "row_table"]  # (a constexpr)
         elif name.endswith("_desc") and constexprs.get("USE_TMA"):
             names += [name] + [f"{name}.shape{i}" for i in range(3)] + [f"{name}.stride{i}" for i in range(3)]
         else:
