@@ -11,6 +11,7 @@ import torch
 
 from spectune.config import AcceptanceRates, SimulationDocument, kv_cache_capacity_tokens
 from spectune.cost import CostModel, SamplerWork, build_cost_model
+from spectune.kernels._contract import DEFAULT_TILE
 from spectune.simulator._backend import resolve_device, select_rejection_sample
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._engine import EngineMember, run_lockstep, slot_rows
@@ -127,7 +128,7 @@ def _member_bytes(document: SimulationDocument) -> int:
     bank = k * temperatures * document.simulation.bank_rows * vocab * 4 * sides
     if device.type != "cuda":
         return 3 * bank  # the bank, its log-probabilities and their exponentials
-    tiles = -(-vocab // 4096)
+    tiles = -(-vocab // DEFAULT_TILE)  # the kernels' per-tile workspace: a few words a row and tile
     return bank + slot_rows(_concurrency(document), device) * (k + 1) * (32 + 24 * tiles)
 
 
