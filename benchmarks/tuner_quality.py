@@ -28,9 +28,10 @@ is partly the luckiest), so the headline is measured on the *mean table* -- ever
 averaged over the seeds' exhaustive tables (the noise of one divided by about sqrt(seeds)) -- against
 the mean table's own optimum; every recommendation is also scored on every table (its own seed's and
 the others', independent noise realisations).
-Cost = the simulations the search ran, a refined one counted as many times as it has the requests
-(``simulation_cost``), and their simulated steps, against the exhaustive study's. Stability, over the seeds: the combo each seed
-recommends, each bucket's K spread (largest minus smallest K), whether each table is non-increasing.
+Cost = the simulations the search ran, by count and with a refined one counted as many times as it
+has the requests (``simulation_cost``), and their simulated steps, against the exhaustive study's.
+Stability, over the seeds: the combo each seed recommends, each bucket's K spread (largest minus
+smallest K), whether each table is non-increasing.
 """
 
 from __future__ import annotations
@@ -242,6 +243,7 @@ def run_seed(study: Path, seed: int, exhaustive: dict[str, Any] | None, work: Pa
             space, lookup, fingerprint, str(work / f"tpe-seed{seed}.journal"), strategy="tpe",
             n_trials=results["structured"]["evaluations"], seed=seed,
         )  # fmt: skip
+    results["structured"]["count_share_of_exhaustive"] = results["structured"]["evaluations"] / space.size
     results["structured"]["cost_share_of_exhaustive"] = results["structured"]["simulation_cost"] / space.size
     return results
 
@@ -363,6 +365,7 @@ def main() -> None:
             "median_ratio_to_optimum_independent_tables": statistics.median(independent) if independent else None,
             "median_evaluations": statistics.median(row["structured"]["evaluations"] for row in per_seed),
             "median_simulation_cost": statistics.median(row["structured"]["simulation_cost"] for row in per_seed),
+            "median_count_share_of_exhaustive": statistics.median(row["structured"]["count_share_of_exhaustive"] for row in per_seed),
             "median_cost_share_of_exhaustive": statistics.median(row["structured"]["cost_share_of_exhaustive"] for row in per_seed),
             "median_steps_share_of_exhaustive": statistics.median(row["structured"]["steps_share_of_exhaustive"] for row in per_seed),
         },

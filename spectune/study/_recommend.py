@@ -9,7 +9,9 @@ Near the optimum, throughput against K is a plateau, and results within the simu
 ties: a point ties with the best when its throughput is within max(2 sigma, 0.5 %) of it, sigma
 combining both points' noise (the simulator's standard error less what all points of a bucket share,
 since they simulate the same requests: see ``_records.comparison_noise``). A bucket's *tie set* is
-every evaluated K that ties with its best. The K table takes one K from each tie set: the table that
+every evaluated K that ties with its best (an ``underfilled`` simulation, which did not measure its
+bucket, ties with every K). The K table takes one K from each tie set (a measured one where there is
+one): the table that
 never rises with the batch size wherever the tie sets allow one, then with the fewest changes of K
 (vLLM captures CUDA graphs per K), then the smallest K (fewer draft tokens cost less memory and less
 at larger batch sizes than the simulation saw). A rise that no choice avoids is kept and explained.
@@ -120,6 +122,12 @@ class TieSet:
     @property
     def ks(self) -> tuple[int, ...]:
         return tuple(e.point.num_speculative_tokens for e in self.members)
+
+    @property
+    def choosable(self) -> tuple[int, ...]:
+        """The K the table may take: members that measured their bucket (not ``underfilled``), unless none did."""
+        measured = tuple(e.point.num_speculative_tokens for e in self.members if not underfilled(e))
+        return measured or self.ks
 
     def member(self, k: int) -> Evaluation:
         return next(e for e in self.members if e.point.num_speculative_tokens == k)
@@ -287,7 +295,7 @@ def _tie_sets(space: StudySpace, label: str, completed: Mapping[Point, Evaluatio
 def _schedule_ks(tie_sets: Sequence[TieSet | None]) -> list[int | None]:
     """The K table over the buckets that have a tie set (``monotone_ks``); None elsewhere."""
     present = [t for t in tie_sets if t is not None]
-    chosen = iter(monotone_ks([t.ks for t in present]))
+    chosen = iter(monotone_ks([t.choosable for t in present]))
     return [next(chosen) if t is not None else None for t in tie_sets]
 
 
@@ -502,8 +510,8 @@ def _underfilled_notes(choices: Sequence[BucketChoice]) -> list[str]:
             fill = ", ".join(f"K {e.point.num_speculative_tokens}: {e.metrics['mean_batch_size']:.1f}" for e in short)
             notes.append(
                 f"batch size {choice.batch_size}: the batch stayed well below {choice.batch_size} (mean {fill}) -- too few "
-                "requests for a steady state (or a KV cache too small), so these K tie with every other; simulate more "
-                "requests (schedule.requests_per_batch_size)"
+                "requests for a steady state (or a KV cache too small), so these K tie with every other and the table "
+                "takes none of them; simulate more requests (schedule.requests_per_batch_size)"
             )
     return notes
 

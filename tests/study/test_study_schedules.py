@@ -257,3 +257,20 @@ def test_a_combo_whose_first_runs_never_filled_the_batch_is_refined_not_screened
     first_pass = {p: e for p, e in state.completed.items() if not p.refinement and p.combo in (best, "off")}
     notes = [n for n in recommend(space, first_pass).notes if "stayed well below" in n]
     assert len(notes) == 1 and notes[0].startswith(f"batch size {rep}: the batch stayed well below {rep} (mean K ")
+
+
+def test_the_table_takes_a_measured_k_over_an_underfilled_one_in_its_tie_set():
+    space = _space((16,), max_k=6)
+    curve = {0: 400.0, 1: 700.0, 2: 900.0, 3: 996.0, 4: 1000.0, 5: 560.0, 6: 550.0}
+
+    def evaluated(k, fill):
+        metrics = {"throughput_tokens_per_s": curve[k], "throughput_stderr_tokens_per_s": 3.0, "mean_batch_size": 16 * fill}
+        return evaluate_metrics(space, space.point(16, EAGLE, k), metrics, k)
+
+    # K 1 and 2 also underfilled: K 1 ties with the best through its own noise, yet the table may not take it.
+    completed = {e.point: e for e in [evaluated(0, 0.99), evaluated(1, 0.5), evaluated(2, 0.99), evaluated(3, 0.99), evaluated(4, 0.99), evaluated(5, 0.5), evaluated(6, 0.55)]}
+    ties = bucket_tie_set(space, EAGLE, 16, completed)
+    assert ties.ks == (1, 3, 4, 5, 6) and ties.choosable == (3, 4)
+    recommendation = recommend(space, completed)
+    assert [c.num_speculative_tokens for c in recommendation.choices] == [3]
+    assert any("the batch stayed well below 16 (mean K 1: 8.0, K 5: 8.0, K 6: 8.8)" in n for n in recommendation.notes)
