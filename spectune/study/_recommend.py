@@ -125,9 +125,15 @@ class TieSet:
 
     @property
     def choosable(self) -> tuple[int, ...]:
-        """The K the table may take: members that measured their bucket (not ``underfilled``), unless none did."""
+        """The K the table may take: the members that measured their bucket (not ``underfilled``) when one
+        of them speculates; else, when the best speculates, every speculating member (K = 0 ties then only
+        because the others say nothing); else all."""
         measured = tuple(e.point.num_speculative_tokens for e in self.members if not underfilled(e))
-        return measured or self.ks
+        if any(k > 0 for k in measured):
+            return measured
+        if self.best.point.num_speculative_tokens > 0:
+            return tuple(k for k in self.ks if k > 0)
+        return self.ks
 
     def member(self, k: int) -> Evaluation:
         return next(e for e in self.members if e.point.num_speculative_tokens == k)

@@ -274,3 +274,7 @@ def test_the_table_takes_a_measured_k_over_an_underfilled_one_in_its_tie_set():
     recommendation = recommend(space, completed)
     assert [c.num_speculative_tokens for c in recommendation.choices] == [3]
     assert any("the batch stayed well below 16 (mean K 1: 8.0, K 5: 8.0, K 6: 8.8)" in n for n in recommendation.notes)
+    # Every speculating K underfilled, the best of them above K = 0: K = 0 ties only through their noise.
+    unmeasured = {e.point: e for e in [evaluated(0, 0.99), evaluated(3, 0.5), evaluated(4, 0.5)]}
+    ties = bucket_tie_set(space, EAGLE, 16, unmeasured)
+    assert ties.ks == (0, 3, 4) and ties.choosable == (3, 4)
