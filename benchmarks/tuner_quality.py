@@ -298,6 +298,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="folder for the tables and journals (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-tpe", dest="tpe", action="store_false", help="skip TPE with the structured search's trials")
+    parser.add_argument("--note", default=None, help="provenance written into the result (e.g. where the tables were simulated)")
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs: must be >= 1, got {args.jobs}")
@@ -397,6 +398,7 @@ def main() -> None:
         },
         "study": str(args.study.relative_to(REPO) if args.study.is_relative_to(REPO) else args.study),
         "device": args.device or document.simulation.device,
+        "note": args.note,
         "wall_s": {"tables": round(tables_wall_s, 1), "searches": round(searches_wall_s, 1)},
         "summary": summary,
         "exhaustive": {str(seed): {k: v for k, v in t.items() if k != "table"} for seed, t in tables.items()},
