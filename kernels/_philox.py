@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["philox4x32", "uint32_to_uniform"]
+__all__ = ["philox4x32", "philox4x32_numpy", "uint32_to_uniform", "uint32_to_uniform_numpy"]
 
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
@@ -40,11 +40,23 @@ def philox4x32(
     c0..c3: int64 holding uint32 values, broadcastable to one shape.
     Returns the four output words as int64 tensors holding uint32 values, on ``seed``'s device.
     """
-    key = _host_words(seed)
-    x0, x1, x2, x3 = (_host_words(c) & _MASK32 for c in (c0, c1, c2, c3))
-    shape = np.broadcast_shapes(key.shape, x0.shape, x1.shape, x2.shape, x3.shape)
+    host = [_host_words(value) for value in (seed, c0, c1, c2, c3)]
+    shape = np.broadcast_shapes(*(h.shape for h in host))
+    words = philox4x32_numpy(*host)
+    return tuple(torch.from_numpy(w.view(np.int64)).view(shape).to(seed.device) for w in words)  # type: ignore[return-value]
+
+
+def philox4x32_numpy(
+    key: np.ndarray, c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``philox4x32`` on host arrays: key uint64, counters holding uint32 values (any unsigned integer
+    dtype), broadcastable to one shape. Returns uint64 arrays of that
+    shape (at least one dimension) holding the uint32 words."""
+    x0, x1, x2, x3 = (np.asarray(c).astype(np.uint64) & _MASK32 for c in (c0, c1, c2, c3))
+    key = np.asarray(key, dtype=np.uint64)
+    shape = np.broadcast_shapes(key.shape, x0.shape, x1.shape, x2.shape, x3.shape) or (1,)
     # At least one dimension: numpy turns 0-d results into scalars, which torch.from_numpy refuses.
-    key, x0, x1, x2, x3 = (np.broadcast_to(a, shape).reshape(-1) for a in (key, x0, x1, x2, x3))
+    key, x0, x1, x2, x3 = (np.broadcast_to(a, shape) for a in (key, x0, x1, x2, x3))
     k0 = key & _MASK32
     k1 = key >> _SHIFT32
     for _ in range(_NUM_ROUNDS):
@@ -55,7 +67,14 @@ def philox4x32(
         x1, x3 = product_b & _MASK32, product_a & _MASK32
         k0 = (k0 + _KEY_A) & _MASK32
         k1 = (k1 + _KEY_B) & _MASK32
-    return tuple(torch.from_numpy(w.view(np.int64)).view(shape).to(seed.device) for w in (x0, x1, x2, x3))  # type: ignore[return-value]
+    return x0, x1, x2, x3
+
+
+def uint32_to_uniform_numpy(words: np.ndarray) -> np.ndarray:
+    """``uint32_to_uniform`` on a host array of uint32 words (any unsigned integer dtype): the same bits."""
+    words = words.astype(np.uint32)
+    folded = np.where(words >= np.uint32(2**31), ~words, words)  # -signed - 1 = ~words for the negative half
+    return folded.astype(np.float32) * np.float32(_UNIFORM_SCALE)
 
 
 def uint32_to_uniform(words: torch.Tensor) -> torch.Tensor:

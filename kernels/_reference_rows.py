@@ -89,12 +89,24 @@ def race_noise(token_ids: torch.Tensor, key_lo: torch.Tensor, key_hi: torch.Tens
     tokens = token_ids.detach().to("cpu").numpy().astype(np.uint32)
     lo = key_lo.detach().to("cpu").numpy().astype(np.uint32)
     hi = key_hi.detach().to("cpu").numpy().astype(np.uint32)
-    x = tokens * _GOLDEN
-    x += lo[:, None]
+    return noise_from_hash(race_hash(tokens * _GOLDEN, lo, hi)).to(token_ids.device)
+
+
+def race_hash(golden_tokens: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> np.ndarray:
+    """uint32 [R, N]: the race's per-token hash; golden_tokens uint32 [R or 1, N] is token * 0x9E3779B9,
+    key_lo and key_hi uint32 [R]."""
+    x = golden_tokens + key_lo[:, None]
     x = _fmix32(x)
-    x ^= hi[:, None]
-    hashed = torch.from_numpy(_fmix32(x).astype(np.float32)).to(token_ids.device)
-    v = hashed.add_(0.5).mul_(2.3283064365386963e-10).clamp_(max=0.99999994)
+    x ^= key_hi[:, None]
+    return _fmix32(x)
+
+
+def noise_from_hash(hashed: np.ndarray) -> torch.Tensor:
+    """float32 torch tensor of ``hashed``'s shape: log2 of the exponential a uint32 hash stands for.
+
+    Element-wise only (torch's CPU logarithms take the same vector path whatever an element's
+    position), so any subset of hashes gives the same bits as the whole."""
+    v = torch.from_numpy(hashed.astype(np.float32)).add_(0.5).mul_(2.3283064365386963e-10).clamp_(max=0.99999994)
     series = v * (1.0 + v * (0.5 + v * 0.33333334))
     exponential = torch.where(v < _SERIES_BELOW, series, -torch.log2(1.0 - v) * math.log(2.0))
     return torch.log2(exponential)
@@ -186,6 +198,7 @@ class RowBank:
         if self.draft is not None and self.target.exp_log_probs is not None and self.draft.exp_log_probs is not None:
             ones = torch.ones(target_logits.shape[0], device=target_logits.device)
             self.unit_residual = _residual_sums(self.target.exp_log_probs.clone(), self.draft.exp_log_probs, ones)
+        self.host = _HostBank(self)
 
     def stats(self, rows: torch.Tensor, greedy: torch.Tensor) -> tuple[BankStats, BankStats | None]:
         """Target and draft statistics of a step whose request r reads bank row rows[r, k] at position k
@@ -193,6 +206,29 @@ class RowBank:
         target = BankStats(self, self.target, rows, greedy)
         draft = BankStats(self, self.draft, rows[:, :-1], greedy) if self.draft is not None else None
         return target, draft
+
+
+class _HostBank:
+    """A CPU bank's statistics as numpy arrays (views where they need no change) for the fast path:
+    log-probabilities (None when every row is greedy), probabilities with NaN as 0, argmax, residual
+    masses at scale 1."""
+
+    def __init__(self, bank: RowBank) -> None:
+        self.vocab = bank.target.vocab
+        self.argmax = bank.target.argmax.numpy()
+        self.target_log_probs = _host(bank.target.log_probs)
+        self.target_probs = _host(bank.target.exp_log_probs, nan_to_zero=True)
+        draft = bank.draft
+        self.draft_log_probs = _host(draft.log_probs) if draft is not None else None
+        self.draft_probs = _host(draft.exp_log_probs, nan_to_zero=True) if draft is not None else None
+        self.unit_residual = _host(bank.unit_residual)
+
+
+def _host(values: torch.Tensor | None, nan_to_zero: bool = False) -> np.ndarray | None:
+    if values is None or values.device.type != "cpu":
+        return None
+    array = values.numpy()
+    return np.nan_to_num(array, nan=0.0) if nan_to_zero and np.isnan(array).any() else array
 
 
 class _BankSide:

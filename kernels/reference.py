@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 
 from ._contract import DEFAULT_TILE, PURPOSE_RESIDUAL, PURPOSE_VERIFY, VerifyInputs, validate_inputs
+from ._reference_banked import verify_banked
 from ._reference_rows import BankStats, RowBank, RowStats, row_draws, sanitized, scratch, two_level_sample
 
 __all__ = ["RowBank", "rejection_sample", "rejection_sample_banked", "rejection_sample_from_inputs"]
@@ -94,6 +95,12 @@ def rejection_sample_banked(
     num_requests, num_rows = rows.shape
     if num_requests == 0:
         return _empty(num_rows, rows.device)
+    if rows.device.type == "cpu" and bank.target.vocab <= tile_size:
+        tokens, num_tokens = verify_banked(
+            bank, rows.numpy(), draft_tokens.numpy(), temperature.numpy(), seed.numpy(), method,
+            synthetic_conditional_rates.numpy() if synthetic_conditional_rates is not None else None,
+        )
+        return torch.from_numpy(tokens), torch.from_numpy(num_tokens)
     greedy = temperature == 0
     target_stats, draft_stats = bank.stats(rows, greedy)
     inputs = _StepInputs(draft_tokens, temperature, seed, method, synthetic_conditional_rates, draft_stats is not None)

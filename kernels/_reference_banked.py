@@ -1,0 +1,255 @@
+"""The twin over a ``RowBank`` on the CPU: ``rejection_sample_banked``'s fast path, same tokens.
+
+The generic twin (``reference._verify``) runs ~150 torch operations a call, each a few microseconds
+of dispatch whatever its size, and races every token of every emitted row through three
+logarithms. Here the small [R, K+1] arithmetic runs in numpy and only the transcendental steps
+(exp, log2) stay in torch, on the same values: torch's CPU logarithms and exponentials take one
+vector path for every element whatever its position or the tensor's size (``noise_from_hash``), and
+numpy's +, -, *, / and running sums round as torch's do, so the bits are the same.
+
+The race (``pruned_race``): the winner of ``argmax_v log2 w_v - log2 E_v`` is found from bounds on
+each key that cost no logarithm -- ``log2 w`` from the top 16 bits of the float64 weight, ``-log2 E``
+from the top 16 bits of the token's hash (E falls with the hash), each a 65,536-entry table with a
+margin -- and only the tokens whose upper bound reaches the best lower bound get their exact key.
+The exact winner is among them (it is at least every lower bound), ties included, so the token is
+the one the full race picks.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from ._contract import PURPOSE_RESIDUAL, PURPOSE_VERIFY
+from ._philox import philox4x32_numpy, uint32_to_uniform_numpy
+from ._reference_rows import RowBank, noise_from_hash, race_hash
+
+__all__ = ["pruned_race", "race_bounds", "verify_banked"]
+
+_LOG_RATIO_CLAMP = 1.0e4  # as reference._LOG_RATIO_CLAMP
+_GOLDEN = np.uint32(0x9E3779B9)
+_BUCKET_SHIFT = 16  # a hash's bucket: its top 16 bits
+_WEIGHT_SHIFT = np.uint64(48)  # a float64 weight's bucket: sign, exponent and 4 mantissa bits
+_MARGIN = 1.0e-3  # log2 units added to every bound: float32 tables and sums, the series' switch
+
+
+def verify_banked(
+    bank: RowBank,
+    rows: np.ndarray,
+    drafts: np.ndarray,
+    temperature: np.ndarray,
+    seed: np.ndarray,
+    method: str,
+    rates: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``rejection_sample_banked`` on host arrays (rows int64 [R, K+1], drafts int64 [R, K],
+    temperature float32 [R], seed int64 [R], rates float32 [K] or None); the bank's vocabulary fits one
+    tile. Returns tokens int64 [R, K+1] and num_tokens int32 [R]."""
+    host = bank.host
+    num_requests, num_rows = rows.shape
+    num_drafts = num_rows - 1
+    vocab = host.vocab
+    request = np.arange(num_requests)
+    valid = (drafts >= 0) & (drafts < vocab)
+    safe_drafts = np.clip(drafts, 0, vocab - 1)
+    num_valid = np.cumprod(valid, axis=1).sum(axis=1)
+    greedy = temperature == 0
+    has_draft = bank.draft is not None
+    words = _row_words(seed, num_rows, 2 if bank.draft is not None else 1)
+    accept_uniform = uint32_to_uniform_numpy(words[PURPOSE_VERIFY][0])
+
+    draft_rows = rows[:, :num_drafts]
+    if host.target_log_probs is None:
+        target_log_prob = np.zeros(drafts.shape)
+        log_ratio = target_log_prob.copy()
+    else:
+        target_log_prob = host.target_log_probs[draft_rows, safe_drafts].astype(np.float64)
+        log_ratio = target_log_prob
+        if host.draft_log_probs is not None:
+            log_ratio = log_ratio - host.draft_log_probs[draft_rows, safe_drafts].astype(np.float64)
+    log_ratio = np.clip(np.nan_to_num(log_ratio, nan=-_LOG_RATIO_CLAMP), -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+
+    argmax = host.argmax[rows]
+    if method == "synthetic":
+        assert rates is not None
+        accepted = valid & (accept_uniform[:, :num_drafts] < rates)
+    else:
+        accepted = valid & (accept_uniform[:, :num_drafts].astype(np.float64) < _exp(log_ratio))
+        accepted = np.where(greedy[:, None], valid & (drafts == argmax[:, :-1]), accepted)
+    num_accepted = np.cumprod(accepted, axis=1).sum(axis=1)
+    greedy_tokens = argmax[request, num_accepted]
+    if greedy.all():
+        return _assemble(drafts, num_accepted, greedy_tokens)
+
+    residual_scale = np.ones(num_requests)
+    if method == "block":
+        tau, residual_scale = _block_decision(bank, rows, log_ratio, num_valid, accept_uniform, target_log_prob)
+        num_accepted = np.where(greedy, num_accepted, tau)
+    emitted = _emit(bank, rows, words, num_accepted, num_valid, safe_drafts, residual_scale, has_draft)
+    return _assemble(drafts, num_accepted, np.where(greedy, greedy_tokens, emitted))
+
+
+def _exp(values: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(values).exp().numpy()
+
+
+def _row_words(seed: np.ndarray, num_rows: int, num_purposes: int) -> list[list[np.ndarray]]:
+    """words[purpose][w]: uint64 [R, num_rows] of Philox counter (0, row, purpose, 0) (``row_draws``)."""
+    rows = np.arange(num_rows, dtype=np.uint64)[None, None, :]
+    purposes = np.arange(num_purposes, dtype=np.uint64)[None, :, None]
+    zero = np.zeros((1, 1, 1), dtype=np.uint64)
+    words = philox4x32_numpy(seed.view(np.uint64)[:, None, None], zero, rows, purposes, zero)
+    return [[w[:, p] for w in words] for p in range(num_purposes)]
+
+
+def _block_decision(
+    bank: RowBank, rows: np.ndarray, log_ratio: np.ndarray, num_valid: np.ndarray, accept_uniform: np.ndarray,
+    target_log_prob: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``reference._block_decision``: tau int64 [R] and the prefix ratio at tau float64 [R]."""
+    num_requests, num_drafts = log_ratio.shape
+    positions = np.arange(num_drafts + 1)
+    in_block = positions[None, :num_drafts] < num_valid[:, None]
+    step_log = np.zeros((num_requests, num_drafts + 1))
+    step_log[:, :num_drafts] = np.where(in_block, log_ratio, 0.0)
+    exclusive = np.cumsum(step_log, axis=1) - step_log
+    prefix = _exp(exclusive - np.maximum.accumulate(exclusive, axis=1))
+    if bank.draft is None:
+        residual_mass = prefix[:, :num_drafts] * (1.0 - _exp(target_log_prob))
+    else:
+        residual_mass = _residual_masses(bank, rows[:, :num_drafts], prefix[:, :num_drafts])
+    residual_mass = np.concatenate([residual_mass, np.zeros((num_requests, 1))], axis=1)
+    denominator = residual_mass + 1.0 - prefix
+    with np.errstate(divide="ignore", invalid="ignore"):
+        threshold = np.where(denominator > 0, residual_mass / np.maximum(denominator, 1e-300), 1.0)
+    threshold = np.where(positions[None, :] == num_valid[:, None], prefix, threshold)
+    passes = (positions[None, :] >= 1) & (positions[None, :] <= num_valid[:, None])
+    passes &= accept_uniform.astype(np.float64) < threshold
+    tau = np.where(passes, positions[None, :], 0).max(axis=1)
+    return tau, prefix[np.arange(num_requests), tau]
+
+
+def _residual_masses(bank: RowBank, rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``BankStats.residual_masses``: the bank's sums at scale 1, torch's own sums elsewhere."""
+    from ._reference_rows import _residual_sums
+
+    host = bank.host
+    assert host.unit_residual is not None
+    masses = host.unit_residual[rows]
+    partial = np.nonzero(scale != 1.0)
+    if len(partial[0]):
+        assert bank.target.exp_log_probs is not None and bank.draft is not None and bank.draft.exp_log_probs is not None
+        bank_rows = torch.from_numpy(rows[partial])
+        target = torch.index_select(bank.target.exp_log_probs, 0, bank_rows)
+        draft = torch.index_select(bank.draft.exp_log_probs, 0, bank_rows)
+        masses[partial] = _residual_sums(target, draft, torch.from_numpy(scale[partial])).numpy()
+    return masses
+
+
+def _emit(
+    bank: RowBank, rows: np.ndarray, words: list[list[np.ndarray]], tau: np.ndarray, num_valid: np.ndarray,
+    safe_drafts: np.ndarray, residual_scale: np.ndarray, has_draft: bool,
+) -> np.ndarray:
+    """``reference._emit`` for one tile: int64 [R], the token emitted at row tau of each request."""
+    host = bank.host
+    num_requests = tau.shape[0]
+    request = np.arange(num_requests)
+    verify = words[PURPOSE_VERIFY]
+    key_lo, key_hi = verify[2][request, tau], verify[3][request, tau]
+    residual_case = tau < num_valid
+    assert host.target_probs is not None
+    probs = host.target_probs[rows[request, tau]].astype(np.float64)
+    draft_rows = np.minimum(tau, max(safe_drafts.shape[1] - 1, 0))
+    if not has_draft:
+        weights = probs.copy()
+        if safe_drafts.shape[1] > 0:
+            rejected = safe_drafts[request, draft_rows]
+            weights[request[residual_case], rejected[residual_case]] = 0.0
+    else:
+        assert host.draft_probs is not None
+        draft_probs = host.draft_probs[rows[request, draft_rows]]
+        weights = probs * residual_scale[:, None]
+        weights -= draft_probs
+        np.maximum(weights, 0.0, out=weights)
+        weights[~residual_case] = probs[~residual_case]
+        residual = words[PURPOSE_RESIDUAL]
+        key_lo = np.where(residual_case, residual[2][request, tau], key_lo)
+        key_hi = np.where(residual_case, residual[3][request, tau], key_hi)
+    token, has_mass = pruned_race(weights, key_lo.astype(np.uint32), key_hi.astype(np.uint32))
+    if has_mass.all():
+        return token
+    # A residual without mass falls back to the plain target, with the plain target's draws.
+    fallback, fallback_mass = pruned_race(probs, verify[2][request, tau].astype(np.uint32), verify[3][request, tau].astype(np.uint32))
+    return np.where(has_mass, token, np.where(fallback_mass, fallback, 0))
+
+
+@lru_cache(maxsize=8)
+def _golden_tokens(vocab: int) -> np.ndarray:
+    return (np.arange(vocab, dtype=np.uint32) * _GOLDEN)[None, :]
+
+
+@lru_cache(maxsize=1)
+def race_bounds() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Tables of bounds (float32 [65536] each): log2 of a float64 weight >= 0 by its top 16 bits
+    (low, high), and -log2 E of a hash by its top 16 bits (low, high). Each holds the exact value
+    for every member of its bucket, with ``_MARGIN`` to spare."""
+    top = np.arange(2**16, dtype=np.uint64) << _WEIGHT_SHIFT
+    first = top.view(np.float64)
+    after = (top + (np.uint64(1) << _WEIGHT_SHIFT)).view(np.float64)  # the next bucket's first value
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        weight_low = np.log2(first) - _MARGIN - 1e-6 * np.abs(np.log2(first))
+        weight_high = np.log2(after) + _MARGIN + 1e-6 * np.abs(np.log2(after))
+    weight_low = np.where(np.isfinite(first) & (first > 2.0**-1000), weight_low, -np.inf)  # no bound near 0
+    weight_high = np.where(np.isfinite(after), weight_high, np.inf)
+    weight_high[:16] = -1000.0  # 0 and subnormals (their key is -inf, or all but)
+    weight_high[2**15 :] = -1000.0  # -0.0 (the sign bit); no weight is negative
+    starts = np.arange(2**16, dtype=np.uint64) << np.uint64(_BUCKET_SHIFT)
+    ends = starts + np.uint64(2**_BUCKET_SHIFT - 1)
+    # The exponential rises with the hash (both of its formulas), so -log2 E falls: a bucket's bounds
+    # are at its ends.
+    at_start = -noise_from_hash(starts.astype(np.uint32)).double().numpy()
+    at_end = -noise_from_hash(ends.astype(np.uint32)).double().numpy()
+    noise_low = np.minimum(at_start, at_end) - _MARGIN
+    noise_high = np.maximum(at_start, at_end) + _MARGIN
+    return tuple(t.astype(np.float32) for t in (weight_low, weight_high, noise_low, noise_high))  # type: ignore[return-value]
+
+
+def pruned_race(weights: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``two_level_sample`` over one tile (token v = column v): tokens int64 [R] and has_mass bool [R].
+
+    weights: float64 [R, V] >= 0; key_lo, key_hi: uint32 [R]."""
+    num_requests, vocab = weights.shape
+    request = np.arange(num_requests)
+    has_mass = (weights > 0).any(axis=1)
+    hashed = race_hash(_golden_tokens(vocab), key_lo, key_hi)
+    weight_low, weight_high, noise_low, noise_high = race_bounds()
+    weight_bucket = weights.view(np.uint64) >> _WEIGHT_SHIFT
+    noise_bucket = hashed >> np.uint32(_BUCKET_SHIFT)
+    upper = weight_high[weight_bucket]
+    upper += noise_high[noise_bucket]
+    best = upper.argmax(axis=1)
+    floor = weight_low[weight_bucket[request, best]] + noise_low[noise_bucket[request, best]]
+    candidate_row, candidate_token = np.nonzero(upper >= floor[:, None])
+    chosen = weights[candidate_row, candidate_token]
+    with np.errstate(divide="ignore"):
+        log_weight = torch.from_numpy(chosen).log2().numpy()
+    keys = np.where(chosen > 0, log_weight, -math.inf) - noise_from_hash(hashed[candidate_row, candidate_token]).double().numpy()
+    # Candidates come row by row (every row has one: its best upper bound reaches its own floor), tokens
+    # ascending: the first of a row's best keys is the full race's argmax.
+    starts = np.searchsorted(candidate_row, request)
+    row_best = np.maximum.reduceat(keys, starts)
+    order = np.where(keys == row_best[candidate_row], np.arange(len(keys)), len(keys))
+    token = candidate_token[np.minimum.reduceat(order, starts)]
+    return np.where(has_mass, token, 0), has_mass
+
+
+def _assemble(drafts: np.ndarray, num_accepted: np.ndarray, emitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    num_requests, num_drafts = drafts.shape
+    positions = np.arange(num_drafts + 1)[None, :]
+    padded = np.concatenate([drafts, np.full((num_requests, 1), -1, dtype=drafts.dtype)], axis=1)
+    tokens = np.where(positions < num_accepted[:, None], padded, -1)
+    tokens = np.where(positions == num_accepted[:, None], emitted[:, None], tokens)
+    return tokens.astype(np.int64), (num_accepted + 1).astype(np.int32)
