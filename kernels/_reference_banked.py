@@ -7,12 +7,11 @@ logarithms. Here the small [R, K+1] arithmetic runs in numpy and only the transc
 vector path for every element whatever its position or the tensor's size (``noise_from_hash``), and
 numpy's +, -, *, / and running sums round as torch's do, so the bits are the same.
 
-The race (``pruned_race``): the winner of ``argmax_v log2 w_v - log2 E_v`` is found from bounds on
-each key that cost no logarithm -- ``log2 w`` from the top 16 bits of the float64 weight, ``-log2 E``
-from the top 16 bits of the token's hash (E falls with the hash), each a 65,536-entry table with a
-margin -- and only the tokens whose upper bound reaches the best lower bound get their exact key.
-The exact winner is among them (it is at least every lower bound), ties included, so the token is
-the one the full race picks.
+The race (``pruned_race``): the winner of ``argmax_v log2 w_v - log2 E_v`` is found from upper
+bounds on each key that cost no logarithm -- ``log2 w`` from float32(w)'s bits, ``-log2 E`` from a
+65,536-entry table on the top 16 bits of the token's hash (E rises with the hash) -- and exact keys
+only for the tokens whose bound reaches the best one's exact key. The winner is among them (its key
+is at least the best one's), ties included, so the token is the one the full race picks.
 """
 
 from __future__ import annotations
@@ -32,8 +31,8 @@ __all__ = ["pruned_race", "race_bounds", "verify_banked"]
 _LOG_RATIO_CLAMP = 1.0e4  # as reference._LOG_RATIO_CLAMP
 _GOLDEN = np.uint32(0x9E3779B9)
 _BUCKET_SHIFT = 16  # a hash's bucket: its top 16 bits
-_WEIGHT_SHIFT = np.uint64(48)  # a float64 weight's bucket: sign, exponent and 4 mantissa bits
-_MARGIN = 1.0e-3  # log2 units added to every bound: float32 tables and sums, the series' switch
+_BIT_TRICK_ERROR = 0.0860714  # max of log2(1 + m) - m on [0, 1]: float32 bits as an integer under-read log2
+_MARGIN = 1.0e-3  # log2 units to spare: float32 rounding of the weight, the series' switch
 
 
 def verify_banked(
@@ -192,58 +191,61 @@ def _golden_tokens(vocab: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
-def race_bounds() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Tables of bounds (float32 [65536] each): log2 of a float64 weight >= 0 by its top 16 bits
-    (low, high), and -log2 E of a hash by its top 16 bits (low, high). Each holds the exact value
-    for every member of its bucket, with ``_MARGIN`` to spare."""
-    top = np.arange(2**16, dtype=np.uint64) << _WEIGHT_SHIFT
-    first = top.view(np.float64)
-    after = (top + (np.uint64(1) << _WEIGHT_SHIFT)).view(np.float64)  # the next bucket's first value
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        weight_low = np.log2(first) - _MARGIN - 1e-6 * np.abs(np.log2(first))
-        weight_high = np.log2(after) + _MARGIN + 1e-6 * np.abs(np.log2(after))
-    weight_low = np.where(np.isfinite(first) & (first > 2.0**-1000), weight_low, -np.inf)  # no bound near 0
-    weight_high = np.where(np.isfinite(after), weight_high, np.inf)
-    weight_high[:16] = -1000.0  # 0 and subnormals (their key is -inf, or all but)
-    weight_high[2**15 :] = -1000.0  # -0.0 (the sign bit); no weight is negative
+def race_bounds() -> np.ndarray:
+    """int32 [65536]: for a hash's top 16 bits, an upper bound on ``-log2 E`` of every hash in that
+    bucket plus the float32 bit trick's error, in units of 2**-23 (see ``pruned_race``)."""
     starts = np.arange(2**16, dtype=np.uint64) << np.uint64(_BUCKET_SHIFT)
     ends = starts + np.uint64(2**_BUCKET_SHIFT - 1)
-    # The exponential rises with the hash (both of its formulas), so -log2 E falls: a bucket's bounds
-    # are at its ends.
+    # The exponential rises with the hash (both of its formulas), so -log2 E falls: a bucket's largest
+    # value is at its start (the end too, to be safe against rounding).
     at_start = -noise_from_hash(starts.astype(np.uint32)).double().numpy()
     at_end = -noise_from_hash(ends.astype(np.uint32)).double().numpy()
-    noise_low = np.minimum(at_start, at_end) - _MARGIN
-    noise_high = np.maximum(at_start, at_end) + _MARGIN
-    return tuple(t.astype(np.float32) for t in (weight_low, weight_high, noise_low, noise_high))  # type: ignore[return-value]
+    bound = np.maximum(at_start, at_end) + _BIT_TRICK_ERROR + _MARGIN
+    return np.ceil(bound * 2.0**23).astype(np.int32)
 
 
 def pruned_race(weights: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``two_level_sample`` over one tile (token v = column v): tokens int64 [R] and has_mass bool [R].
 
-    weights: float64 [R, V] >= 0; key_lo, key_hi: uint32 [R]."""
+    weights: float64 [R, V] in [0, 1]; key_lo, key_hi: uint32 [R].
+
+    A token's key log2 w - log2 E is at most ``upper``: float32(w)'s bits read as an integer are
+    (log2 w + 127) * 2**23 less at most 0.0861 * 2**23 (the bit trick), and ``race_bounds`` adds the
+    largest -log2 E of the hash's bucket. The token with the largest upper bound wins outright when its
+    exact key beats every other upper bound (most rows); in the other rows every token whose upper
+    bound reaches that key gets its exact key too.
+    """
     num_requests, vocab = weights.shape
     request = np.arange(num_requests)
-    has_mass = (weights > 0).any(axis=1)
     hashed = race_hash(_golden_tokens(vocab), key_lo, key_hi)
-    weight_low, weight_high, noise_low, noise_high = race_bounds()
-    weight_bucket = weights.view(np.uint64) >> _WEIGHT_SHIFT
-    noise_bucket = hashed >> np.uint32(_BUCKET_SHIFT)
-    upper = weight_high[weight_bucket]
-    upper += noise_high[noise_bucket]
+    upper = weights.astype(np.float32).view(np.int32)
+    upper += race_bounds()[hashed >> np.uint32(_BUCKET_SHIFT)]  # no overflow: w <= 1, bound < 34 * 2**23
     best = upper.argmax(axis=1)
-    floor = weight_low[weight_bucket[request, best]] + noise_low[noise_bucket[request, best]]
-    candidate_row, candidate_token = np.nonzero(upper >= floor[:, None])
-    chosen = weights[candidate_row, candidate_token]
-    with np.errstate(divide="ignore"):
-        log_weight = torch.from_numpy(chosen).log2().numpy()
-    keys = np.where(chosen > 0, log_weight, -math.inf) - noise_from_hash(hashed[candidate_row, candidate_token]).double().numpy()
-    # Candidates come row by row (every row has one: its best upper bound reaches its own floor), tokens
-    # ascending: the first of a row's best keys is the full race's argmax.
-    starts = np.searchsorted(candidate_row, request)
-    row_best = np.maximum.reduceat(keys, starts)
-    order = np.where(keys == row_best[candidate_row], np.arange(len(keys)), len(keys))
-    token = candidate_token[np.minimum.reduceat(order, starts)]
+    best_key = _keys(weights[request, best], hashed[request, best])
+    best_upper = upper[request, best]
+    upper[request, best] = np.iinfo(np.int32).min
+    runner_up = upper.max(axis=1).astype(np.float64) * 2.0**-23 - 127.0
+    token, key = best, best_key
+    open_rows = np.flatnonzero(~(best_key > runner_up))
+    if len(open_rows):
+        upper[open_rows, best[open_rows]] = best_upper[open_rows]
+        reach = upper[open_rows].astype(np.float64) * 2.0**-23 - 127.0 >= best_key[open_rows, None]
+        candidate_row, candidate_token = np.nonzero(reach)  # row by row, tokens ascending; the best is one
+        keys = _keys(weights[open_rows[candidate_row], candidate_token], hashed[open_rows[candidate_row], candidate_token])
+        starts = np.searchsorted(candidate_row, np.arange(len(open_rows)))
+        row_best = np.maximum.reduceat(keys, starts)
+        first = np.minimum.reduceat(np.where(keys == row_best[candidate_row], np.arange(len(keys)), len(keys)), starts)
+        token, key = best.copy(), best_key.copy()
+        token[open_rows], key[open_rows] = candidate_token[first], row_best  # the first of the best keys
+    has_mass = key > -math.inf  # a row with a positive weight has a finite key
     return np.where(has_mass, token, 0), has_mass
+
+
+def _keys(weights: np.ndarray, hashed: np.ndarray) -> np.ndarray:
+    """float64: the race's exact keys (``two_level_sample``'s) of these weights and hashes."""
+    with np.errstate(divide="ignore"):
+        log_weight = torch.from_numpy(weights).log2().numpy()
+    return np.where(weights > 0, log_weight, -math.inf) - noise_from_hash(hashed).double().numpy()
 
 
 def _assemble(drafts: np.ndarray, num_accepted: np.ndarray, emitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
