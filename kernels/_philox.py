@@ -56,17 +56,23 @@ def philox4x32_numpy(
     key = np.asarray(key, dtype=np.uint64)
     shape = np.broadcast_shapes(key.shape, x0.shape, x1.shape, x2.shape, x3.shape) or (1,)
     # At least one dimension: numpy turns 0-d results into scalars, which torch.from_numpy refuses.
-    key, x0, x1, x2, x3 = (np.broadcast_to(a, shape) for a in (key, x0, x1, x2, x3))
-    k0 = key & _MASK32
-    k1 = key >> _SHIFT32
-    for _ in range(_NUM_ROUNDS):
+    x0, x1, x2, x3 = (np.broadcast_to(a, shape) for a in (x0, x1, x2, x3))
+    # Every round's key at once: k + r * constant, modulo 2**32.
+    schedule = np.arange(_NUM_ROUNDS, dtype=np.uint64).reshape((_NUM_ROUNDS,) + (1,) * key.ndim)
+    round_k0 = ((key & _MASK32) + schedule * _KEY_A) & _MASK32
+    round_k1 = ((key >> _SHIFT32) + schedule * _KEY_B) & _MASK32
+    for k0, k1 in zip(round_k0, round_k1):
         product_a = x0 * _ROUND_A
         product_b = x2 * _ROUND_B
         # new c0 = hi(B*c2) ^ c1 ^ k0 ; new c2 = hi(A*c0) ^ c3 ^ k1 ; new c1 = lo(B*c2) ; new c3 = lo(A*c0)
-        x0, x2 = (product_b >> _SHIFT32) ^ x1 ^ k0, (product_a >> _SHIFT32) ^ x3 ^ k1
-        x1, x3 = product_b & _MASK32, product_a & _MASK32
-        k0 = (k0 + _KEY_A) & _MASK32
-        k1 = (k1 + _KEY_B) & _MASK32
+        x0 = product_b >> _SHIFT32
+        x0 ^= x1
+        x0 ^= k0
+        x2 = product_a >> _SHIFT32
+        x2 ^= x3
+        x2 ^= k1
+        x1 = np.bitwise_and(product_b, _MASK32, out=product_b)
+        x3 = np.bitwise_and(product_a, _MASK32, out=product_a)
     return x0, x1, x2, x3
 
 
