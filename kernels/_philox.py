@@ -52,12 +52,11 @@ def philox4x32_numpy(
     """``philox4x32`` on host arrays: key uint64, counters holding uint32 values (any unsigned integer
     dtype), broadcastable to one shape. Returns uint64 arrays of that
     shape (at least one dimension) holding the uint32 words."""
-    x0, x1, x2, x3 = (np.asarray(c).astype(np.uint64) & _MASK32 for c in (c0, c1, c2, c3))
-    key = np.asarray(key, dtype=np.uint64)
-    shape = np.broadcast_shapes(key.shape, x0.shape, x1.shape, x2.shape, x3.shape) or (1,)
+    x0, x1, x2, x3 = (np.atleast_1d(np.asarray(c).astype(np.uint64) & _MASK32) for c in (c0, c1, c2, c3))
+    key = np.atleast_1d(np.asarray(key, dtype=np.uint64))
     # At least one dimension: numpy turns 0-d results into scalars, which torch.from_numpy refuses.
-    x0, x1, x2, x3 = (np.broadcast_to(a, shape) for a in (x0, x1, x2, x3))
-    # Every round's key at once: k + r * constant, modulo 2**32.
+    shape = np.broadcast_shapes(key.shape, x0.shape, x1.shape, x2.shape, x3.shape) or (1,)
+    # Every round's key at once: k + r * constant, modulo 2**32. The words broadcast as they mix.
     schedule = np.arange(_NUM_ROUNDS, dtype=np.uint64).reshape((_NUM_ROUNDS,) + (1,) * key.ndim)
     round_k0 = ((key & _MASK32) + schedule * _KEY_A) & _MASK32
     round_k1 = ((key >> _SHIFT32) + schedule * _KEY_B) & _MASK32
@@ -65,15 +64,11 @@ def philox4x32_numpy(
         product_a = x0 * _ROUND_A
         product_b = x2 * _ROUND_B
         # new c0 = hi(B*c2) ^ c1 ^ k0 ; new c2 = hi(A*c0) ^ c3 ^ k1 ; new c1 = lo(B*c2) ; new c3 = lo(A*c0)
-        x0 = product_b >> _SHIFT32
-        x0 ^= x1
-        x0 ^= k0
-        x2 = product_a >> _SHIFT32
-        x2 ^= x3
-        x2 ^= k1
+        x0 = (product_b >> _SHIFT32) ^ x1 ^ k0
+        x2 = (product_a >> _SHIFT32) ^ x3 ^ k1
         x1 = np.bitwise_and(product_b, _MASK32, out=product_b)
         x3 = np.bitwise_and(product_a, _MASK32, out=product_a)
-    return x0, x1, x2, x3
+    return tuple(w if w.shape == shape else np.broadcast_to(w, shape).copy() for w in (x0, x1, x2, x3))  # type: ignore[return-value]
 
 
 def uint32_to_uniform_numpy(words: np.ndarray) -> np.ndarray:

@@ -69,7 +69,9 @@ def verify_banked(
         log_ratio = target_log_prob
         if host.draft_log_probs is not None:
             log_ratio = log_ratio - host.draft_log_probs[draft_rows, safe_drafts].astype(np.float64)
-    log_ratio = np.clip(np.nan_to_num(log_ratio, nan=-_LOG_RATIO_CLAMP), -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    # NaN -> -clamp, +-inf -> +-clamp (torch.nan_to_num then clamp; np.nan_to_num costs ~0.1 ms a call)
+    log_ratio = np.where(np.isnan(log_ratio), -_LOG_RATIO_CLAMP, log_ratio)
+    log_ratio = np.minimum(np.maximum(log_ratio, -_LOG_RATIO_CLAMP), _LOG_RATIO_CLAMP)
 
     argmax = host.argmax[rows]
     if method == "synthetic":
@@ -160,20 +162,22 @@ def _emit(
     key_lo, key_hi = verify[2][request, tau], verify[3][request, tau]
     residual_case = tau < num_valid
     assert host.target_probs is not None
-    probs = host.target_probs[rows[request, tau]].astype(np.float64)
+    probs = np.take(host.target_probs, rows[request, tau], axis=0)  # float32; the weights are float64
     draft_rows = np.minimum(tau, max(safe_drafts.shape[1] - 1, 0))
     if not has_draft:
-        weights = probs.copy()
+        weights = probs.astype(np.float64)
         if safe_drafts.shape[1] > 0:
             rejected = safe_drafts[request, draft_rows]
             weights[request[residual_case], rejected[residual_case]] = 0.0
     else:
         assert host.draft_probs is not None
-        draft_probs = host.draft_probs[rows[request, draft_rows]]
-        weights = probs * residual_scale[:, None]
-        weights -= draft_probs
+        draft_probs = np.take(host.draft_probs, rows[request, draft_rows], axis=0)
+        weights = np.multiply(probs, residual_scale[:, None])
+        np.subtract(weights, draft_probs, out=weights)
         np.maximum(weights, 0.0, out=weights)
-        weights[~residual_case] = probs[~residual_case]
+        plain = ~residual_case
+        if plain.any():
+            weights[plain] = probs[plain]
         residual = words[PURPOSE_RESIDUAL]
         key_lo = np.where(residual_case, residual[2][request, tau], key_lo)
         key_hi = np.where(residual_case, residual[3][request, tau], key_hi)
@@ -181,7 +185,7 @@ def _emit(
     if has_mass.all():
         return token
     # A residual without mass falls back to the plain target, with the plain target's draws.
-    fallback, fallback_mass = pruned_race(probs, verify[2][request, tau].astype(np.uint32), verify[3][request, tau].astype(np.uint32))
+    fallback, fallback_mass = pruned_race(probs.astype(np.float64), verify[2][request, tau].astype(np.uint32), verify[3][request, tau].astype(np.uint32))
     return np.where(has_mass, token, np.where(fallback_mass, fallback, 0))
 
 

@@ -69,13 +69,14 @@ def row_draws(seed: torch.Tensor, num_rows: int, num_purposes: int) -> list[list
             for p in range(num_purposes)]
 
 
-def _fmix32(x: np.ndarray) -> np.ndarray:
-    """MurmurHash3's finaliser on uint32 words, in place."""
-    x ^= x >> _SHIFT16
+def _fmix32(x: np.ndarray, work: np.ndarray | None = None) -> np.ndarray:
+    """MurmurHash3's finaliser on uint32 words, in place (``work``: a scratch array of x's shape)."""
+    work = np.empty_like(x) if work is None else work
+    x ^= np.right_shift(x, _SHIFT16, out=work)
     x *= _FMIX_A  # uint32 products wrap modulo 2**32, as the kernels' do
-    x ^= x >> _SHIFT13
+    x ^= np.right_shift(x, _SHIFT13, out=work)
     x *= _FMIX_B
-    x ^= x >> _SHIFT16
+    x ^= np.right_shift(x, _SHIFT16, out=work)
     return x
 
 
@@ -96,9 +97,10 @@ def race_hash(golden_tokens: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray)
     """uint32 [R, N]: the race's per-token hash; golden_tokens uint32 [R or 1, N] is token * 0x9E3779B9,
     key_lo and key_hi uint32 [R]."""
     x = golden_tokens + key_lo[:, None]
-    x = _fmix32(x)
+    work = np.empty_like(x)
+    _fmix32(x, work)
     x ^= key_hi[:, None]
-    return _fmix32(x)
+    return _fmix32(x, work)
 
 
 def noise_from_hash(hashed: np.ndarray) -> torch.Tensor:
