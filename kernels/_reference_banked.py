@@ -31,6 +31,7 @@ __all__ = ["pruned_race", "race_bounds", "verify_banked"]
 _LOG_RATIO_CLAMP = 1.0e4  # as reference._LOG_RATIO_CLAMP
 _GOLDEN = np.uint32(0x9E3779B9)
 _BUCKET_SHIFT = 16  # a hash's bucket: its top 16 bits
+_INT32_MIN = int(np.iinfo(np.int32).min)
 _BIT_TRICK_ERROR = 0.0860714  # max of log2(1 + m) - m on [0, 1]: float32 bits as an integer under-read log2
 _MARGIN = 1.0e-3  # log2 units to spare: float32 rounding of the weight, the series' switch
 
@@ -43,11 +44,17 @@ def verify_banked(
     seed: np.ndarray,
     method: str,
     rates: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray]:
+    *,
+    emit: bool = True,
+) -> tuple[np.ndarray | None, np.ndarray]:
     """``rejection_sample_banked`` on host arrays (rows int64 [R, K+1], drafts int64 [R, K],
     temperature float32 [R], seed int64 [R], rates float32 [K] or None); the bank's vocabulary fits one
-    tile. Returns tokens int64 [R, K+1] and num_tokens int32 [R]."""
+    tile. Returns tokens int64 [R, K+1] and num_tokens int32 [R]. ``emit=False``: num_tokens only (tokens
+    None) -- how many tokens a request emits never depends on which token it samples, so neither the
+    emitted row's probabilities nor the race are computed."""
     host = bank.host
+    if host is None:
+        raise ValueError(f"the fast twin needs a bank on the CPU, got one on {bank.target.argmax.device}")
     num_requests, num_rows = rows.shape
     num_drafts = num_rows - 1
     vocab = host.vocab
@@ -57,7 +64,7 @@ def verify_banked(
     num_valid = np.cumprod(valid, axis=1).sum(axis=1)
     greedy = temperature == 0
     has_draft = bank.draft is not None
-    words = _row_words(seed, num_rows, 2 if bank.draft is not None else 1)
+    words = _row_words(seed, num_rows, 2 if emit and bank.draft is not None else 1)
     accept_uniform = uint32_to_uniform_numpy(words[PURPOSE_VERIFY][0])
 
     draft_rows = rows[:, :num_drafts]
@@ -81,14 +88,16 @@ def verify_banked(
         accepted = valid & (accept_uniform[:, :num_drafts].astype(np.float64) < _exp(log_ratio))
         accepted = np.where(greedy[:, None], valid & (drafts == argmax[:, :-1]), accepted)
     num_accepted = np.cumprod(accepted, axis=1).sum(axis=1)
-    greedy_tokens = argmax[request, num_accepted]
     if greedy.all():
-        return _assemble(drafts, num_accepted, greedy_tokens)
+        return _assemble(drafts, num_accepted, argmax[request, num_accepted] if emit else None)
 
     residual_scale = np.ones(num_requests)
     if method == "block":
         tau, residual_scale = _block_decision(bank, rows, log_ratio, num_valid, accept_uniform, target_log_prob)
         num_accepted = np.where(greedy, num_accepted, tau)
+    if not emit:
+        return _assemble(drafts, num_accepted, None)
+    greedy_tokens = argmax[request, num_accepted]
     emitted = _emit(bank, rows, words, num_accepted, num_valid, safe_drafts, residual_scale, has_draft)
     return _assemble(drafts, num_accepted, np.where(greedy, greedy_tokens, emitted))
 
@@ -124,8 +133,8 @@ def _block_decision(
         residual_mass = _residual_masses(bank, rows[:, :num_drafts], prefix[:, :num_drafts])
     residual_mass = np.concatenate([residual_mass, np.zeros((num_requests, 1))], axis=1)
     denominator = residual_mass + 1.0 - prefix
-    with np.errstate(divide="ignore", invalid="ignore"):
-        threshold = np.where(denominator > 0, residual_mass / np.maximum(denominator, 1e-300), 1.0)
+    # (no overflow: residual masses are at most 1)
+    threshold = np.divide(residual_mass, np.maximum(denominator, 1e-300), out=np.ones_like(residual_mass), where=denominator > 0)
     threshold = np.where(positions[None, :] == num_valid[:, None], prefix, threshold)
     passes = (positions[None, :] >= 1) & (positions[None, :] <= num_valid[:, None])
     passes &= accept_uniform.astype(np.float64) < threshold
@@ -138,7 +147,7 @@ def _residual_masses(bank: RowBank, rows: np.ndarray, scale: np.ndarray) -> np.n
     from ._reference_rows import _residual_sums
 
     host = bank.host
-    assert host.unit_residual is not None
+    assert host is not None and host.unit_residual is not None
     masses = host.unit_residual[rows]
     partial = np.nonzero(scale != 1.0)
     if len(partial[0]):
@@ -156,6 +165,7 @@ def _emit(
 ) -> np.ndarray:
     """``reference._emit`` for one tile: int64 [R], the token emitted at row tau of each request."""
     host = bank.host
+    assert host is not None
     num_requests = tau.shape[0]
     request = np.arange(num_requests)
     verify = words[PURPOSE_VERIFY]
@@ -227,7 +237,7 @@ def pruned_race(weights: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> 
     best = upper.argmax(axis=1)
     best_key = _keys(weights[request, best], hashed[request, best])
     best_upper = upper[request, best]
-    upper[request, best] = np.iinfo(np.int32).min
+    upper[request, best] = _INT32_MIN
     runner_up = upper.max(axis=1).astype(np.float64) * 2.0**-23 - 127.0
     token, key = best, best_key
     open_rows = np.flatnonzero(~(best_key > runner_up))
@@ -247,15 +257,19 @@ def pruned_race(weights: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> 
 
 def _keys(weights: np.ndarray, hashed: np.ndarray) -> np.ndarray:
     """float64: the race's exact keys (``two_level_sample``'s) of these weights and hashes."""
-    with np.errstate(divide="ignore"):
-        log_weight = torch.from_numpy(weights).log2().numpy()
+    log_weight = torch.from_numpy(weights).log2().numpy()
     return np.where(weights > 0, log_weight, -math.inf) - noise_from_hash(hashed).double().numpy()
 
 
-def _assemble(drafts: np.ndarray, num_accepted: np.ndarray, emitted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _assemble(drafts: np.ndarray, num_accepted: np.ndarray, emitted: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
+    """tokens int64 [R, K+1] (accepted drafts, the emitted token, then -1; None without ``emitted``) and
+    num_tokens int32 [R]."""
+    num_tokens = (num_accepted + 1).astype(np.int32)
+    if emitted is None:
+        return None, num_tokens
     num_requests, num_drafts = drafts.shape
+    tokens = np.full((num_requests, num_drafts + 1), -1, dtype=np.int64)
     positions = np.arange(num_drafts + 1)[None, :]
-    padded = np.concatenate([drafts, np.full((num_requests, 1), -1, dtype=drafts.dtype)], axis=1)
-    tokens = np.where(positions < num_accepted[:, None], padded, -1)
-    tokens = np.where(positions == num_accepted[:, None], emitted[:, None], tokens)
-    return tokens.astype(np.int64), (num_accepted + 1).astype(np.int32)
+    tokens[:, :num_drafts] = np.where(positions[:, :num_drafts] < num_accepted[:, None], drafts, -1)
+    tokens[np.arange(num_requests), num_accepted] = emitted
+    return tokens, num_tokens

@@ -202,7 +202,7 @@ class RowBank:
         if self.draft is not None and self.target.exp_log_probs is not None and self.draft.exp_log_probs is not None:
             ones = torch.ones(target_logits.shape[0], device=target_logits.device)
             self.unit_residual = _residual_sums(self.target.exp_log_probs.clone(), self.draft.exp_log_probs, ones)
-        self.host = _HostBank(self)
+        self.host = _HostBank(self) if target_logits.device.type == "cpu" else None
 
     def stats(self, rows: torch.Tensor, greedy: torch.Tensor) -> tuple[BankStats, BankStats | None]:
         """Target and draft statistics of a step whose request r reads bank row rows[r, k] at position k
@@ -229,7 +229,7 @@ class _HostBank:
 
 
 def _host(values: torch.Tensor | None, nan_to_zero: bool = False) -> np.ndarray | None:
-    if values is None or values.device.type != "cpu":
+    if values is None:
         return None
     array = values.numpy()
     return np.nan_to_num(array, nan=0.0) if nan_to_zero and np.isnan(array).any() else array

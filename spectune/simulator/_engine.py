@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from spectune.kernels.reference import RowBank, rejection_sample_banked
+from spectune.kernels.reference import RowBank, count_emitted_banked, rejection_sample_banked
 from spectune.simulator._loop import LoopTrace, VerifyRequest
 from spectune.workload import LogitSynthesizer
 
@@ -193,12 +193,24 @@ class _TwinVerifier(_Verifier):
         generated = time.perf_counter()
         assert self.bank is not None
         rates = self.synthetic_rates[: self.num_drafts] if self.synthetic_rates is not None else None
+        seed = seeds[0] if single else np.concatenate(seeds)
+        if self.device.type == "cpu":  # counts only, on host arrays: the tokens themselves are never read
+            emitted = count_emitted_banked(
+                self.bank,
+                (rows[0] if single else torch.cat(rows)).numpy(),
+                (tokens[0] if single else torch.cat(tokens)).numpy(),
+                temperature=(temperature[0] if single else torch.cat(temperature)).numpy(),
+                seed=seed,
+                method=self.method,
+                synthetic_conditional_rates=rates.numpy() if rates is not None else None,
+            ).astype(np.int64)
+            return _split(requests, emitted, sizes, started, generated)
         _, num_tokens = rejection_sample_banked(
             self.bank,
             rows[0] if single else torch.cat(rows),
             tokens[0] if single else torch.cat(tokens),
             temperature=temperature[0] if single else torch.cat(temperature),
-            seed=torch.from_numpy(seeds[0] if single else np.concatenate(seeds)).to(self.device),
+            seed=torch.from_numpy(seed).to(self.device),
             method=self.method,
             synthetic_conditional_rates=rates,
         )
