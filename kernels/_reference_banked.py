@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ._contract import PURPOSE_RESIDUAL, PURPOSE_VERIFY
-from ._philox import philox4x32_numpy, uint32_to_uniform_numpy
+from ._philox import philox4x32_rows, uint32_to_uniform_numpy
 from ._reference_rows import RowBank, noise_from_hash, race_hash
 
 __all__ = ["pruned_race", "race_bounds", "verify_banked"]
@@ -108,10 +108,7 @@ def _exp(values: np.ndarray) -> np.ndarray:
 
 def _row_words(seed: np.ndarray, num_rows: int, num_purposes: int) -> list[list[np.ndarray]]:
     """words[purpose][w]: uint64 [R, num_rows] of Philox counter (0, row, purpose, 0) (``row_draws``)."""
-    rows = np.arange(num_rows, dtype=np.uint64)[None, None, :]
-    purposes = np.arange(num_purposes, dtype=np.uint64)[None, :, None]
-    zero = np.zeros((1, 1, 1), dtype=np.uint64)
-    words = philox4x32_numpy(seed.view(np.uint64)[:, None, None], zero, rows, purposes, zero)
+    words = philox4x32_rows(seed, num_rows, num_purposes)
     return [[w[:, p] for w in words] for p in range(num_purposes)]
 
 
