@@ -22,6 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from spectune.workload._calibration import KnobCalibration, cached_family_base, calibrate_knob
@@ -239,6 +240,32 @@ class LogitSynthesizer:
             columns = torch.randint(samples, (draft_rows.shape[0],), generator=generator, device=self.device)
             draft_tokens = self._token_bank[draft_rows, columns]
         return BankStep(bank_rows, draft_tokens.view(num_requests, k), self.temperatures[temperature_index])
+
+    def generate_host_rows(
+        self, temperature_index: np.ndarray, generator: torch.Generator, num_speculative_tokens: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``generate_rows`` on the CPU as numpy arrays (rows int64 [R, k+1], draft tokens int64 [R, k],
+        temperature float32 [R]): the same draws from ``generator``, the same step, without torch's
+        per-operation cost on a step's small tensors. Arguments are not validated."""
+        if self.device.type != "cpu":
+            raise ValueError(f"generate_host_rows needs a synthesizer on the CPU, got one on {self.device}")
+        k = num_speculative_tokens
+        num_requests, rows = temperature_index.shape[0], self.bank_rows
+        picks = torch.randint(rows, (num_requests, k + 1), generator=generator).numpy()
+        slot_of, token_bank = self._slot_of.numpy(), self._token_bank.numpy()
+        slots = slot_of[temperature_index, :k]
+        bank_rows = np.empty((num_requests, k + 1), dtype=np.int64)
+        bank_rows[:, :k] = slots
+        bank_rows[:, k] = slots[:, k - 1]  # the bonus row: a target row of the last position's bank
+        bank_rows *= rows
+        bank_rows += picks
+        draft_rows = bank_rows[:, :k].reshape(-1)
+        if token_bank.shape[1] == 1:
+            draft_tokens = token_bank[draft_rows, 0]
+        else:
+            columns = torch.randint(token_bank.shape[1], (draft_rows.shape[0],), generator=generator).numpy()
+            draft_tokens = token_bank[draft_rows, columns]
+        return bank_rows, draft_tokens.reshape(num_requests, k), self.temperatures.numpy()[temperature_index]
 
     def _check_out(self, out: SpeculationInputs | None, num_requests: int, k: int) -> None:
         if out is None:
