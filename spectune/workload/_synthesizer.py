@@ -18,6 +18,7 @@ bank's mean -- the calibrated rate -- whatever the bank size.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,7 +165,10 @@ class LogitSynthesizer:
                 targets.append(rows.target_log_probs * scale)
                 if probabilistic:
                     drafts.append(rows.draft_logits * scale)
-                samples = draft_samples(rows, base, greedy_rule=greedy_rule, draft_sample_method=self.draft_sample_method)
+                samples = _draft_samples(
+                    self.vocab_size, self.bank_rows, samples_per_row, bank_seed, str(self.device), calibration.knob,
+                    greedy_rule, self.draft_sample_method,
+                )
                 tokens.append(samples.expand(-1, samples_per_row if probabilistic else 1))
             slot_of[t_index, position] = slot_of_key[key]
         self._slot_of = slot_of.to(self.device)
@@ -303,6 +307,18 @@ class LogitSynthesizer:
                 bad = low if low < 0 else high
                 raise ValueError(f"temperature_index must be in [0, {len(self.temperature_values) - 1}], got {bad}")
         return k
+
+
+@functools.lru_cache(maxsize=256)
+def _draft_samples(
+    vocab_size: int, bank_rows: int, samples_per_row: int, bank_seed: int, device: str, knob: float, greedy_rule: bool,
+    draft_sample_method: DraftSampleMethod,
+) -> torch.Tensor:
+    """``draft_samples`` of the family's rows at ``knob`` (int64 [N, S], small whatever V): a sort of every
+    row, the same for every simulation of a process that meets the same knob (a study's do)."""
+    base = cached_family_base(vocab_size, bank_rows, samples_per_row, bank_seed, device)
+    rows = pair_rows(base, knob)
+    return draft_samples(rows, base, greedy_rule=greedy_rule, draft_sample_method=draft_sample_method)
 
 
 def _gather_rows(bank: torch.Tensor, rows: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
