@@ -14,8 +14,8 @@ multiple of 16; so R = 1 takes the large-grid launches, not the small-grid kerne
 dropped, and the buffers persist: R and K never change within a run, so the kernels compile once per
 engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
 on the grid), a step allocates nothing large, and reading the emitted counts is its one host sync.
-On the CPU the twin reads each simulation's bank rows directly (``rejection_sample_banked``): no
-logits are gathered at all.
+On the CPU the twin reads each simulation's bank rows directly and returns only the emitted counts
+(``count_emitted_banked``, on numpy arrays): no logits are gathered and no token is sampled.
 """
 
 from __future__ import annotations
