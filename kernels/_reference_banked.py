@@ -1,4 +1,5 @@
-"""The twin over a ``RowBank`` on the CPU: ``rejection_sample_banked``'s fast path, same tokens.
+"""The twin over a ``RowBank`` on the CPU: ``rejection_sample_banked``'s fast path (same tokens) and
+``count_emitted_banked``'s (the same counts, no token sampled).
 
 The generic twin (``reference._verify``) runs ~150 torch operations a call, each a few microseconds
 of dispatch whatever its size, and races every token of every emitted row through three
