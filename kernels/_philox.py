@@ -27,6 +27,9 @@ _NUM_ROUNDS = 10
 _ROUND_INDEX = np.arange(_NUM_ROUNDS, dtype=np.uint64)
 _KEY_STEPS = np.array([_KEY_A, _KEY_B], dtype=np.uint64)
 _FACTORS = np.array([_ROUND_A, _ROUND_B], dtype=np.uint64)
+
+Words = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the four uint32 output words
+
 # Triton's uint_to_uniform_float scale: the largest float32 with (2**31 - 1) * scale < 1.
 _UNIFORM_SCALE = 4.6566127342e-10
 
@@ -75,7 +78,7 @@ def _row_counters(num_rows: int, num_purposes: int) -> tuple[np.ndarray, np.ndar
     return np.stack([zero, zero + purposes]), np.stack([zero + rows, zero])  # (c0, c2), (c1, c3)
 
 
-def philox4x32_rows(seed: np.ndarray, num_rows: int, num_purposes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def philox4x32_rows(seed: np.ndarray, num_rows: int, num_purposes: int) -> Words:
     """``philox4x32_numpy(seed[:, None, None], 0, row, purpose, 0)`` over every row < num_rows and
     purpose < num_purposes (uint64 words [R, num_purposes, num_rows]); seed int64 or uint64 [R]. The
     twin's per-step draws, with the counters kept between calls."""
@@ -84,7 +87,7 @@ def philox4x32_rows(seed: np.ndarray, num_rows: int, num_purposes: int) -> tuple
     return _rounds(multiplied, passed, np.stack([key & _MASK32, key >> _SHIFT32]))
 
 
-def _rounds(multiplied: np.ndarray, passed: np.ndarray, halves: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _rounds(multiplied: np.ndarray, passed: np.ndarray, halves: np.ndarray) -> Words:
     """Ten Philox rounds on the words in pairs -- (c0, c2), the ones multiplied by (A, B), and (c1, c3)
     -- so that a round is five array operations; halves [2, ...]: the key's low and high words.
     Every round's key pair at once: k + r * constant, modulo 2**32."""

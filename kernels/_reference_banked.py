@@ -194,7 +194,8 @@ def _emit(
     if has_mass.all():
         return token
     # A residual without mass falls back to the plain target, with the plain target's draws.
-    fallback, fallback_mass = pruned_race(probs.astype(np.float64), verify[2][request, tau].astype(np.uint32), verify[3][request, tau].astype(np.uint32))
+    plain_lo, plain_hi = verify[2][request, tau].astype(np.uint32), verify[3][request, tau].astype(np.uint32)
+    fallback, fallback_mass = pruned_race(probs.astype(np.float64), plain_lo, plain_hi)
     return np.where(has_mass, token, np.where(fallback_mass, fallback, 0))
 
 

@@ -66,7 +66,11 @@ def test_the_race_hash_matches_the_kernels_noise_stream():
     lo = rng.integers(0, 2**32, 5, dtype=np.uint64).astype(np.uint32)
     hi = rng.integers(0, 2**32, 5, dtype=np.uint64).astype(np.uint32)
     tokens = np.arange(300, dtype=np.uint32)[None, :]
-    expected = race_noise(torch.from_numpy(np.broadcast_to(tokens, (5, 300)).astype(np.int64)), torch.from_numpy(lo.astype(np.int64)), torch.from_numpy(hi.astype(np.int64)))
+    expected = race_noise(
+        torch.from_numpy(np.broadcast_to(tokens, (5, 300)).astype(np.int64)),
+        torch.from_numpy(lo.astype(np.int64)),
+        torch.from_numpy(hi.astype(np.int64)),
+    )
     got = noise_from_hash(race_hash(tokens * np.uint32(0x9E3779B9), lo, hi))
     assert torch.equal(got, expected)
 
