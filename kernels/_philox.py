@@ -2,7 +2,7 @@
 
 The twin draws its uniforms here so that its acceptance decisions use exactly the numbers the
 Triton kernels use. Words are uint32 held in uint64, so the 32 x 32-bit products are exact.
-numpy rather than torch: a step draws a few thousand words in ~140 element-wise operations, and
+numpy rather than torch: a step draws a few thousand words in ~60 array operations, and
 numpy's per-operation cost on such small arrays is a fraction of torch's dispatch (tensors on a GPU
 are copied to the host and back). ``tests/kernels/test_philox.py`` checks the Random123
 known-answer vectors and Triton itself.
