@@ -78,10 +78,9 @@ def _finite(values: dict[str, Any]) -> dict[str, Any]:
 
 def _table(document: Any, result: Any) -> Table:
     spec = document.speculative
-    title = (
-        f"{document.name}: {spec.method} K={spec.num_speculative_tokens} {spec.rejection_sample_method}/"
-        f"{spec.draft_sample_method} · {document.target_model.name} on {document.hardware.num_gpus}× {document.hardware.gpu.name}"
-    )
+    config = ("no speculation" if spec is None else
+              f"{spec.method} K={spec.num_speculative_tokens} {spec.rejection_sample_method}/{spec.draft_sample_method}")
+    title = f"{document.name}: {config} · {document.target_model.name} on {document.hardware.num_gpus}× {document.hardware.gpu.name}"
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column("value")

@@ -141,7 +141,10 @@ class SimulationDocument(SpectuneModel):
     kind: Literal["simulation"] = Field(description="Document kind.")
     name: str = Field(min_length=1, max_length=200, description="A short name for tables and reports.")
     seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of every random draw (same seed, same numbers).")
-    speculative: SpeculativeConfig = Field(description="The speculative config to simulate (vLLM's fields).")
+    speculative: SpeculativeConfig | None = Field(
+        description="The speculative config to simulate (vLLM's fields), or null: plain decoding, speculation off "
+        "(vLLM without --speculative-config), which takes no acceptance and no drafter."
+    )
     acceptance: AcceptanceSource | None = Field(
         default=None, description="The drafter's acceptance; not needed with rejection_sample_method: synthetic."
     )
@@ -157,31 +160,41 @@ class SimulationDocument(SpectuneModel):
     @model_validator(mode="after")
     def _fits_together(self, info: ValidationInfo) -> SimulationDocument:
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        problems += drafter_override_problems(self.speculative, self.drafter, self.target_model.tensor_parallel_size)
-        if self.acceptance is None and self.speculative.rejection_sample_method != "synthetic":
-            problems.append(
-                (("acceptance",), "required (a profile or per-position rates) unless speculative.rejection_sample_method "
-                 "is 'synthetic'")
-            )
-        if self.drafter is not None and self.drafter.method != self.speculative.method:
-            problems.append(
-                (("drafter", "method"), f"must match speculative.method ('{self.speculative.method}'), got '{self.drafter.method}'")
-            )
+        spec = self.speculative
+        if spec is None:
+            problems += [
+                ((field,), "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove "
+                 f"{field} or give a speculative config")
+                for field in ("acceptance", "drafter") if getattr(self, field) is not None
+            ]
+        else:
+            problems += drafter_override_problems(spec, self.drafter, self.target_model.tensor_parallel_size)
+            if self.acceptance is None and spec.rejection_sample_method != "synthetic":
+                problems.append(
+                    (("acceptance",), "required (a profile or per-position rates) unless speculative.rejection_sample_method "
+                     "is 'synthetic'")
+                )
+            if self.drafter is not None and self.drafter.method != spec.method:
+                problems.append(
+                    (("drafter", "method"), f"must match speculative.method ('{spec.method}'), got '{self.drafter.method}'")
+                )
         if not problems:
             problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
         if self.cost_model.method == "measured" and self.cost_model.step_times is not None:
-            spec = self.speculative
-            table = spec.num_speculative_tokens_per_batch_size if self.num_replicas == 1 else None  # off under DP
-            needed = {spec.num_speculative_tokens, *(row[2] for row in table or ())}
-            needed |= {0} if self.simulation.baseline else set()
+            needed = {0}  # plain decoding
+            if spec is not None:
+                table = spec.num_speculative_tokens_per_batch_size if self.num_replicas == 1 else None  # off under DP
+                needed = {spec.num_speculative_tokens, *(row[2] for row in table or ())}
+                needed |= {0} if self.simulation.baseline else set()
             gap = self.cost_model.step_times.k_coverage_problem(needed)
             if gap is not None:
-                baseline_gap = 0 in needed and self.cost_model.step_times.num_speculative_tokens_measured()[0] > 0
+                baseline_gap = (spec is not None and 0 in needed
+                                and self.cost_model.step_times.num_speculative_tokens_measured()[0] > 0)
                 problems.append((("cost_model", "step_times"), gap + (" (K = 0 is the baseline; simulation.baseline: false skips it)" if baseline_gap else "")))
         check_rules(problems)
-        if self.num_replicas > 1 and self.speculative.num_speculative_tokens_per_batch_size:
+        if self.num_replicas > 1 and spec is not None and spec.num_speculative_tokens_per_batch_size:
             notify(info, ("speculative", "num_speculative_tokens_per_batch_size"), dynamic_speculation_off_notice(
-                self.num_replicas, self.speculative.num_speculative_tokens))
+                self.num_replicas, spec.num_speculative_tokens))
         return self
 
     @property
@@ -189,8 +202,11 @@ class SimulationDocument(SpectuneModel):
         """Data-parallel replicas: hardware.num_gpus over the target's tensor parallelism."""
         return self.hardware.num_gpus // self.target_model.tensor_parallel_size
 
-    def effective_drafter(self) -> DrafterSpec:
-        """The drafter given, or the preset for (method, target), as the speculative config runs it."""
+    def effective_drafter(self) -> DrafterSpec | None:
+        """The drafter given, or the preset for (method, target), as the speculative config runs it; None
+        with speculation off."""
+        if self.speculative is None:
+            return None
         drafter = self.drafter if self.drafter is not None else default_drafter(self.speculative.method, self.target_model)
         return drafter_as_configured(self.speculative, drafter)
 

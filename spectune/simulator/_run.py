@@ -88,8 +88,10 @@ def lockstep_groups(documents: Sequence[SimulationDocument]) -> list[list[int]]:
 
 
 def _verifies(document: SimulationDocument) -> bool:
-    """False when the schedule turns speculation off at every batch size the workload can reach."""
+    """False with speculation off, or when the schedule turns it off at every batch size the workload can reach."""
     spec = document.speculative
+    if spec is None:
+        return False
     if document.num_replicas > 1:  # every batch gets the maximum K (see _Setup)
         return spec.num_speculative_tokens > 0
     cap = _concurrency(document)
@@ -157,19 +159,19 @@ def _simulate_group(
 ) -> list[SimulationResult]:
     started = time.perf_counter()
     setups = [_Setup(document, device, progress) for document in documents]
-    first = documents[0]
+    first, spec = documents[0], documents[0].speculative
     backend, _ = select_rejection_sample(first.simulation.kernel_backend, device)
-    synthetic = first.speculative.synthetic_conditional_rates() if first.speculative.rejection_sample_method == "synthetic" else None
+    synthetic = spec.synthetic_conditional_rates() if spec is not None and spec.rejection_sample_method == "synthetic" else None
     engine_started = time.perf_counter()
     members = [member for setup in setups for member in setup.members]
     run_lockstep(
         members,
         device=device,
-        method=first.speculative.rejection_sample_method,
+        method=spec.rejection_sample_method if spec is not None else "standard",  # plain: never verifies
         synthetic_rates=torch.tensor(synthetic, dtype=torch.float32, device=device) if synthetic else None,
         backend=backend,
         vocab_size=first.workload.vocab_size,
-        draft_logits=first.speculative.draft_sample_method == "probabilistic",
+        draft_logits=spec is not None and spec.draft_sample_method == "probabilistic",
     )
     engine_s = time.perf_counter() - engine_started
     total_rows = max(sum(m.rows_verified for m in members), 1)
@@ -190,20 +192,28 @@ class _Setup:
         self.document, self.device = document, device
         self.requests = requests = generate_requests(document.workload, seed=document.seed)
         self.inputs = inputs = _loop_inputs(document, requests)
-        spec = document.speculative
+        spec = document.speculative  # None: plain decoding (no drafter, K = 0 at every batch size)
         drafter = document.effective_drafter()
+        max_k = spec.num_speculative_tokens if spec is not None else 0
         self.work = _sampler_work(document)
         cost = build_cost_model(
             document.hardware, document.target_model, drafter, document.cost_model,
-            num_speculative_tokens=spec.num_speculative_tokens, sampler_work=self.work,
+            num_speculative_tokens=max_k, sampler_work=self.work,
         )  # fmt: skip
         self.replicas = replicas = document.num_replicas
-        # vLLM turns dynamic speculation off under data parallelism: every batch gets the maximum K
-        k_for_batch = spec.num_speculative_tokens_for_batch if replicas == 1 else lambda batch: spec.num_speculative_tokens
+        k_for_batch: Callable[[int], int]
+        if spec is None:
+            k_for_batch = lambda batch: 0  # noqa: E731
+        elif replicas == 1:
+            k_for_batch = spec.num_speculative_tokens_for_batch
+        else:  # vLLM turns dynamic speculation off under data parallelism: every batch gets the maximum K
+            k_for_batch = lambda batch: max_k  # noqa: E731
         self.kv_tokens = kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, drafter)
         self.pools: list[KvCacheCapacity] = []
-        self.synthetic_rates = spec.synthetic_conditional_rates() if spec.rejection_sample_method == "synthetic" else None
-        if self.synthetic_rates is None and document.acceptance is None:  # the document's own rule forbids this
+        self.synthetic_rates = (
+            spec.synthetic_conditional_rates() if spec is not None and spec.rejection_sample_method == "synthetic" else None
+        )
+        if spec is not None and self.synthetic_rates is None and document.acceptance is None:  # its rule forbids this
             raise ValueError("document.acceptance is required unless the method is synthetic")
         self._synthesizers: dict[int, LogitSynthesizer] = {}
         verifies = _verifies(document)
@@ -213,8 +223,10 @@ class _Setup:
         generator = torch.Generator(device=device).manual_seed(document.seed)
 
         def slots(k: int) -> int:
-            return drafting_slots(spec.method, k, parallel_drafting=drafter.drafting == "parallel")
+            parallel = drafter is not None and drafter.drafting == "parallel"
+            return drafting_slots(spec.method if spec is not None else None, k, parallel_drafting=parallel)
 
+        draft_probabilities = spec is not None and spec.draft_sample_method == "probabilistic"
         parts = [(None, inputs)] if replicas == 1 else split_load(inputs, replicas)
         self.part_ids: list[np.ndarray | None] = []
         self.members: list[EngineMember] = []
@@ -224,7 +236,7 @@ class _Setup:
                 part,
                 k_for_batch=k_for_batch,
                 verifies=verifies,
-                step_time=_step_time_fn(cost, draft_probabilities=spec.draft_sample_method == "probabilistic"),
+                step_time=_step_time_fn(cost, draft_probabilities=draft_probabilities),
                 prefill_time=_prefill_time_fn(cost),
                 max_steps=document.simulation.max_steps,
                 on_step=progress if replicas == 1 else None,
@@ -237,13 +249,14 @@ class _Setup:
                 loop=loop, synthesizer=self._synthesizer if verifies else None, temperature_index=temperature_index,
                 request_seeds=request_seeds, generator=generator,
                 concurrency=part.closed_loop_concurrency or part.max_running_requests,
-                num_drafts=spec.num_speculative_tokens, global_ids=ids,
+                num_drafts=max_k, global_ids=ids,
             ))  # fmt: skip
         self.setup_s = time.perf_counter() - started
 
     def _synthesizer(self, batch_size: int) -> LogitSynthesizer:
         """The logit synthesizer of the acceptance bin a running batch of ``batch_size`` falls in."""
-        document = self.document
+        document, spec = self.document, self.document.speculative
+        assert spec is not None  # only a document that verifies draws logits
         if self.synthetic_rates is not None:
             index, rates, measured_with = -1, list(self.synthetic_rates), "greedy"
         else:
@@ -251,13 +264,13 @@ class _Setup:
             assert acceptance is not None
             chosen: AcceptanceRates = acceptance.rates_for_batch(batch_size)
             index = acceptance.bins.index(chosen) if acceptance.bins and chosen is not acceptance else -1
-            rates, measured_with = chosen.conditional(document.speculative.num_speculative_tokens), acceptance.measured_with
+            rates, measured_with = chosen.conditional(spec.num_speculative_tokens), acceptance.measured_with
         if index not in self._synthesizers:
             self._synthesizers[index] = LogitSynthesizer(
                 rates,
                 self.requests.temperatures,
                 vocab_size=document.workload.vocab_size,
-                draft_sample_method=document.speculative.draft_sample_method,
+                draft_sample_method=spec.draft_sample_method,
                 measured_with=measured_with,
                 device=self.device,
                 bank_rows=document.simulation.bank_rows,
@@ -279,7 +292,10 @@ class _Setup:
             num_preemptions=sum(pool.num_preemptions for pool in self.pools),
         )
         baseline_trace: LoopTrace | None = None
-        if document.simulation.baseline if baseline is None else baseline:
+        wanted = document.simulation.baseline if baseline is None else baseline
+        if wanted and document.speculative is None:
+            baseline_trace = trace  # plain decoding is its own baseline
+        elif wanted:
             plain = build_cost_model(document.hardware, document.target_model, None, document.cost_model, sampler_work=self.work)
             plain_kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, None)
 
@@ -309,8 +325,8 @@ class _Setup:
 def _sampler_work(document: SimulationDocument) -> SamplerWork:
     """What vLLM's rejection sampler does each step of ``document``: its rule, and whether all requests are greedy."""
     spec = document.speculative
-    rule = spec.rejection_sample_method
-    if rule == "block" and spec.method in ("ngram", "ngram_gpu", "suffix"):
+    rule = spec.rejection_sample_method if spec is not None else "standard"  # plain decoding: K = 0, one column
+    if spec is not None and rule == "block" and spec.method in ("ngram", "ngram_gpu", "suffix"):
         rule = "standard"  # no draft distribution: vLLM verifies with the standard rule
     temperatures, _ = document.workload.temperature_mix
     return SamplerWork(rejection_sample_method=rule, all_greedy=all(t == 0 for t in temperatures))

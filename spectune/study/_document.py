@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from spectune.config import (
     SimulationDocument,
-    SpeculativeConfig,
     StudyDocument,
     StudyMetrics,
     default_num_speculative_tokens,
@@ -75,10 +74,9 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
 
 
 def simulation_document(document: StudyDocument, point: Point) -> SimulationDocument:
-    """The simulation of one point."""
+    """The simulation of one point: the K = 0 point is plain decoding (``speculative: null``)."""
     # A refinement (adaptive precision) simulates a multiple of the bucket's requests, past the cap.
     requests = document.schedule.num_requests(point.batch_size, document.workload.num_requests) * point.requests_factor
-    plain = _plain_decoding(document)
     update = {
         "name": f"{document.name} {point.key}",
         "workload": document.workload.model_copy(update={"concurrency": point.batch_size, "num_requests": requests}),
@@ -92,24 +90,17 @@ def simulation_document(document: StudyDocument, point: Point) -> SimulationDocu
             "acceptance": candidate.acceptance,
             "drafter": candidate.drafter,
         }
-    return plain.model_copy(update=update)
+    return _plain_decoding(document).model_copy(update=update)
 
 
 def _plain_decoding(document: StudyDocument) -> SimulationDocument:
-    """The study's deployment and traffic served without speculation: what every point's document is a
-    copy of. The simulator takes plain decoding as a lookup drafter (no draft pass, no draft prefill)
-    whose K table is 0 at every batch size; it needs an acceptance source, which it never reads."""
-    off = SpeculativeConfig.model_construct(
-        method="ngram",
-        num_speculative_tokens=1,
-        num_speculative_tokens_per_batch_size=[(1, document.workload.max_num_seqs, 0)],
-    )
+    """The study's deployment and traffic served without speculation: what every point's document is a copy of."""
     return SimulationDocument.model_construct(
         kind="simulation",
         name=document.name,
         seed=document.seed,
-        speculative=off,
-        acceptance=document.candidates[0].acceptance,
+        speculative=None,
+        acceptance=None,
         workload=document.workload,
         hardware=document.hardware,
         target_model=document.target_model,

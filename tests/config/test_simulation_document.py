@@ -31,6 +31,11 @@ DEPLOY = "hardware: h100-sxm\ntarget_model: llama-3.1-8b\n"
         (HEAD + SPEC + ACCEPT + WORK + DEPLOY + "simulation: {kernel_backend: cuda}\n", 8, "simulation.kernel_backend",
          "must be one of 'auto', 'triton', 'reference'"),
         (HEAD + SPEC + ACCEPT + WORK + DEPLOY + "surprise: 1\n", 8, "surprise", "unknown field"),
+        (HEAD + ACCEPT + WORK + DEPLOY, 1, "speculative", "required field is missing"),  # off is said, not assumed
+        (HEAD + "speculative: null\n" + ACCEPT + WORK + DEPLOY, 4, "acceptance",
+         "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove acceptance"),
+        (HEAD + "speculative: null\n" + WORK + DEPLOY + "drafter: eagle3-llama-3.1-8b\n", 7, "drafter",
+         "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove drafter"),
     ],
 )
 def test_bad_simulation_documents_are_located(problems_of, text, line, field, fragment):
@@ -82,3 +87,21 @@ def test_shipped_simulation_documents_validate():
     root = Path(__file__).resolve().parents[2]
     for path in sorted((root / "configs" / "simulations").glob("*.yaml")):
         assert load_document(path).kind == "simulation"
+
+
+def test_speculation_off_is_plain_decoding_without_acceptance_or_drafter(problems_of):
+    file, problems = problems_of(HEAD + "speculative: null\n" + WORK + DEPLOY)
+    assert problems == []
+    document = load_document(Path(file)).model
+    assert document.speculative is None and document.acceptance is None and document.effective_drafter() is None
+
+
+def test_speculation_off_needs_only_k_0_in_a_measured_table(problems_of, tmp_path: Path):
+    (tmp_path / "times.csv").write_text("batch_size,num_speculative_tokens,step_time_ms\n1,3,9\n16,3,12\n")
+    measured = "cost_model: {method: measured, step_times: times.csv}\n"
+    _, problems = problems_of(HEAD + "speculative: null\n" + WORK + DEPLOY + measured)
+    (problem,) = problems
+    assert problem.field == "cost_model.step_times" and "0" in problem.message, str(problem)
+    assert "baseline" not in problem.message  # K = 0 is the simulation itself, not its baseline
+    (tmp_path / "times.csv").write_text("batch_size,num_speculative_tokens,step_time_ms\n1,0,9\n16,0,12\n")
+    assert problems_of(HEAD + "speculative: null\n" + WORK + DEPLOY + measured)[1] == []

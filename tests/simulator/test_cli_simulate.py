@@ -80,3 +80,16 @@ def test_measured_table_fit_is_reported(tmp_path):
     assert fit.startswith("leave-one-out over ") and "mean relative error" in fit
     table = runner.invoke(app, ["simulate", str(path), "--no-baseline"])
     assert "measured step-time table, leave-one-out" in table.output
+
+
+def test_speculation_off_validates_and_simulates_as_plain_decoding(tmp_path):
+    path = tmp_path / "plain.yaml"
+    path.write_text(DOC.replace("speculative: {method: eagle3, num_speculative_tokens: 3}", "speculative: null")
+                    .replace("acceptance: {conditional_rates: [0.7]}\n", ""))
+    checked = runner.invoke(app, ["validate", str(path)])
+    assert checked.exit_code == 0 and "1 valid" in checked.output, checked.output
+    table = runner.invoke(app, ["simulate", str(path), "--no-baseline"])
+    assert table.exit_code == 0 and "cli: no speculation · Llama-3.1-8B" in table.output.replace("\n", " "), table.output
+    assert "acceptance length" not in table.output
+    values = json.loads(runner.invoke(app, ["simulate", str(path), "--json"]).output)
+    assert (values["num_drafts"], values["mean_acceptance_length"], values["speedup_vs_no_spec"]) == (0, None, 1.0)

@@ -127,3 +127,20 @@ def test_measured_step_times_drive_the_clock(simulation_document, tmp_path):
     prefill_step_s = result.simulated_time_s - (result.simulated_steps - 1) * 0.020
     assert 0.0 < prefill_step_s < 0.020
     assert result.baseline_tpot_p50_ms == pytest.approx(10.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("num_gpus", [1, 2])
+def test_speculation_off_is_the_baseline_a_speculative_config_is_compared_with(simulation_document, num_gpus):
+    """``speculative: null`` runs the plain-decoding path: no drafts, and the very numbers the baseline
+    of a speculative document on the same deployment and requests reports (one replica, or two)."""
+    workload = {"concurrency": 8, "num_requests": 48, "output_tokens": 48}
+    speculative = simulate(simulation_document(workload=workload, hardware={"gpu": "h100-sxm", "num_gpus": num_gpus}))
+    off = simulate(simulation_document(
+        speculative=None, acceptance=None, workload=workload, hardware={"gpu": "h100-sxm", "num_gpus": num_gpus}
+    ))
+    assert (off.num_drafts, off.num_draft_tokens, off.mean_acceptance_length, off.acceptance_per_position) == (0, 0, None, [])
+    assert off.step_time_share["drafting"] == 0.0 and off.num_replicas == num_gpus
+    assert off.throughput_tokens_per_s == speculative.baseline_throughput_tokens_per_s
+    assert off.tpot_p50_ms == speculative.baseline_tpot_p50_ms
+    assert (off.speedup_vs_no_spec, off.tpot_speedup_vs_no_spec) == (1.0, 1.0)  # its own baseline
+    assert simulate(simulation_document(speculative=None, acceptance=None, workload=workload), baseline=False).speedup_vs_no_spec is None

@@ -165,8 +165,8 @@ def test_each_point_becomes_a_closed_loop_simulation_at_its_batch_size(tmp_path)
     floor = document.model_copy(update={"schedule": document.schedule.model_copy(update={"min_requests": 5})})
     assert simulation_document(floor, space.point(1, "ngram/standard/greedy", 0)).workload.num_requests == 5
     assert simulation_document(floor, space.point(8, "ngram/standard/greedy", 0)).workload.num_requests == 16
-    assert off.speculative.num_speculative_tokens_for_batch(1) == 0 and off.speculative.num_speculative_tokens_for_batch(64) == 0
-    assert off.effective_drafter().drafting == "lookup"  # no draft pass: plain decoding
+    # K = 0 is speculation off: plain decoding, no drafter and nothing to accept (not a drafter held at K 0)
+    assert (off.speculative, off.acceptance, off.drafter, off.effective_drafter()) == (None, None, None, None)
     for copied in (on, off):  # copied from validated parts: validating it again changes nothing
         assert SimulationDocument.model_validate(copied.model_dump(), context={"notices": []}) == copied
     assert on.acceptance is document.candidates[0].acceptance and on.hardware is document.hardware
