@@ -107,6 +107,7 @@ def _lockstep_key(document: SimulationDocument) -> tuple[object, ...]:
     if not _verifies(document):
         return ("plain",)
     spec = document.speculative
+    assert spec is not None  # a document that verifies speculates
     device = resolve_device(document.simulation.device)
     backend = document.simulation.kernel_backend
     if backend == "auto":
@@ -121,8 +122,9 @@ def _lockstep_key(document: SimulationDocument) -> tuple[object, ...]:
 def _member_bytes(document: SimulationDocument) -> int:
     """What a member holds: its logit banks (with the twin's per-row statistics on the CPU) and, on
     CUDA, its slice of the step buffers (row tables, tokens: no logits, which the kernels read in the
-    banks) and of the kernels' workspace."""
+    banks) and of the kernels' workspace (only a document that verifies is a member)."""
     spec = document.speculative
+    assert spec is not None
     device = resolve_device(document.simulation.device)
     vocab, k = document.workload.vocab_size, spec.num_speculative_tokens
     temperatures = len(document.workload.temperature_mix[0])
