@@ -136,7 +136,8 @@ class SimulationOptions(SpectuneModel):
 
 
 class SimulationDocument(SpectuneModel):
-    """``kind: simulation``: a speculative config, the deployment, the workload and the acceptance."""
+    """``kind: simulation``: a speculative config (or none: plain decoding), the deployment, the workload and
+    the acceptance."""
 
     kind: Literal["simulation"] = Field(description="Document kind.")
     name: str = Field(min_length=1, max_length=200, description="A short name for tables and reports.")
@@ -146,13 +147,17 @@ class SimulationDocument(SpectuneModel):
         "(vLLM without --speculative-config), which takes no acceptance and no drafter."
     )
     acceptance: AcceptanceSource | None = Field(
-        default=None, description="The drafter's acceptance; not needed with rejection_sample_method: synthetic."
+        default=None,
+        description="The drafter's acceptance; not needed with rejection_sample_method: synthetic, not allowed with "
+        "speculative: null."
     )
     workload: WorkloadConfig = Field(description="The traffic: arrivals, lengths, temperatures.")
     hardware: HardwareConfig = Field(description="The GPUs.")
     target_model: TargetModelSpec = Field(description="The served model.")
     drafter: DrafterSpec | None = Field(
-        default=None, description="The drafter's size and shape; default: the preset for the method and target."
+        default=None,
+        description="The drafter's size and shape; default: the preset for the method and target. Not allowed "
+        "with speculative: null."
     )
     cost_model: CostModelConfig = Field(default_factory=CostModelConfig, description="How step times are computed.")
     simulation: SimulationOptions = Field(default_factory=SimulationOptions, description="How the simulation runs.")
