@@ -12,7 +12,7 @@ from rich.table import Table
 
 from spectune._files import check_output_file, write_atomic
 from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
-from spectune.cli._app import app, handle_errors
+from spectune.cli._errors import handle_errors
 from spectune.config import AcceptanceProfile, load_document, parse_mapping_text, read_step_time_table, validate_source
 from spectune.errors import SpectuneError
 
@@ -28,7 +28,6 @@ def _bin_edges(text: str | None, no_bins: bool) -> tuple[int, ...] | None:
         raise SpectuneError(f"--bin-edges must be whole numbers separated by commas, got {text!r}") from None
 
 
-@app.command(name="calibrate")
 @handle_errors
 def calibrate_command(
     files: Annotated[

@@ -11,11 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spectune.cli._app import app, handle_errors
+from spectune.cli._errors import handle_errors
 from spectune.config import apply_overrides, read_mapping, validate_source
 
 
-@app.command()
 @handle_errors
 def simulate(
     document_path: Annotated[Path, typer.Argument(metavar="FILE", help="A `kind: simulation` document.", show_default=False)],

@@ -4,7 +4,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from spectune.cli import _commands  # noqa: F401 -- registers the commands
 from spectune.cli import app
 from spectune.config import load_document
 
