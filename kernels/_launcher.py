@@ -12,7 +12,7 @@ imports them.
 from __future__ import annotations
 
 import dataclasses
-import os
+import sys
 import threading
 from types import ModuleType
 
@@ -23,7 +23,7 @@ from ._arguments import Inputs, Logits, Outputs, Sizes, Workspace, allocate_work
 from ._contract import METHODS, VerifyInputs, validate_inputs
 from ._plan import LaunchPlan, tile_size_for
 
-__all__ = ["launch", "plan_for", "rejection_sample", "tile_size_for"]
+__all__ = ["interpreted", "launch", "plan_for", "rejection_sample", "tile_size_for"]
 
 # int32 counters a device keeps for the small-grid kernel: four a request block of a call.
 _COUNTER_INTS = 1 << 16
@@ -226,25 +226,33 @@ def _counters(device: torch.device, needed: int) -> torch.Tensor:
         return ring[offset : offset + needed]
 
 
-def _check_device(inputs: VerifyInputs) -> bool:
-    """Raise unless the inputs can run here; return True when running under the interpreter."""
-    device = inputs.target_logits.device
-    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
-    if device.type == "cpu" and not interpreting:
-        raise ValueError(
-            "target_logits: is on the CPU, which runs the Triton kernels under the interpreter; set "
-            "TRITON_INTERPRET=1 before the first call (or pass CUDA tensors), got TRITON_INTERPRET unset"
-        )
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"target_logits: device must be cpu or cuda, got {device}")
-    verify_module = _kernel_modules()[0]
+def interpreted() -> bool:
+    """Whether this process runs the kernels under Triton's interpreter.
+
+    Triton decides when ``@triton.jit`` runs, from ``TRITON_INTERPRET`` as the program set it before the
+    kernels were first imported: once they are, their own state answers (the variable's value now may
+    differ); before, the variable as Triton reads it."""
+    verify_module = sys.modules.get(f"{__package__}._verify_kernel")
+    if verify_module is None:
+        import triton
+
+        return bool(triton.knobs.runtime.interpret)
     from triton.runtime.interpreter import InterpretedFunction
 
-    compiled_here = not isinstance(verify_module._verify_kernel, InterpretedFunction)
-    if device.type == "cpu" and compiled_here:
+    return isinstance(verify_module._verify_kernel, InterpretedFunction)
+
+
+def _check_device(inputs: VerifyInputs) -> bool:
+    """Raise unless the inputs can run here; return True when the kernels run under the interpreter."""
+    device = inputs.target_logits.device
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"target_logits: device must be cpu or cuda, got {device}")
+    _kernel_modules()
+    interpreting = interpreted()
+    if device.type == "cpu" and not interpreting:
         raise ValueError(
-            "target_logits: is on the CPU, but the kernels were first loaded without TRITON_INTERPRET=1 "
-            "in this process; set it before the first call"
+            "target_logits: is on the CPU, which runs the Triton kernels under the interpreter, but this process "
+            "loaded them compiled; set TRITON_INTERPRET=1 before it first imports them (or pass CUDA tensors)"
         )
     for name, tensor in (("target_logits", inputs.target_logits), ("draft_logits", inputs.draft_logits)):
         if tensor is not None and tensor.shape[-1] > 1 and tensor.stride(-1) != 1:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spectune.cli._errors import handle_errors
+from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.config import apply_overrides, read_mapping, validate_source
 
 
@@ -38,6 +39,7 @@ def simulate(
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
     document = loaded.model
+    use_interpreter_if_asked(document.simulation)
     show_progress = sys.stderr.isatty() if progress is None else progress
     if show_progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

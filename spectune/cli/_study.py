@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spectune.cli._errors import handle_errors
+from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ def run(
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
     document = loaded.model
+    use_interpreter_if_asked(document.simulation)
     chosen = sampler or document.trials.sampler
     out_dir = _out_dir(document.name, out)
     check_output_dir(out_dir)  # before the study runs, not after
