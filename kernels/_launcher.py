@@ -186,7 +186,7 @@ def _descriptors(target: torch.Tensor, draft: torch.Tensor | None, plan: LaunchP
     which the kernel never reads then)."""
     if not plan.bulk_copies:
         return target, target
-    from triton.tools.tensor_descriptor import TensorDescriptor
+    from triton.tools.tensor_descriptor import TensorDescriptor  # Triton comes with the first call, not the package
 
     box = [plan.block_requests, 1, plan.tile]
     target_desc = TensorDescriptor(target, list(target.shape), list(target.stride()), box)
@@ -234,10 +234,10 @@ def interpreted() -> bool:
     differ); before, the variable as Triton reads it."""
     verify_module = sys.modules.get(f"{__package__}._verify_kernel")
     if verify_module is None:
-        import triton
+        import triton  # Triton comes with the first call, not the package
 
         return bool(triton.knobs.runtime.interpret)
-    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.interpreter import InterpretedFunction  # loaded with the kernels by now
 
     return isinstance(verify_module._verify_kernel, InterpretedFunction)
 

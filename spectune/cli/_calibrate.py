@@ -13,7 +13,8 @@ from rich.table import Table
 from spectune._files import check_output_file, write_atomic
 from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
 from spectune.cli._errors import handle_errors
-from spectune.config import AcceptanceProfile, load_document, parse_mapping_text, read_step_time_table, validate_source
+from spectune.config import AcceptanceProfile, default_drafter, load_document, parse_mapping_text, read_step_time_table, validate_source
+from spectune.cost import StepSample, fit_roofline, fitted_cost_model
 from spectune.errors import SpectuneError
 
 
@@ -203,8 +204,6 @@ def _print_summary(calibration: Calibration, out: Path) -> None:
 
 def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
     """(hardware, target, drafter, cost_model) of a simulation or study document (a study: its first candidate)."""
-    from spectune.config import default_drafter
-
     model = load_document(path).model
     if getattr(model, "kind", None) == "simulation":
         return model.hardware, model.target_model, model.effective_drafter(), model.cost_model
@@ -216,8 +215,6 @@ def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
 
 
 def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_tokens: int | None) -> None:
-    from spectune.cost import StepSample, fit_roofline, fitted_cost_model
-
     hardware, target, drafter, base = _deployment(document)
     logs = [read_engine_log(Path(file), kv_cache_tokens=kv_cache_tokens) for file in calibration.files]
     for log in logs:

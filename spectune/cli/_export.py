@@ -26,7 +26,7 @@ def export(
     ] = "current",
 ) -> None:
     """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv and report.html."""
-    from spectune.export import check_output_dir, write_artefacts
+    from spectune.export import check_output_dir, write_artefacts  # Optuna, for this command only
     from spectune.study import load_outcome
 
     name, storage_url = locate_study(study, storage=storage, out=None)  # --out is where to write, not where it ran

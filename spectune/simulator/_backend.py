@@ -8,6 +8,9 @@ from typing import Any, Literal
 import torch
 
 from spectune.errors import SpectuneError
+from spectune.kernels import interpreted
+from spectune.kernels import rejection_sample as triton_rejection_sample
+from spectune.kernels.reference import rejection_sample as reference_rejection_sample
 
 __all__ = ["KernelBackend", "resolve_device", "select_rejection_sample"]
 
@@ -35,15 +38,11 @@ def select_rejection_sample(backend: KernelBackend, device: torch.device) -> tup
     if backend == "auto":
         backend = "triton" if device.type == "cuda" else "reference"
     if backend == "reference":
-        from spectune.kernels.reference import rejection_sample
-
-        return "reference", rejection_sample
-    from spectune.kernels import interpreted, rejection_sample
-
+        return "reference", reference_rejection_sample
     if device.type == "cpu" and not interpreted():
         raise SpectuneError(
             "simulation.kernel_backend: 'triton' on the CPU runs the kernels under Triton's interpreter, which is "
             "off in this process: set TRITON_INTERPRET=1 before it first imports spectune's kernels (the spectune "
             "command does so itself), or use kernel_backend: reference"
         )
-    return "triton", rejection_sample
+    return "triton", triton_rejection_sample

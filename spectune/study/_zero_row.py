@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spectune.config import StudyDocument, default_drafter
+from spectune.cost import RooflineCostModel, zero_row_draft_time
 from spectune.study._records import Evaluation, evaluate_metrics
 from spectune.study._space import Combo, Point, StudySpace
 
@@ -26,8 +27,6 @@ _SLOWER_WITH_STEP = ("tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "
 
 def zero_row_context(document: StudyDocument, prompt_tokens: float | None, output_tokens: float | None) -> dict[str, Any]:
     """Per candidate and bucket, the drafter's extra ms in a K = 0 step, for a table whose largest K is 1..max."""
-    from spectune.cost import RooflineCostModel, zero_row_draft_time  # study documents load without the cost stage
-
     mode = document.cost_model.zero_k_draft_cost
     if mode == "none":
         return {}
