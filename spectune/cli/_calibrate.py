@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spectune._files import check_output_file, write_atomic
-from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
+from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LogFormat, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
 from spectune.cli._errors import handle_errors
 from spectune.config import AcceptanceProfile, default_drafter, load_document, parse_mapping_text, read_step_time_table, validate_source
 from spectune.cost import StepSample, fit_roofline, fitted_cost_model
@@ -42,7 +42,7 @@ def calibrate_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the acceptance profile (YAML).", show_default=False)],
     name: Annotated[str | None, typer.Option(help="Profile name (default: the first file's name).")] = None,
     log_format: Annotated[
-        str | None, typer.Option("--format", help=f"Force the input format ({', '.join(LOG_FORMATS)}); default: detected per file.")
+        LogFormat | None, typer.Option("--format", help="Force the input format; default: detected per file.")
     ] = None,
     num_speculative_tokens: Annotated[
         int | None,
@@ -77,7 +77,7 @@ def calibrate_command(
     check_output_file(out)  # before reading the inputs
     calibration = calibrate(
         files,
-        log_format=log_format,  # type: ignore[arg-type] -- checked by calibrate
+        log_format=log_format,
         num_speculative_tokens=num_speculative_tokens,
         model_name=model,
         bin_edges=_bin_edges(bin_edges, no_bins),

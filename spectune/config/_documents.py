@@ -173,11 +173,13 @@ def _acceptance_paths(model: type[BaseModel], data: Any, path: tuple[str | int, 
     if not isinstance(data, dict):
         return
     for name, info in model.model_fields.items():
-        key = info.alias if info.alias in data else name
+        key = info.alias if info.alias is not None and info.alias in data else name
         if key not in data:
             continue
         value = data[key]
-        places = [(path + (key, i), item) for i, item in enumerate(value)] if isinstance(value, list) else [(path + (key,), value)]
+        places: list[tuple[tuple[str | int, ...], Any]] = (
+            [((*path, key, i), item) for i, item in enumerate(value)] if isinstance(value, list) else [((*path, key), value)]
+        )
         for nested in _nested_models(info.annotation):
             for where, item in places:
                 if issubclass(nested, AcceptanceSource):

@@ -59,7 +59,7 @@ def simulated_acceptance_rates(recommendation: Recommendation) -> list[float] | 
             continue
         rates = evaluation.metrics.get("acceptance_per_position")
         if isinstance(rates, Sequence) and len(rates) >= k and all(isinstance(r, (int, float)) for r in rates[:k]):
-            monotone = []
+            monotone: list[float] = []
             for rate in rates[:k]:  # vLLM wants non-increasing rates in [0, 1]; the counts already are
                 monotone.append(min(max(float(rate), 0.0), monotone[-1] if monotone else 1.0))
             return [round(r, 4) for r in monotone]

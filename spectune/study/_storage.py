@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryFailedTrialCallback
@@ -300,7 +300,8 @@ def prepare_study(
     storage: BaseStorage, space: StudySpace, fingerprint: StudyFingerprint, *, storage_label: str
 ) -> optuna.Study:
     """Create the study, or check that the existing one was made from the same document and simulator."""
-    directions = ["maximize", "minimize"][: len(space.objectives)]
+    objectives: tuple[Literal["maximize"], Literal["minimize"]] = ("maximize", "minimize")  # throughput, then TPOT
+    directions = objectives[: len(space.objectives)]
     study = optuna.create_study(storage=storage, study_name=space.name, directions=directions, load_if_exists=True)
     attrs = study.user_attrs
     if ATTR_DOCUMENT_SHA256 not in attrs:

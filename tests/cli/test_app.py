@@ -27,6 +27,8 @@ def test_importing_the_cli_registers_every_command():
         (["study", "run", str(REPO / "studies" / "quickstart.yaml"), "--sampler", "grid"], "--sampler",
          ["'auto'", "'structured'", "'exhaustive'", "'tpe'"], "'grid'"),
         (["export", "quickstart", "--vllm-synthetic-form", "old"], "--vllm-synthetic-form", ["'current'", "'legacy'"], "'old'"),
+        (["calibrate", str(REPO / "examples" / "logs" / "vllm-eagle3.log"), "--out", "p.yaml", "--format", "csv"], "--format",
+         ["'vllm-log'", "'vllm-prometheus'", "'vllm-per-request'", "'sglang-log'", "'vllm-bench'"], "'csv'"),
     ],
 )
 def test_a_closed_option_refuses_a_bad_value_before_any_work(arguments, option, allowed, given):
