@@ -6,9 +6,15 @@ the Triton kernels on CUDA. It runs once to warm up (calibration, kernel compile
 ``--steps`` steps timed.
 
 The floor is what a step's data costs at least:
-- CUDA: the bytes of logits a step must write (the synthesised rows) and read (the kernels), divided
-  by the measured device-to-device copy bandwidth (bytes read plus written per second);
+- CUDA: the bytes of logits a step must read, once (the kernels read each row where it lies in the
+  synthesizer's banks: nothing is written), divided by the measured device-to-device copy bandwidth
+  (bytes read plus written per second). Before the kernels read the banks through row tables a step
+  also wrote its rows into [R, K+1, V] buffers and read the banks to do it, and the floor counted
+  twice the bytes (the 2026-12-01 rows);
 - CPU: one ``torch.softmax`` over the same rows (one thread, as the simulator runs).
+
+``--profile`` prints where the host's time goes in the timed run (cProfile, the top functions by
+own time; on CUDA the wait for the GPU shows in the read-back of the emitted counts).
 
     python benchmarks/simulator.py                       # the rows for this machine's device
     python benchmarks/simulator.py --device cuda --rows 256,5,4096,block,probabilistic
@@ -22,8 +28,10 @@ machine slows the CPU rows), date, commit.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import csv
 import os
+import pstats
 import resource
 import subprocess
 import sys
@@ -121,6 +129,7 @@ def main() -> None:
     parser.add_argument("--rows", nargs="*", help="batch,K,V,method,draft (default: the issue's rows for the device)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--csv", type=Path, default=Path(__file__).parent / "results" / "simulator-latest.csv")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the timed run's top N functions by own time")
     parser.add_argument("--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)")
     args = parser.parse_args()
     from spectune.simulator import simulate
@@ -138,12 +147,17 @@ def main() -> None:
         simulate(_document(args.device, batch, k, vocab, method, draft, 20))  # calibration, compiles
         warmup_s = time.perf_counter() - started
         variants = _compiled_variants() if device.type == "cuda" else None
-        result = simulate(_document(args.device, batch, k, vocab, method, draft, args.steps))
+        document = _document(args.device, batch, k, vocab, method, draft, args.steps)
+        if args.profile:
+            profiler = cProfile.Profile()
+            result = profiler.runcall(simulate, document)
+        else:
+            result = simulate(document)
         steps_per_s = result.simulated_steps / result.wall_time_s
         if device.type == "cuda":
             assert bandwidth is not None
             logit_bytes = batch * (k + 1 + (k if draft == "probabilistic" else 0)) * vocab * 4
-            floor = bandwidth / (2 * logit_bytes)  # written by the synthesis, read by the kernels
+            floor = bandwidth / logit_bytes  # read once by the kernels
             peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
             new_variants = _compiled_variants()
             recompiled = None if variants is None or new_variants is None else new_variants - variants
@@ -165,6 +179,8 @@ def main() -> None:
             f"(floor {floor:,.0f}; kernel {result.kernel_wall_time_s / result.wall_time_s:.0%} of the wall time; "
             f"warm-up {warmup_s:.1f} s{extra})\n"
         )
+        if args.profile:
+            pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile)
         sys.stdout.flush()
     # Rows of the other kind of device stay: the file holds the latest CPU and CUDA rows together.
     kept = []

@@ -14,11 +14,17 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Inputs", "Logits", "Outputs", "Sizes", "Workspace", "allocate_workspace"]
+__all__ = ["Inputs", "Logits", "Outputs", "RowTable", "Sizes", "Workspace", "allocate_workspace"]
 
 
 class Logits(NamedTuple):
-    """The logits, read in place (last dimension contiguous; element strides)."""
+    """The logits, read in place (last dimension contiguous; element strides).
+
+    With ``row_table`` (the simulator's banks, ``RowTable``) each row is found through the tables
+    instead of the strides: ``target`` and ``draft`` are then base tensors, and request r's target row
+    k starts ``target_rows[r * (K+1) + k]`` elements past ``target``'s first (draft row k:
+    ``draft_rows[r * K + k]`` past ``draft``'s), so a step reads rows where they lie, gathering none.
+    """
 
     target: torch.Tensor  # float32|bfloat16|float16 [R, K+1, V]
     draft: torch.Tensor  # same dtype family [R, K, V]; without draft logits the target again (never read)
@@ -26,6 +32,19 @@ class Logits(NamedTuple):
     target_stride_k: int
     draft_stride_r: int  # 0 without draft logits
     draft_stride_k: int
+    target_rows: torch.Tensor  # int64 [R*(K+1)] with a row table; otherwise any int64 tensor (never read)
+    draft_rows: torch.Tensor  # int64 [R*K] with a row table and draft logits; otherwise never read
+    row_table: object  # tl.constexpr: True, rows through the tables; False, through the strides
+
+
+class RowTable(NamedTuple):
+    """Where each row of a call lies (``launch(..., rows=)``): int64 element offsets of the rows' first
+    logits from the first element of the call's ``target_logits`` (``draft_logits``), any sign. The
+    logits tensors passed then only carry the call's shape and dtype and say which storage the
+    offsets start from (a zero-stride view of one row of a bank will do)."""
+
+    target: torch.Tensor  # int64 [R, K+1], contiguous
+    draft: torch.Tensor | None  # int64 [R, K], contiguous (with draft logits)
 
 
 class Inputs(NamedTuple):

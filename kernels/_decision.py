@@ -26,6 +26,7 @@ from ._sampling import (
     inverse_cdf,
     row_draws,
     sample_in_tile,
+    target_row_start,
     temperature_scale,
     write_tokens,
     zero_after,
@@ -359,7 +360,7 @@ def _decide(
     tau = tl.load(work.plan + requests * 2, mask=live, other=0)
     tl.debug_barrier()
     at_tau = rows[None, :] == tau[:, None]
-    row_offset = requests * logits.target_stride_r + tau.to(tl.int64) * logits.target_stride_k
+    row_offset = target_row_start(logits, requests, tau, sizes.num_drafts, live)
     emitted = tl.zeros((BLOCK_R,), dtype=tl.int64)
     greedy = live & ~sampled
     if tl.max(greedy.to(tl.int32)) > 0:
@@ -373,7 +374,7 @@ def _decide(
     if tl.max(drawn.to(tl.int32)) > 0:
         sampled_token = _emit_from_target(
             logits, requests, seed, tau, at_tau, decision.num_valid, decision.drafts, target,
-            decision.draws.tile_u, decision.draws.excluded_sums, scale, drawn, sizes.vocab, HAS_DRAFT, TILE, TILES_PAD,
+            decision.draws.tile_u, decision.draws.excluded_sums, scale, drawn, sizes, HAS_DRAFT, TILE, TILES_PAD,
         )
         emitted = tl.where(drawn, sampled_token, emitted)
     write_tokens(outputs.tokens, outputs.num_tokens, requests, decision.drafts, tau, emitted, live & ~verdict.deferred,
@@ -431,7 +432,7 @@ def _log2_mass(mass):
 
 @triton.jit
 def _emit_from_target(
-    logits, requests, seed, tau, at_tau, num_valid, drafts, target, tile_u, excluded_sums, scale, active, vocab,
+    logits, requests, seed, tau, at_tau, num_valid, drafts, target, tile_u, excluded_sums, scale, active, sizes,
     HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, TILES_PAD: tl.constexpr,
 ):
     """Token at row tau from the plain target (``target``: its ``TargetRows``), or (one-hot drafts,
@@ -464,9 +465,9 @@ def _emit_from_target(
         excluded = tl.where(use_residual, draft_tau, -1)
     chosen = inverse_cdf(weights, tile_u_tau, tiles)
     chosen_max = tl.max(tl.where(tiles[None, :] == chosen[:, None], maxima, float("-inf")), axis=1)
-    row_offset = requests * logits.target_stride_r + tau.to(tl.int64) * logits.target_stride_k
+    row_offset = target_row_start(logits, requests, tau, sizes.num_drafts, active)
     token = sample_in_tile(
         logits.target, row_offset, chosen, chosen_max, scale, excluded, key_lo_tau, key_hi_tau, active & (chosen >= 0),
-        vocab, TILE,
+        sizes.vocab, TILE,
     )
     return tl.where(chosen >= 0, token, 0)

@@ -19,11 +19,11 @@ from types import ModuleType
 import torch
 
 from . import _plan
-from ._arguments import Inputs, Logits, Outputs, Sizes, Workspace, allocate_workspace
+from ._arguments import Inputs, Logits, Outputs, RowTable, Sizes, Workspace, allocate_workspace
 from ._contract import METHODS, VerifyInputs, validate_inputs
 from ._plan import LaunchPlan, tile_size_for
 
-__all__ = ["interpreted", "launch", "plan_for", "rejection_sample", "tile_size_for"]
+__all__ = ["RowTable", "interpreted", "launch", "plan_for", "rejection_sample", "tile_size_for"]
 
 # int32 counters a device keeps for the small-grid kernel: four a request block of a call.
 _COUNTER_INTS = 1 << 16
@@ -82,26 +82,36 @@ def rejection_sample(
 
 def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
     """The plan ``launch`` follows for these inputs, with ``overrides`` for tests and benchmarks:
-    LaunchPlan fields, or ``plan``'s ``tile`` and ``aligned`` (False plans as if no bulk copy could
-    address the logits). Raises ``ValueError`` where the inputs cannot run here."""
+    LaunchPlan fields, or ``plan``'s ``tile``, ``aligned`` (False plans as if no bulk copy could
+    address the logits) and ``row_table`` (plans for ``launch(..., rows=)``). Raises ``ValueError``
+    where the inputs cannot run here."""
     interpreting = _check_device(inputs)
     target, draft = inputs.target_logits, inputs.draft_logits
     tile = overrides.pop("tile", None)
+    row_table = bool(overrides.pop("row_table", False))
     aligned = bool(overrides.pop("aligned", True)) and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
     chosen = _plan.plan(
         inputs.num_requests, inputs.num_drafts, inputs.vocab_size, target.dtype, draft is not None, inputs.method,
         1 if interpreting else _sm_count(target.device), interpreting,
-        tile=tile, aligned=aligned,  # type: ignore[arg-type]
+        tile=tile, aligned=aligned, row_table=row_table,  # type: ignore[arg-type]
     )
     return dataclasses.replace(chosen, **overrides)  # type: ignore[arg-type]
 
 
-def launch(inputs: VerifyInputs, plan: LaunchPlan | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the kernels on validated inputs as ``plan`` (default ``plan_for(inputs)``) says."""
+def launch(
+    inputs: VerifyInputs, plan: LaunchPlan | None = None, rows: RowTable | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the kernels on validated inputs as ``plan`` (default ``plan_for(inputs)``) says.
+
+    ``rows``: read each logit row where the table says (the simulator's banks) instead of at
+    ``inputs``' strides; the plan then uses plain loads (a bulk copy addresses a tensor, not a table).
+    """
     if plan is None:
-        plan = plan_for(inputs)
+        plan = plan_for(inputs, row_table=rows is not None)
     else:
         _check_device(inputs)
+    if rows is not None:
+        _check_row_table(inputs, rows, plan)
     target, draft = inputs.target_logits, inputs.draft_logits
     num_requests, num_drafts, device = inputs.num_requests, inputs.num_drafts, target.device
     outputs = Outputs(torch.empty((num_requests, num_drafts + 1), dtype=torch.int64, device=device),
@@ -110,8 +120,15 @@ def launch(inputs: VerifyInputs, plan: LaunchPlan | None = None) -> tuple[torch.
         return outputs
     num_tiles = -(-inputs.vocab_size // plan.tile)
     has_draft = draft is not None
-    logits = Logits(target, draft if has_draft else target, target.stride(0), target.stride(1),
-                    draft.stride(0) if has_draft else 0, draft.stride(1) if has_draft else 0)
+    from triton.language import constexpr  # (imported with the kernels, on first use)
+
+    if rows is None:
+        logits = Logits(target, draft if has_draft else target, target.stride(0), target.stride(1),
+                        draft.stride(0) if has_draft else 0, draft.stride(1) if has_draft else 0, inputs.seed, inputs.seed,
+                        constexpr(False))
+    else:
+        logits = Logits(target, draft if has_draft else target, 0, 0, 0, 0, rows.target,
+                        rows.draft if rows.draft is not None else rows.target, constexpr(True))
     rates = inputs.synthetic_conditional_rates
     temperature = inputs.temperature.contiguous()
     kernel_inputs = Inputs(inputs.draft_tokens.contiguous(), temperature, inputs.seed.contiguous(),
@@ -172,6 +189,25 @@ def _launch_small_grid(
             TILE=plan.tile, BLOCK_R=plan.block_requests, ROWS_PAD=plan.rows_pad, TILES_PAD=plan.tiles_pad,
             num_warps=plan.small_grid_warps, num_stages=1, **options,
         )
+
+
+def _check_row_table(inputs: VerifyInputs, rows: RowTable, plan: LaunchPlan) -> None:
+    """Raise unless ``rows`` fits the call (shapes, dtype, device; no bulk copies)."""
+    num_requests, num_drafts = inputs.num_requests, inputs.num_drafts
+    device = inputs.target_logits.device
+    wanted = [("rows.target", rows.target, (num_requests, num_drafts + 1))]
+    if inputs.draft_logits is not None:
+        if rows.draft is None:
+            raise ValueError("rows.draft: draft_logits were given, so draft rows are required, got None")
+        wanted.append(("rows.draft", rows.draft, (num_requests, num_drafts)))
+    for name, table, shape in wanted:
+        if table.dtype != torch.int64 or tuple(table.shape) != shape or not table.is_contiguous() or table.device != device:
+            raise ValueError(
+                f"{name}: must be a contiguous int64 tensor {list(shape)} on {device}, "
+                f"got {table.dtype} {list(table.shape)} on {table.device}"
+            )
+    if plan.bulk_copies:
+        raise ValueError("plan.bulk_copies: a row table is read with plain loads, got True")
 
 
 def _bulk_copyable(logits: torch.Tensor) -> bool:

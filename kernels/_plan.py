@@ -42,6 +42,9 @@ SIXTEEN_BIT_TILES_PER_PROGRAM = 4
 # Pass A's register caps with plain loads (occupancy sets the read rate of one tile in flight).
 SIXTEEN_BIT_REGISTERS = 72
 FP32_REGISTERS = 80
+# fp32 pass A with draft logits reading its rows through a row table (the simulator's banks): the
+# table's row starts spill 20 bytes under FP32_REGISTERS, none under this.
+ROW_TABLE_REGISTERS = 88
 # Under the interpreter: elements per block operation (its cost is per operation, so a program
 # handles as many requests as fit), and at most two tiles a program, so that the tile loops and a
 # ragged last chunk are exercised on the CPU.
@@ -97,13 +100,16 @@ def plan(
     *,
     tile: int | None = None,
     aligned: bool = True,
+    row_table: bool = False,
 ) -> LaunchPlan:
     """The launch policy for R requests of K drafts over V tokens of ``dtype`` logits.
 
     ``sm_count``: the device's SMs (ignored under the interpreter). ``tile``: the sampling tile
     (default ``tile_size_for(V)``). ``aligned``: whether a tensor-memory-access descriptor can
-    address the logits (16-byte base and strides); bulk copies need it.
+    address the logits (16-byte base and strides); bulk copies need it. ``row_table``: the rows are
+    found through a row table (``_arguments.RowTable``): plain loads, as without ``aligned``.
     """
+    aligned = aligned and not row_table
     tile = tile or tile_size_for(vocab)
     num_rows = num_drafts + 1
     num_tiles = -(-vocab // tile)
@@ -123,6 +129,8 @@ def plan(
     registers = None
     if not (interpreting or bulk) and (pass_a_tiles == 1 or sixteen_bit):
         registers = SIXTEEN_BIT_REGISTERS if sixteen_bit else FP32_REGISTERS
+        if row_table and has_draft_logits and not sixteen_bit:
+            registers = ROW_TABLE_REGISTERS
     direct_warps = 8 if tile >= DEFAULT_TILE and not sixteen_bit else 4
     # Block verification's pass B has K slots, mostly without a planned row: in large grids two
     # tiles a program halve its programs. Standard reads one row and needs them.

@@ -22,11 +22,13 @@ from ._decision import TargetRows, _emit_from_target, _load_row_info, _planned_t
 from ._sampling import (
     RACE_CHUNK,
     better_key,
+    draft_row_start,
     inverse_cdf,
     log2_weights,
     race_keys,
     residual_weights,
     row_draws,
+    target_row_start,
     temperature_scale,
     write_tokens,
 )
@@ -75,9 +77,8 @@ def _residual_weights(logits, work, sizes, requests, active, rows, tiles, start,
     )
     vocab_ids = tiles[:, None] * TILE + start + tl.arange(0, WIDTH)[None, :]
     mask = active[:, None] & (vocab_ids < sizes.vocab)
-    rows64 = rows.to(tl.int64)[:, None]
-    t_offsets = requests[:, None] * logits.target_stride_r + rows64 * logits.target_stride_k + vocab_ids
-    d_offsets = requests[:, None] * logits.draft_stride_r + rows64 * logits.draft_stride_k + vocab_ids
+    t_offsets = target_row_start(logits, requests, rows, sizes.num_drafts, active)[:, None] + vocab_ids
+    d_offsets = draft_row_start(logits, requests, rows, sizes.num_drafts, active)[:, None] + vocab_ids
     values = tl.load(logits.target + t_offsets, mask=mask, other=float("-inf"))
     d_values = tl.load(logits.draft + d_offsets, mask=mask, other=float("-inf"))
     return residual_weights(values, d_values, mask, target_ref, target_log_mass, draft_ref, draft_log_mass, prefix, scale)
@@ -167,7 +168,7 @@ def _decide_residual(
         _, tile_u, _, _ = row_draws(seeds2, rows2, contract.PURPOSE_VERIFY)
         plain = _emit_from_target(
             logits, requests, seed, tau, at_tau, tau, drafts, TargetRows(tile_max, reference, mass, tile_weight),
-            tile_u, reference, scale, no_mass, sizes.vocab, True, TILE, TILES_PAD,
+            tile_u, reference, scale, no_mass, sizes, True, TILE, TILES_PAD,
         )
         token = tl.where(no_mass, plain, token)
     write_tokens(outputs.tokens, outputs.num_tokens, requests, drafts, tau, token, deferred, sizes.num_drafts, ROWS_PAD)

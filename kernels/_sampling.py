@@ -271,6 +271,28 @@ def better_key(keys, start, best_key, best):
 
 
 @triton.jit
+def target_row_start(logits, requests, rows, num_drafts, mask):
+    """int64 [B]: the element offset in ``logits.target`` of each request's target row ``rows`` (int32
+    scalar or [B]): from the strides, or with a row table (``logits.row_table``, the simulator's banks)
+    read from it (entry request * (K+1) + row; 0 where ``mask`` is off)."""
+    if logits.row_table:
+        start = tl.load(logits.target_rows + requests * (num_drafts + 1) + rows, mask=mask, other=0)
+    else:
+        start = requests * logits.target_stride_r + rows.to(tl.int64) * logits.target_stride_k
+    return start
+
+
+@triton.jit
+def draft_row_start(logits, requests, rows, num_drafts, mask):
+    """int64 [B]: the same for draft row ``rows`` in ``logits.draft`` (table entry request * K + row)."""
+    if logits.row_table:
+        start = tl.load(logits.draft_rows + requests * num_drafts + rows, mask=mask, other=0)
+    else:
+        start = requests * logits.draft_stride_r + rows.to(tl.int64) * logits.draft_stride_k
+    return start
+
+
+@triton.jit
 def first_max_in_tile(logits_ptr, row_offset, tile, tile_max, active, vocab, TILE: tl.constexpr):
     """Re-read one tile per request: the first index whose logit equals the tile's maximum.
 

@@ -28,6 +28,7 @@ from . import _contract as contract
 from ._decision import _acceptance, _load_row_info, _log2_mass, _planned_tiles, _store_row_info
 from ._sampling import (
     detached,
+    draft_row_start,
     inverse_cdf,
     log2_weights,
     race_keys,
@@ -37,6 +38,7 @@ from ._sampling import (
     residual_weights,
     row_draws,
     sanitize,
+    target_row_start,
     temperature_scale,
     write_tokens,
 )
@@ -65,12 +67,13 @@ def _small_grid_kernel(
     draft = tl.load(inputs.draft_tokens + requests * sizes.num_drafts + row, mask=live & (row < sizes.num_drafts), other=-1)
     vocab_ids = tile * TILE + tl.arange(0, TILE)
     mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
-    offsets = requests[:, None] * logits.target_stride_r + row * logits.target_stride_k + vocab_ids[None, :]
+    offsets = target_row_start(logits, requests, row, sizes.num_drafts, live)[:, None] + vocab_ids[None, :]
     values = tl.load(logits.target + offsets, mask=mask, other=float("-inf")).to(tl.float32)
     d_values = values
     if HAS_DRAFT:  # greedy requests and the bonus row read no draft logits
         d_mask = mask & (sampled & (row < sizes.num_drafts))[:, None]
-        d_offsets = requests[:, None] * logits.draft_stride_r + row * logits.draft_stride_k + vocab_ids[None, :]
+        d_offsets = draft_row_start(logits, requests, row, sizes.num_drafts, live & (row < sizes.num_drafts))[:, None]
+        d_offsets += vocab_ids[None, :]
         d_values = tl.load(logits.draft + d_offsets, mask=d_mask, other=float("-inf")).to(tl.float32)
     if STAGE != 2:
         # With fp32 draft logits the race's noise, which needs no logits, is made while both tiles'

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._sampling import sanitize, temperature_scale
+from ._sampling import draft_row_start, sanitize, target_row_start, temperature_scale
 
 
 @triton.jit
@@ -63,9 +63,13 @@ def _row_statistics(
     is_draft_row = row < sizes.num_drafts
     draft = tl.load(inputs.draft_tokens + requests * sizes.num_drafts + row, mask=live & is_draft_row, other=-1)
     per_row = requests * (sizes.num_drafts + 1) + row
+    if DRAFT_ONLY:
+        row_start = draft_row_start(logits, requests, row, sizes.num_drafts, live)
+    else:
+        row_start = target_row_start(logits, requests, row, sizes.num_drafts, live)
     if TILES_PER_PROGRAM == 1:
         _tile_statistics(logits, descriptors, work, sizes, block, row, chunk, requests, sampled, scale, draft, per_row,
-                         DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
+                         row_start, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
     else:
         # The tiles of one row in turn; with bulk copies and STAGES > 1 the next tiles are copied
         # into shared memory while this one is reduced, so loads in flight hold no registers.
@@ -73,13 +77,14 @@ def _row_statistics(
         last_tile = tl.minimum(first_tile + TILES_PER_PROGRAM, sizes.num_tiles)
         for tile in tl.range(first_tile, last_tile, num_stages=STAGES):
             _tile_statistics(logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft,
-                             per_row, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
+                             per_row, row_start, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
 
 
 @triton.jit
-def _load_tile(logits_ptr, desc, block, row, tile, requests, mask, stride_r, stride_k,
+def _load_tile(logits_ptr, desc, block, row, tile, mask, row_start,
                TILE: tl.constexpr, BLOCK_R: tl.constexpr, USE_TMA: tl.constexpr):
-    """One tile of one row for BLOCK_R requests as float32, -inf outside the row and the batch."""
+    """One tile of one row for BLOCK_R requests as float32, -inf outside the row and the batch
+    (``row_start``: each request's row, element offset; bulk copies address by coordinates)."""
     if USE_TMA:  # a bulk copy into shared memory; it fills out-of-bounds elements with zeros
         values = desc.load([block * BLOCK_R, row, tile * TILE]).reshape(BLOCK_R, TILE).to(tl.float32)
         if BLOCK_R > 1:
@@ -87,7 +92,7 @@ def _load_tile(logits_ptr, desc, block, row, tile, requests, mask, stride_r, str
         elif tile * TILE + TILE > desc.shape[2]:  # only the row's last tile has elements past V
             values = tl.where(mask, values, float("-inf"))
     else:
-        offsets = requests[:, None] * stride_r + row * stride_k + (tile * TILE + tl.arange(0, TILE))[None, :]
+        offsets = row_start[:, None] + (tile * TILE + tl.arange(0, TILE))[None, :]
         values = tl.load(logits_ptr + offsets, mask=mask, other=float("-inf")).to(tl.float32)
     return values
 
@@ -121,7 +126,7 @@ def _tile_mass_checked(values, tile_max, scale):
 
 @triton.jit
 def _tile_statistics(
-    logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft, per_row,
+    logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft, per_row, row_start,
     DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr, USE_TMA: tl.constexpr,
 ):
     """Statistics of one tile of one row: see the module docstring."""
@@ -131,12 +136,11 @@ def _tile_statistics(
     mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < sizes.vocab)
     if DRAFT_ONLY:
-        d_logits = _load_tile(logits.draft, draft_desc, block, row, tile, requests, mask & sampled[:, None],
-                              logits.draft_stride_r, logits.draft_stride_k, TILE, BLOCK_R, USE_TMA)
+        d_logits = _load_tile(logits.draft, draft_desc, block, row, tile, mask & sampled[:, None], row_start,
+                              TILE, BLOCK_R, USE_TMA)
         _draft_tile_statistics(d_logits, work, sizes, requests, row, tile, vocab_ids, sampled, scale, draft, in_tile)
     else:
-        values = _load_tile(logits.target, target_desc, block, row, tile, requests, mask,
-                            logits.target_stride_r, logits.target_stride_k, TILE, BLOCK_R, USE_TMA)
+        values = _load_tile(logits.target, target_desc, block, row, tile, mask, row_start, TILE, BLOCK_R, USE_TMA)
         values, tile_max = _tile_max(values)
         stat = per_row * sizes.num_tiles + tile
         tl.store(work.tile_max + stat, tile_max, mask=live)

@@ -6,16 +6,18 @@ call and hands each loop back its own rows' results. The kernels' and the twin's
 depend only on that request's inputs and seed, so a simulation's numbers are the same alone or beside
 others, bit for bit (``tests/simulator/test_lockstep.py``).
 
-Rows: a call takes [R, K+1, V] logits. The engine's K is the largest of its simulations'; a step at a
+Rows: a call verifies [R, K+1] rows. The engine's K is the largest of its simulations'; a step at a
 smaller k fills drafts k..K-1 with placeholders (-1: never accepted, and the token emitted at row k
 comes from the plain target there, where the engine puts the bonus row), which is what verifying k
-drafts does. On CUDA every simulation owns a fixed slice of R (its concurrency, rounded up to a
-multiple of 16; so R = 1 takes the large-grid launches, not the small-grid kernel), the rows past its current batch hold stale but valid inputs whose results are
-dropped, and the buffers persist: R and K never change within a run, so the kernels compile once per
+drafts does. Neither backend gathers logits: each reads a step's rows where they lie in the
+simulations' banks. On the CPU the twin takes the bank rows (``rejection_sample_banked``). The
+kernels take row tables (each row's offset in the banks): every simulation owns a fixed slice of R
+(on CUDA its concurrency rounded up to a multiple of 16; so R = 1 takes the large-grid launches, not
+the small-grid kernel), the rows past its current batch hold stale but valid rows whose results are
+dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
 engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
-on the grid), a step allocates nothing large, and reading the emitted counts is its one host sync.
-On the CPU the twin reads each simulation's bank rows directly (``rejection_sample_banked``): no
-logits are gathered at all.
+on the grid), the launches are captured once in a CUDA graph and replayed, a step allocates nothing,
+and reading the emitted counts is its one host sync.
 """
 
 from __future__ import annotations
@@ -79,14 +81,13 @@ def run_lockstep(
     method: str,
     synthetic_rates: torch.Tensor | None,
     backend: str,
-    rejection_sample: object,
     vocab_size: int,
     draft_logits: bool,
 ) -> None:
     """Run every member's loop to its end, verifying each step's rows of all members in one call.
 
-    ``backend`` 'reference' (the twin over the members' banks) or 'triton' (``rejection_sample`` of the
-    kernels over persistent buffers). Fills each member's ``trace`` and wall-time shares.
+    ``backend`` 'reference' (the twin over the members' banks) or 'triton' (the kernels over the same
+    banks, through row tables). Fills each member's ``trace`` and wall-time shares.
     """
     verifying = [m for m in members if m.synthesizer is not None]
     num_drafts = max((m.num_drafts for m in verifying), default=0)
@@ -95,9 +96,7 @@ def run_lockstep(
     elif backend == "reference":
         verifier = _TwinVerifier(device, num_drafts, method, synthetic_rates)
     else:
-        verifier = _KernelVerifier(
-            verifying, device, num_drafts, method, synthetic_rates, rejection_sample, vocab_size, draft_logits
-        )
+        verifier = _KernelVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
     pending: dict[int, VerifyRequest] = {}
     for index, member in enumerate(members):
         _advance(member, index, pending, None)
@@ -226,37 +225,54 @@ def _split(
 
 
 class _KernelVerifier(_Verifier):
-    """The Triton kernels over persistent [R, K+1, V] buffers; member m owns rows offset..offset+slot."""
+    """The Triton kernels reading each step's rows where they lie in the members' banks.
+
+    Member m owns rows offset..offset+slot of the call. A step writes only the row tables (each row's
+    element offset from the first bank met: ``RowTable``), the draft tokens, temperatures and seeds
+    into persistent buffers; the kernels read every logit once, in place (no gathered copy of the
+    rows). On CUDA the launches are captured in a CUDA graph after the first step (R and K never
+    change), so a later step replays them.
+    """
 
     def __init__(
         self, members: Sequence[EngineMember], device: torch.device, num_drafts: int, method: str,
-        synthetic_rates: torch.Tensor | None, rejection_sample: object, vocab: int, has_draft: bool,
+        synthetic_rates: torch.Tensor | None, vocab: int, has_draft: bool,
     ) -> None:
-        from spectune.kernels._contract import validate_inputs
-
-        self.device, self.num_drafts, self.method = device, num_drafts, method
+        self.device, self.num_drafts, self.method, self.vocab, self.has_draft = device, num_drafts, method, vocab, has_draft
         self.rates = synthetic_rates[:num_drafts].contiguous() if synthetic_rates is not None else None
         self.offsets: dict[int, int] = {}
         total = 0
         for member in members:
             self.offsets[id(member)] = total
             total += slot_rows(member.concurrency, device)
-        self.target = torch.zeros((total, num_drafts + 1, vocab), dtype=torch.float32, device=device)
-        self.draft = torch.zeros((total, num_drafts, vocab), dtype=torch.float32, device=device) if has_draft else None
+        self.total = total
+        # Row tables start at the first bank's row 0: valid rows before a member's first step.
+        self.target_rows = torch.zeros((total, num_drafts + 1), dtype=torch.int64, device=device)
+        self.draft_rows = torch.zeros((total, num_drafts), dtype=torch.int64, device=device) if has_draft else None
         self.tokens = torch.full((total, num_drafts), -1, dtype=torch.int64, device=device)
         self.temperature = torch.zeros(total, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(total, dtype=torch.int64, device=device)
         pin = device.type == "cuda"
         self.host = torch.zeros((2, total), dtype=torch.int64, pin_memory=pin)  # request ids, seeds
         self.staged = torch.zeros((2, total), dtype=torch.int64, device=device)
-        self.inputs = validate_inputs(
-            self.target, self.tokens, self.draft, self.temperature, self.seeds, method, self.rates
-        ) if total else None
-        self.rejection_sample = rejection_sample
+        self.bank_offsets: dict[int, tuple[int, int]] = {}  # id(synthesizer) -> its banks' element offsets
+        self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``bank_offsets`` (and their banks)
+        self.call: _KernelCall | None = None
+        self.graphs = _StepGraphs() if device.type == "cuda" else None
+
+    def _bank_offsets(self, synthesizer: LogitSynthesizer) -> tuple[int, int]:
+        """Element offsets of the synthesizer's target and draft banks from the first banks met."""
+        key = id(synthesizer)
+        if key not in self.bank_offsets:
+            target, draft, _ = synthesizer.banks()
+            if self.call is None:
+                self.call = _KernelCall(self, target, draft)
+            self.bank_offsets[key] = (self.call.offset_of(target, self.call.target_base),
+                                      self.call.offset_of(draft, self.call.draft_base) if self.has_draft else 0)
+            self.keep.append(synthesizer)
+        return self.bank_offsets[key]
 
     def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
-        from spectune.kernels._launcher import launch
-
         started = time.perf_counter()
         host = self.host.numpy()
         sizes, offsets = [], []
@@ -268,28 +284,133 @@ class _KernelVerifier(_Verifier):
             sizes.append(size)
             offsets.append(offset)
         self.staged.copy_(self.host, non_blocking=True)
-        vocab = self.target.shape[2]
         for member, (ids, _, k) in requests.items():
             assert member.synthesizer is not None
             offset, size = self.offsets[id(member)], len(ids)
             synthesizer = member.synthesizer(size)
-            index = member.temperature_index.index_select(0, self.staged[0, offset : offset + size])
-            step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
-            target_bank, draft_bank, _ = synthesizer.banks()
-            rows = _padded_rows(step.rows, self.num_drafts)
-            torch.index_select(target_bank, 0, rows.reshape(-1), out=self.target[offset : offset + size].view(-1, vocab))
-            if self.draft is not None and draft_bank is not None:
-                draft_rows = rows[:, : self.num_drafts].reshape(-1)
-                torch.index_select(draft_bank, 0, draft_rows, out=self.draft[offset : offset + size].view(-1, vocab))
-            self.tokens[offset : offset + size].copy_(_padded_drafts(step.draft_tokens, self.num_drafts))
-            self.temperature[offset : offset + size].copy_(step.temperature)
-            self.seeds[offset : offset + size].copy_(self.staged[1, offset : offset + size])
+            bank_offsets = self._bank_offsets(synthesizer)
+            if self.graphs is None:
+                self._write_step(member, synthesizer, bank_offsets, offset, size, k)
+            else:
+                self.graphs.replay(member, (size, k), lambda: self._write_step(member, synthesizer, bank_offsets, offset, size, k))
         generated = time.perf_counter()
-        assert self.inputs is not None
-        _, num_tokens = launch(self.inputs) if self.device.type == "cuda" else self.rejection_sample(  # type: ignore[operator]
-            self.target, self.tokens, draft_logits=self.draft, temperature=self.temperature, seed=self.seeds,
-            method=self.method, synthetic_conditional_rates=self.rates,
-        )
+        assert self.call is not None
+        num_tokens = self.call.run()
         emitted = num_tokens.to("cpu", torch.int64).numpy()  # the step's one host sync
         return _split(requests, emitted, sizes, started, generated, offsets)
 
+
+    def _write_step(
+        self, member: EngineMember, synthesizer: LogitSynthesizer, bank_offsets: tuple[int, int], offset: int, size: int,
+        k: int,
+    ) -> None:
+        """Draw the member's step (its generator) and write its slice of the call's buffers."""
+        num_drafts = self.num_drafts
+        index = member.temperature_index.index_select(0, self.staged[0, offset : offset + size])
+        step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+        target_offset, draft_offset = bank_offsets
+        target_rows = self.target_rows[offset : offset + size]
+        torch.mul(_padded_rows(step.rows, num_drafts), self.vocab, out=target_rows)
+        if target_offset:
+            target_rows.add_(target_offset)
+        if self.draft_rows is not None:
+            torch.add(target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + size])
+        self.tokens[offset : offset + size].copy_(_padded_drafts(step.draft_tokens, num_drafts))
+        self.temperature[offset : offset + size].copy_(step.temperature)
+        self.seeds[offset : offset + size].copy_(self.staged[1, offset : offset + size])
+
+
+class _StepGraphs:
+    """CUDA graphs of members' step writes (their draws included), one per (member, batch size, k).
+
+    A closed loop's batch size stays within a few requests of its concurrency for most steps (finished
+    requests leave, new ones join after their prefill), so a member's (size, k) is captured when it
+    comes back a second time and replayed from then on; one seen once (a ramp, the drain) runs
+    eagerly. A graph's draws come from the member's generator, registered with the graph: a replay
+    takes the generator's offset where eager draws left it and moves it on by as much, so the stream,
+    and every token, is the one eager steps give. Graphs share one memory pool (their intermediates
+    only: the step's buffers live outside it) and never run concurrently.
+    """
+
+    MAX_PER_MEMBER = 64
+
+    def __init__(self) -> None:
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream()
+        self.graphs: dict[tuple[int, tuple[int, int]], torch.cuda.CUDAGraph] = {}
+        self.count: dict[int, int] = {}
+        self.seen: set[tuple[int, tuple[int, int]]] = set()
+
+    def replay(self, member: EngineMember, shape: tuple[int, int], write: Callable[[], None]) -> None:
+        key = (id(member), shape)
+        graph = self.graphs.get(key)
+        if graph is None:
+            repeated = key in self.seen
+            self.seen.add(key)
+            if not repeated or self.count.get(id(member), 0) >= self.MAX_PER_MEMBER:
+                write()
+                return
+            graph = torch.cuda.CUDAGraph()
+            graph.register_generator_state(member.generator)
+            # torch.cuda.graph's capture, without its device sync, garbage collection and cache flush
+            self.stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.stream):
+                graph.capture_begin(pool=self.pool)
+                try:
+                    write()
+                finally:
+                    graph.capture_end()
+            torch.cuda.current_stream().wait_stream(self.stream)
+            self.graphs[key] = graph
+            self.count[id(member)] = self.count.get(id(member), 0) + 1
+        graph.replay()
+
+
+class _KernelCall:
+    """The engine's one kernel call over its persistent buffers: validated and planned once; on CUDA
+    captured in a graph at its second run (the first compiles) and replayed after that."""
+
+    def __init__(self, verifier: _KernelVerifier, target_base: torch.Tensor, draft_base: torch.Tensor | None) -> None:
+        from spectune.kernels._contract import validate_inputs
+        from spectune.kernels._launcher import RowTable, plan_for
+
+        self.target_base, self.draft_base = target_base, draft_base
+        total, num_drafts, vocab = verifier.total, verifier.num_drafts, verifier.vocab
+        # The logits passed carry the call's shape over the first bank's row 0 (zero strides): the
+        # tables say where each row is.
+        target = target_base[0].as_strided((total, num_drafts + 1, vocab), (0, 0, 1))
+        draft = draft_base[0].as_strided((total, num_drafts, vocab), (0, 0, 1)) if verifier.has_draft and draft_base is not None else None
+        self.inputs = validate_inputs(
+            target, verifier.tokens, draft, verifier.temperature, verifier.seeds, verifier.method, verifier.rates
+        )
+        self.rows = RowTable(verifier.target_rows, verifier.draft_rows)
+        self.plan = plan_for(self.inputs, row_table=True)
+        self.graphs = verifier.device.type == "cuda"
+        self.runs = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.num_tokens: torch.Tensor | None = None
+
+    @staticmethod
+    def offset_of(bank: torch.Tensor | None, base: torch.Tensor | None) -> int:
+        """Element offset of ``bank``'s first element from ``base``'s (any sign; both float32)."""
+        assert bank is not None and base is not None and bank.dtype == base.dtype
+        difference = bank.data_ptr() - base.data_ptr()
+        assert difference % bank.element_size() == 0
+        return difference // bank.element_size()
+
+    def run(self) -> torch.Tensor:
+        """The call's num_tokens (int32 [R], on the device; a graph's replays refill the same tensor)."""
+        from spectune.kernels._launcher import launch
+
+        self.runs += 1
+        if self.graph is not None:
+            self.graph.replay()
+            assert self.num_tokens is not None
+            return self.num_tokens
+        if not self.graphs or self.runs == 1 or self.inputs.num_requests == 0:
+            return launch(self.inputs, self.plan, rows=self.rows)[1]
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.num_tokens = launch(self.inputs, self.plan, rows=self.rows)[1]
+        self.graph.replay()
+        return self.num_tokens

@@ -11,6 +11,7 @@ import torch
 
 from spectune.config import AcceptanceRates, SimulationDocument, kv_cache_capacity_tokens
 from spectune.cost import CostModel, SamplerWork, build_cost_model
+from spectune.kernels._contract import DEFAULT_TILE
 from spectune.simulator._backend import resolve_device, select_rejection_sample
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._engine import EngineMember, run_lockstep, slot_rows
@@ -117,7 +118,8 @@ def _lockstep_key(document: SimulationDocument) -> tuple[object, ...]:
 
 def _member_bytes(document: SimulationDocument) -> int:
     """What a member holds: its logit banks (with the twin's per-row statistics on the CPU) and, on
-    CUDA, its slice of the step buffers."""
+    CUDA, its slice of the step buffers (row tables, tokens: no logits, which the kernels read in the
+    banks) and of the kernels' workspace."""
     spec = document.speculative
     device = resolve_device(document.simulation.device)
     vocab, k = document.workload.vocab_size, spec.num_speculative_tokens
@@ -126,7 +128,8 @@ def _member_bytes(document: SimulationDocument) -> int:
     bank = k * temperatures * document.simulation.bank_rows * vocab * 4 * sides
     if device.type != "cuda":
         return 3 * bank  # the bank, its log-probabilities and their exponentials
-    return bank + slot_rows(_concurrency(document), device) * (k + 1 + k * (sides - 1)) * vocab * 4
+    tiles = -(-vocab // DEFAULT_TILE)  # the kernels' per-tile workspace: a few words a row and tile
+    return bank + slot_rows(_concurrency(document), device) * (k + 1) * (32 + 24 * tiles)
 
 
 def _memory_budget(document: SimulationDocument) -> float:
@@ -155,7 +158,7 @@ def _simulate_group(
     started = time.perf_counter()
     setups = [_Setup(document, device, progress) for document in documents]
     first = documents[0]
-    backend, rejection_sample = select_rejection_sample(first.simulation.kernel_backend, device)
+    backend, _ = select_rejection_sample(first.simulation.kernel_backend, device)
     synthetic = first.speculative.synthetic_conditional_rates() if first.speculative.rejection_sample_method == "synthetic" else None
     engine_started = time.perf_counter()
     members = [member for setup in setups for member in setup.members]
@@ -165,7 +168,6 @@ def _simulate_group(
         method=first.speculative.rejection_sample_method,
         synthetic_rates=torch.tensor(synthetic, dtype=torch.float32, device=device) if synthetic else None,
         backend=backend,
-        rejection_sample=rejection_sample,
         vocab_size=first.workload.vocab_size,
         draft_logits=first.speculative.draft_sample_method == "probabilistic",
     )

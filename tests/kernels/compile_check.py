@@ -38,7 +38,7 @@ GROUPS = {"logits": Logits, "inputs": Inputs, "work": Workspace, "sizes": Sizes,
 FIELD_TYPES = {
     "target": "*fp32", "draft": "*bf16", "draft_tokens": "*i64", "seed": "*i64", "draft_first_max": "*i32",
     "plan": "*i32", "tile_token": "*i32", "excluded_token": "*i32", "residual_token": "*i32", "tokens": "*i64",
-    "num_tokens": "*i32", "counter_ptr": "*i32",
+    "num_tokens": "*i32", "counter_ptr": "*i32", "target_rows": "*i64", "draft_rows": "*i64",
 }
 
 
@@ -52,18 +52,22 @@ def field_type(name, logits):
     return FIELD_TYPES.get(name, "*fp32")
 
 
-def signature(fn, constexprs, logits=None):
+def signature(fn, constexprs, logits=None, row_table=0):
     """Argument types; ``logits`` ("*fp32", "*bf16") sets both logit tensors' type if given, and
     divisibility by 16 for pointers, strides and the vocabulary (as the launcher sees them for
-    V = 128256), keyed by argument path."""
-    sig, aligned = {}, {}
+    V = 128256), keyed by argument path; ``row_table`` the Logits field's constexpr (1: rows through
+    the row tables). Returns the signature, the attributes and the constexprs inside groups."""
+    sig, aligned, inside = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
             sig[name] = "constexpr"
         elif name in GROUPS:
             group = GROUPS[name]
-            sig[name] = group(*(field_type(field, logits) for field in group._fields))
+            sig[name] = group(*("constexpr" if field == "row_table" else field_type(field, logits) for field in group._fields))
             for j, field in enumerate(group._fields):
+                if field == "row_table":
+                    inside[(i, j)] = row_table
+                    continue
                 if sig[name][j].startswith("*") or "stride" in field or field == "vocab":
                     aligned[(i, j)] = [["tt.divisibility", 16]]
         elif name.endswith("_desc"):  # bulk-copy descriptors, or unused pointers without them
@@ -72,12 +76,12 @@ def signature(fn, constexprs, logits=None):
         else:
             sig[name] = field_type(name, logits)
             aligned[(i,)] = [["tt.divisibility", 16]]
-    return sig, aligned
+    return sig, aligned, inside
 
 
-def compile_variant(fn, options=None, logits=None, **constexprs):
-    sig, aligned = signature(fn, constexprs, logits)
-    source = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=aligned)
+def compile_variant(fn, options=None, logits=None, row_table=0, **constexprs):
+    sig, aligned, inside = signature(fn, constexprs, logits, row_table)
+    source = ASTSource(fn=fn, signature=sig, constexprs={**constexprs, **inside}, attrs=aligned)
     return triton.compile(source, target=TARGET, options=options or {"num_warps": 8})
 
 
@@ -90,7 +94,7 @@ def parameter_names(fn, constexprs) -> list[str]:
         if name in constexprs:
             continue
         if name in GROUPS:
-            names += [f"{name}.{field}" for field in GROUPS[name]._fields]
+            names += [f"{name}.{field}" for field in GROUPS[name]._fields if field != "row_table"]  # (a constexpr)
         elif name.endswith("_desc") and constexprs.get("USE_TMA"):
             names += [name] + [f"{name}.shape{i}" for i in range(3)] + [f"{name}.stride{i}" for i in range(3)]
         else:
@@ -214,13 +218,17 @@ def launched_pass_a():
     """Pass A as the launcher compiles it for large grids at V = 128256: (logits, options, constexprs).
 
     Bulk copies (fp32, R=256-sized grids) and plain loads under the plan's register caps, which
-    may spill a few bytes (the caps measured faster anyway; see ``_plan``).
+    may spill a few bytes (the caps measured faster anyway; see ``_plan``); the simulator's fp32
+    rows through row tables (plain loads). Yields (logits, options, constexprs, row_table).
     """
     for has_draft in (False, True):
         draft = dict(HAS_DRAFT=has_draft, TILE=DEFAULT_TILE, BLOCK_R=1)
-        yield "*fp32", {"num_warps": 4}, dict(USE_TMA=True, TILES_PER_PROGRAM=16, STAGES=_plan.BULK_STAGES, **draft)
+        yield "*fp32", {"num_warps": 4}, dict(USE_TMA=True, TILES_PER_PROGRAM=16, STAGES=_plan.BULK_STAGES, **draft), 0
         for logits, cap in (("*fp32", _plan.FP32_REGISTERS), ("*bf16", _plan.SIXTEEN_BIT_REGISTERS)):
-            yield logits, {"num_warps": 4, "maxnreg": cap}, dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft)
+            yield logits, {"num_warps": 4, "maxnreg": cap}, dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft), 0
+        plain = dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft)
+        cap = _plan.ROW_TABLE_REGISTERS if has_draft else _plan.FP32_REGISTERS
+        yield "*fp32", {"num_warps": 4, "maxnreg": cap}, plain, 1
 
 
 def variant_name(tag, fn, logits, options, constexprs) -> str:
@@ -236,22 +244,23 @@ def main() -> int:
     ptx_directory = sys.argv[sys.argv.index("--ptx") + 1] if "--ptx" in sys.argv else None
     if ptx_directory:
         os.makedirs(ptx_directory, exist_ok=True)
-    jobs = [(fn, options, None, constexprs, "ok") for fn, options, constexprs in variants()]
-    jobs += [(_verify_kernel._verify_kernel, options, logits, constexprs, "launched")
-             for logits, options, constexprs in launched_pass_a()]
-    for fn, options, logits, constexprs, tag in jobs:
+    jobs = [(fn, options, None, constexprs, 0, "ok") for fn, options, constexprs in variants()]
+    jobs += [(_verify_kernel._verify_kernel, options, logits, constexprs, row_table, "launched")
+             for logits, options, constexprs, row_table in launched_pass_a()]
+    for fn, options, logits, constexprs, row_table, tag in jobs:
         try:
-            kernel = compile_variant(fn, options, logits, **constexprs)
+            kernel = compile_variant(fn, options, logits, row_table, **constexprs)
         except Exception as error:  # report which variant broke, then fail
             print(f"FAIL {fn.__name__} {constexprs}: {type(error).__name__}: {error}")
             return 1
         if ptx_directory:
-            name = variant_name(tag, fn, logits, options, constexprs)
+            name = variant_name(tag, fn, logits, options, constexprs) + ("-row_table" if row_table else "")
             with open(os.path.join(ptx_directory, name + ".ptx"), "w") as handle:
                 handle.write(normalised_ptx(kernel.asm["ptx"], parameter_names(fn, constexprs)))
         one_hot = fn.__name__ == "_small_grid_kernel" and not constexprs["HAS_DRAFT"]
         extra = resources(kernel, one_hot) if show_resources else ""
-        print(f"{tag} {fn.__name__} {logits or ''} {options or ''} {constexprs} {extra}", flush=True)
+        table = " row_table" if row_table else ""
+        print(f"{tag} {fn.__name__} {logits or ''}{table} {options or ''} {constexprs} {extra}", flush=True)
     return 0
 
 

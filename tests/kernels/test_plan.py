@@ -46,6 +46,12 @@ def test_unaligned_logits_fall_back_to_plain_loads():
     assert not chosen.bulk_copies and chosen.pass_a_tiles == 1 and chosen.pass_a_registers == 80
 
 
+def test_row_tables_take_plain_loads_and_room_for_the_row_starts_with_draft_logits():
+    chosen = h200(256, draft_logits=True, row_table=True)
+    assert not chosen.bulk_copies and chosen.pass_a_tiles == 1 and chosen.pass_a_registers == 88
+    assert h200(256, row_table=True).pass_a_registers == 80  # one-hot drafts fit the usual cap
+
+
 def test_first_decision_takes_four_warps_with_draft_logits_past_one_wave():
     assert h200(256, draft_logits=True).decide_warps == 4
     assert h200(132, draft_logits=True).decide_warps == 8  # one wave of 132 programs

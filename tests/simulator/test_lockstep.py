@@ -1,6 +1,7 @@
 """Lockstep: simulations run side by side (one rejection-sampling call a step) give their numbers alone, bit for bit."""
 
 import pytest
+import torch
 
 from spectune.simulator import lockstep_groups, simulate, simulate_many
 
@@ -102,3 +103,51 @@ def test_lockstep_equals_alone_with_replicas_and_acceptance_bins(simulation_docu
     for document, result in zip([replicas, bins], together):
         assert _numbers(result) == _numbers(simulate(document, baseline=False))
     assert together[0].num_requests == 40 and together[1].num_drafts > 0
+
+
+def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
+    """The kernels read each step's rows in the banks of every synthesizer the group meets (another
+    document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
+    numbers of the twin, which takes the same bank rows."""
+    bins = {"conditional_rates": [0.5, 0.5], "bins": [
+        {"min_running": 1, "max_running": 3, "conditional_rates": [0.9, 0.8]},
+        {"min_running": 4, "max_running": 64, "conditional_rates": [0.3, 0.2]},
+    ]}
+    documents = _documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2]
+    documents.append(simulation_document(
+        seed=3,
+        speculative={"method": "eagle3", "num_speculative_tokens": 2, "rejection_sample_method": "block",
+                     "draft_sample_method": "probabilistic"},
+        acceptance=bins,
+        workload={"concurrency": 6, "num_requests": 12, "temperature": 0.7, "vocab_size": 128},
+        simulation={"bank_rows": 64},
+    ))
+    kernels = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})}) for d in documents]
+    assert [len(g) for g in lockstep_groups(kernels)] == [3]
+    twin = simulate_many(documents, baseline=False)
+    for result, expected in zip(simulate_many(kernels, baseline=False), twin):
+        assert _numbers(result) == _numbers(expected)
+    assert all(r.num_accepted_tokens > 0 for r in twin)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_step_graphs_replay_what_eager_steps_give(simulation_document, monkeypatch):
+    """On CUDA a member's step (its draws and writes) is replayed from a graph once its batch size
+    repeats: the numbers equal those of eager steps only."""
+    from spectune.simulator import _engine
+
+    documents = _documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3]
+    documents = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"device": "cuda"})}) for d in documents]
+    captured: list[int] = []
+    original = _engine._StepGraphs.replay
+
+    def counting(self, member, shape, write):
+        original(self, member, shape, write)
+        captured.append(len(self.graphs))
+
+    monkeypatch.setattr(_engine._StepGraphs, "replay", counting)
+    replayed = simulate_many(documents, baseline=False)
+    assert max(captured) >= 3  # every member replays its steady batch
+    monkeypatch.setattr(_engine._StepGraphs, "MAX_PER_MEMBER", 0)
+    eager = simulate_many(documents, baseline=False)
+    assert [_numbers(r) for r in replayed] == [_numbers(r) for r in eager]
