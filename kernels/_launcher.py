@@ -123,11 +123,11 @@ def launch(
     from triton.language import constexpr  # (imported with the kernels, on first use)
 
     if rows is None:
-        logits = Logits(target, draft if has_draft else target, target.stride(0), target.stride(1),
-                        draft.stride(0) if has_draft else 0, draft.stride(1) if has_draft else 0, inputs.seed, inputs.seed,
-                        constexpr(False))
+        logits = Logits(target, draft if draft is not None else target, target.stride(0), target.stride(1),
+                        draft.stride(0) if draft is not None else 0, draft.stride(1) if draft is not None else 0,
+                        inputs.seed, inputs.seed, constexpr(False))
     else:
-        logits = Logits(target, draft if has_draft else target, 0, 0, 0, 0, rows.target,
+        logits = Logits(target, draft if draft is not None else target, 0, 0, 0, 0, rows.target,
                         rows.draft if rows.draft is not None else rows.target, constexpr(True))
     rates = inputs.synthetic_conditional_rates
     temperature = inputs.temperature.contiguous()

@@ -64,12 +64,12 @@ class AcceptanceSource(AcceptanceRates):
                                    f"got profile {data['profile']!r} alone")])
         return data
 
-    def rates_for_batch(self, batch_size: int) -> AcceptanceRates:
-        """The bin nearest ``batch_size`` running requests (on a log scale; the covering one if any), else
-        the overall rates. Acceptance tends to fall as the batch grows, so a bin measured near the
-        simulated batch is a better guess than the pooled rates."""
-        if not self.bins:
-            return self
+    def bin_index(self, batch_size: int) -> int | None:
+        """Index in ``bins`` of the bin nearest ``batch_size`` running requests (on a log scale; the
+        covering one if any), or None without bins."""
+        bins = self.bins
+        if not bins:
+            return None
 
         def distance(bin_: BatchSizeBin) -> float:
             if bin_.min_running <= batch_size <= bin_.max_running:
@@ -77,7 +77,16 @@ class AcceptanceSource(AcceptanceRates):
             edge = bin_.min_running if batch_size < bin_.min_running else bin_.max_running
             return abs(math.log(max(batch_size, 1)) - math.log(max(edge, 1)))
 
-        chosen = min(self.bins, key=distance)
+        return min(range(len(bins)), key=lambda index: distance(bins[index]))
+
+    def rates_for_batch(self, batch_size: int) -> AcceptanceRates:
+        """The bin nearest ``batch_size`` running requests (``bin_index``), else the overall rates.
+        Acceptance tends to fall as the batch grows, so a bin measured near the simulated batch is a
+        better guess than the pooled rates."""
+        index = self.bin_index(batch_size)
+        if index is None or not self.bins:
+            return self
+        chosen = self.bins[index]
         # a bin extrapolates past its positions by the source's rule
         return chosen if chosen.extrapolation == self.extrapolation else chosen.model_copy(update={"extrapolation": self.extrapolation})
 
