@@ -15,6 +15,7 @@ import dataclasses
 import sys
 import threading
 from types import ModuleType
+from typing import cast
 
 import torch
 
@@ -87,13 +88,13 @@ def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
     where the inputs cannot run here."""
     interpreting = _check_device(inputs)
     target, draft = inputs.target_logits, inputs.draft_logits
-    tile = overrides.pop("tile", None)
+    tile = cast("int | None", overrides.pop("tile", None))
     row_table = bool(overrides.pop("row_table", False))
     aligned = bool(overrides.pop("aligned", True)) and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
     chosen = _plan.plan(
         inputs.num_requests, inputs.num_drafts, inputs.vocab_size, target.dtype, draft is not None, inputs.method,
         1 if interpreting else _sm_count(target.device), interpreting,
-        tile=tile, aligned=aligned, row_table=row_table,  # type: ignore[arg-type]
+        tile=tile, aligned=aligned, row_table=row_table,
     )
     return dataclasses.replace(chosen, **overrides)  # type: ignore[arg-type]
 
