@@ -69,13 +69,14 @@ def row_draws(seed: torch.Tensor, num_rows: int, num_purposes: int) -> list[list
             for p in range(num_purposes)]
 
 
-def _fmix32(x: np.ndarray) -> np.ndarray:
-    """MurmurHash3's finaliser on uint32 words, in place."""
-    x ^= x >> _SHIFT16
+def _fmix32(x: np.ndarray, work: np.ndarray | None = None) -> np.ndarray:
+    """MurmurHash3's finaliser on uint32 words, in place (``work``: a scratch array of x's shape)."""
+    work = np.empty_like(x) if work is None else work
+    x ^= np.right_shift(x, _SHIFT16, out=work)
     x *= _FMIX_A  # uint32 products wrap modulo 2**32, as the kernels' do
-    x ^= x >> _SHIFT13
+    x ^= np.right_shift(x, _SHIFT13, out=work)
     x *= _FMIX_B
-    x ^= x >> _SHIFT16
+    x ^= np.right_shift(x, _SHIFT16, out=work)
     return x
 
 
@@ -89,15 +90,30 @@ def race_noise(token_ids: torch.Tensor, key_lo: torch.Tensor, key_hi: torch.Tens
     tokens = token_ids.detach().to("cpu").numpy().astype(np.uint32)
     lo = key_lo.detach().to("cpu").numpy().astype(np.uint32)
     hi = key_hi.detach().to("cpu").numpy().astype(np.uint32)
-    x = tokens * _GOLDEN
-    x += lo[:, None]
-    x = _fmix32(x)
-    x ^= hi[:, None]
-    hashed = torch.from_numpy(_fmix32(x).astype(np.float32)).to(token_ids.device)
-    v = hashed.add_(0.5).mul_(2.3283064365386963e-10).clamp_(max=0.99999994)
-    series = v * (1.0 + v * (0.5 + v * 0.33333334))
-    exponential = torch.where(v < _SERIES_BELOW, series, -torch.log2(1.0 - v) * math.log(2.0))
-    return torch.log2(exponential)
+    return noise_from_hash(race_hash(tokens * _GOLDEN, lo, hi)).to(token_ids.device)
+
+
+def race_hash(golden_tokens: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> np.ndarray:
+    """uint32 [R, N]: the race's per-token hash; golden_tokens uint32 [R or 1, N] is token * 0x9E3779B9,
+    key_lo and key_hi uint32 [R]."""
+    x = golden_tokens + key_lo[:, None]
+    work = np.empty_like(x)
+    _fmix32(x, work)
+    x ^= key_hi[:, None]
+    return _fmix32(x, work)
+
+
+def noise_from_hash(hashed: np.ndarray) -> torch.Tensor:
+    """float32 torch tensor of ``hashed``'s shape: log2 of the exponential a uint32 hash stands for.
+
+    Element-wise only, so any subset of hashes gives the same bits as the whole: the logarithms are
+    torch's (its CPU logarithms take the same vector path whatever an element's position), the
+    float32 arithmetic around them numpy's (correctly rounded, as torch's is, at a fraction of the
+    per-call cost on small arrays)."""
+    v = np.minimum((hashed.astype(np.float32) + np.float32(0.5)) * np.float32(2.3283064365386963e-10), np.float32(0.99999994))
+    series = v * (np.float32(1.0) + v * (np.float32(0.5) + v * np.float32(0.33333334)))
+    log_branch = -torch.log2(torch.from_numpy(np.float32(1.0) - v)).numpy() * np.float32(math.log(2.0))
+    return torch.log2(torch.from_numpy(np.where(v < np.float32(_SERIES_BELOW), series, log_branch)))
 
 
 class RowStats:
@@ -186,6 +202,7 @@ class RowBank:
         if self.draft is not None and self.target.exp_log_probs is not None and self.draft.exp_log_probs is not None:
             ones = torch.ones(target_logits.shape[0], device=target_logits.device)
             self.unit_residual = _residual_sums(self.target.exp_log_probs.clone(), self.draft.exp_log_probs, ones)
+        self.host = _HostBank(self) if target_logits.device.type == "cpu" else None
 
     def stats(self, rows: torch.Tensor, greedy: torch.Tensor) -> tuple[BankStats, BankStats | None]:
         """Target and draft statistics of a step whose request r reads bank row rows[r, k] at position k
@@ -193,6 +210,29 @@ class RowBank:
         target = BankStats(self, self.target, rows, greedy)
         draft = BankStats(self, self.draft, rows[:, :-1], greedy) if self.draft is not None else None
         return target, draft
+
+
+class _HostBank:
+    """A CPU bank's statistics as numpy arrays (views where they need no change) for the fast path:
+    log-probabilities (None when every row is greedy), probabilities with NaN as 0, argmax, residual
+    masses at scale 1."""
+
+    def __init__(self, bank: RowBank) -> None:
+        self.vocab = bank.target.vocab
+        self.argmax = bank.target.argmax.numpy()
+        self.target_log_probs = _host(bank.target.log_probs)
+        self.target_probs = _host(bank.target.exp_log_probs, nan_to_zero=True)
+        draft = bank.draft
+        self.draft_log_probs = _host(draft.log_probs) if draft is not None else None
+        self.draft_probs = _host(draft.exp_log_probs, nan_to_zero=True) if draft is not None else None
+        self.unit_residual = _host(bank.unit_residual)
+
+
+def _host(values: torch.Tensor | None, nan_to_zero: bool = False) -> np.ndarray | None:
+    if values is None:
+        return None
+    array = values.numpy()
+    return np.nan_to_num(array, nan=0.0) if nan_to_zero and np.isnan(array).any() else array
 
 
 class _BankSide:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from ._contract import DEFAULT_TILE, PURPOSE_RESIDUAL, PURPOSE_VERIFY, VerifyInputs, validate_inputs
+from ._reference_banked import verify_banked
 from ._reference_rows import BankStats, RowBank, RowStats, row_draws, sanitized, scratch, two_level_sample
 
-__all__ = ["RowBank", "rejection_sample", "rejection_sample_banked", "rejection_sample_from_inputs"]
+__all__ = ["RowBank", "count_emitted_banked", "rejection_sample", "rejection_sample_banked", "rejection_sample_from_inputs"]
 
 Stats = RowStats | BankStats
 
@@ -94,10 +96,37 @@ def rejection_sample_banked(
     num_requests, num_rows = rows.shape
     if num_requests == 0:
         return _empty(num_rows, rows.device)
+    if rows.device.type == "cpu" and bank.target.vocab <= tile_size:
+        tokens, num_tokens = verify_banked(
+            bank, rows.numpy(), draft_tokens.numpy(), temperature.numpy(), seed.numpy(), method,
+            synthetic_conditional_rates.numpy() if synthetic_conditional_rates is not None else None,
+        )
+        assert tokens is not None
+        return torch.from_numpy(tokens), torch.from_numpy(num_tokens)
     greedy = temperature == 0
     target_stats, draft_stats = bank.stats(rows, greedy)
     inputs = _StepInputs(draft_tokens, temperature, seed, method, synthetic_conditional_rates, draft_stats is not None)
     return _verify(inputs, bank.target.vocab, target_stats, draft_stats, tile_size)
+
+
+def count_emitted_banked(
+    bank: RowBank,
+    rows: np.ndarray,
+    draft_tokens: np.ndarray,
+    *,
+    temperature: np.ndarray,
+    seed: np.ndarray,
+    method: str,
+    synthetic_conditional_rates: np.ndarray | None = None,
+) -> np.ndarray:
+    """``rejection_sample_banked``'s num_tokens (int32 [R], the same numbers) on host arrays of a CPU
+    bank, without sampling the emitted tokens: how many tokens a request emits never depends on which
+    one it samples, and a simulator needs only the count. Arguments as ``rejection_sample_banked``'s,
+    as numpy arrays (rows and draft_tokens int64, temperature and rates float32, seed int64)."""
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.int32)
+    _, num_tokens = verify_banked(bank, rows, draft_tokens, temperature, seed, method, synthetic_conditional_rates, emit=False)
+    return num_tokens
 
 
 class _StepInputs(NamedTuple):

@@ -10,7 +10,8 @@ Rows: a call verifies [R, K+1] rows. The engine's K is the largest of its simula
 smaller k fills drafts k..K-1 with placeholders (-1: never accepted, and the token emitted at row k
 comes from the plain target there, where the engine puts the bonus row), which is what verifying k
 drafts does. Neither backend gathers logits: each reads a step's rows where they lie in the
-simulations' banks. On the CPU the twin takes the bank rows (``rejection_sample_banked``). The
+simulations' banks. On the CPU the twin takes the bank rows and returns only the emitted counts
+(``count_emitted_banked``, on numpy arrays: no token is sampled). The
 kernels take row tables (each row's offset in the banks): every simulation owns a fixed slice of R
 (on CUDA its concurrency rounded up to a multiple of 16; so R = 1 takes the large-grid launches, not
 the small-grid kernel), the rows past its current batch hold stale but valid rows whose results are
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from spectune.kernels.reference import RowBank, rejection_sample_banked
+from spectune.kernels.reference import RowBank, count_emitted_banked, rejection_sample_banked
 from spectune.simulator._loop import LoopTrace, VerifyRequest
 from spectune.workload import LogitSynthesizer
 
@@ -124,11 +125,11 @@ class _Verifier:
 
 def _kernel_seeds(request_seeds: np.ndarray, steps_done: np.ndarray) -> np.ndarray:
     """int64 [B]: a distinct kernel seed per (request, step), mixed so nearby steps share no stream."""
-    with np.errstate(over="ignore"):
-        mixed = request_seeds.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + steps_done.astype(np.uint64) * np.uint64(
-            0xBF58476D1CE4E5B9
-        )
-        mixed ^= mixed >> np.uint64(31)
+    # (uint64 arrays wrap silently; only numpy scalars warn)
+    mixed = np.atleast_1d(request_seeds).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.atleast_1d(
+        steps_done
+    ).astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+    mixed ^= mixed >> np.uint64(31)
     return (mixed >> np.uint64(1)).astype(np.int64)
 
 
@@ -174,6 +175,8 @@ class _TwinVerifier(_Verifier):
         return self.offsets[key]
 
     def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+        if self.device.type == "cpu":
+            return self._verify_host(requests)
         started = time.perf_counter()
         rows, tokens, temperature, seeds, sizes = [], [], [], [], []
         for member, (ids, steps_done, k) in requests.items():
@@ -203,6 +206,44 @@ class _TwinVerifier(_Verifier):
         )
         emitted = num_tokens.to("cpu", torch.int64).numpy()
         return _split(requests, emitted, sizes, started, generated)
+
+    def _verify_host(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+        """The CPU step on numpy arrays, counts only (the tokens themselves are never read): the same
+        draws and numbers as the torch path, without torch's per-operation cost on small tensors."""
+        started = time.perf_counter()
+        rows, tokens, temperature, seeds, sizes = [], [], [], [], []
+        for member, (ids, steps_done, k) in requests.items():
+            assert member.synthesizer is not None
+            synthesizer = member.synthesizer(len(ids))
+            ids = member.global_ids[ids] if member.global_ids is not None else ids
+            step_rows, step_tokens, step_temperature = synthesizer.generate_host_rows(
+                member.temperature_index.numpy()[ids], member.generator, k
+            )
+            offset = self._offset(synthesizer)
+            if offset:
+                step_rows += offset
+            if k < self.num_drafts:  # the bonus row moves to column k and repeats; placeholder drafts
+                step_rows = np.concatenate([step_rows, np.repeat(step_rows[:, k:], self.num_drafts - k, axis=1)], axis=1)
+                step_tokens = np.concatenate([step_tokens, np.full((len(ids), self.num_drafts - k), -1, dtype=np.int64)], axis=1)
+            rows.append(step_rows)
+            tokens.append(step_tokens)
+            temperature.append(step_temperature)
+            seeds.append(_kernel_seeds(member.request_seeds[ids], steps_done))
+            sizes.append(len(ids))
+        single = len(rows) == 1
+        generated = time.perf_counter()
+        assert self.bank is not None
+        rates = self.synthetic_rates[: self.num_drafts].numpy() if self.synthetic_rates is not None else None
+        emitted = count_emitted_banked(
+            self.bank,
+            rows[0] if single else np.concatenate(rows),
+            tokens[0] if single else np.concatenate(tokens),
+            temperature=temperature[0] if single else np.concatenate(temperature),
+            seed=seeds[0] if single else np.concatenate(seeds),
+            method=self.method,
+            synthetic_conditional_rates=rates,
+        )
+        return _split(requests, emitted.astype(np.int64), sizes, started, generated)
 
 
 def _split(

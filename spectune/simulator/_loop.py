@@ -228,7 +228,7 @@ def serving_loop(
                 )
         prefill_s = prefill_time(chunk_tokens, chunk_prompts, batch > 0) if chunk_tokens else 0.0
         if batch:
-            context = float((inputs.prompt_tokens[running] + generated[running]).mean())
+            context = float(np.add.reduce(inputs.prompt_tokens[running] + generated[running], dtype=np.float64) / batch)
             drafting, verification, sampling, overhead = step_time(batch, k, context)
         else:
             drafting = verification = sampling = overhead = 0.0

@@ -9,7 +9,9 @@ Near the optimum, throughput against K is a plateau, and results within the simu
 ties: a point ties with the best when its throughput is within max(2 sigma, 0.5 %) of it, sigma
 combining both points' noise (the simulator's standard error less what all points of a bucket share,
 since they simulate the same requests: see ``_records.comparison_noise``). A bucket's *tie set* is
-every evaluated K that ties with its best. The K table takes one K from each tie set: the table that
+every evaluated K that ties with its best (an ``underfilled`` simulation, which did not measure its
+bucket, ties with every K). The K table takes one K from each tie set (a measured one where there is
+one): the table that
 never rises with the batch size wherever the tie sets allow one, then with the fewest changes of K
 (vLLM captures CUDA graphs per K), then the smallest K (fewer draft tokens cost less memory and less
 at larger batch sizes than the simulation saw). A rise that no choice avoids is kept and explained.
@@ -45,16 +47,34 @@ __all__ = [
     "monotone_ks",
     "precision_requests",
     "recommend",
+    "underfilled",
 ]
 
 TIE_SIGMAS = 2.0
 TIE_RELATIVE = 0.005
 MAX_REFINEMENT = 2  # at most 4**2 = 16 times a bucket's requests
+UNDERFILLED = 0.8  # a mean batch below this share of the batch size: the run did not measure the bucket
+
+
+def underfilled(evaluation: Evaluation) -> bool:
+    """Whether the simulation's batch stayed well below its bucket's batch size (mean over its measured
+    window). A closed loop fills its batch only once enough requests are in flight; a run too short for
+    a steady state (few requests, or so few steps at a large K that its measured window covers the fill
+    and the drain) reports the throughput of a smaller batch, which is not the bucket's."""
+    mean = evaluation.metrics.get("mean_batch_size")
+    return isinstance(mean, (int, float)) and not isinstance(mean, bool) and mean < UNDERFILLED * evaluation.point.batch_size
+
+
+def comparison_sigma(evaluation: Evaluation) -> float:
+    """The noise a comparison with this point has to beat: the shared-request correction's
+    (``Evaluation.noise``), or, for an underfilled point, its whole throughput -- it says nothing about
+    the bucket, so it ties with every K until adaptive precision simulates it with more requests."""
+    return max(evaluation.noise, abs(evaluation.throughput)) if underfilled(evaluation) else evaluation.noise
 
 
 def tie_tolerance(best: Evaluation, other: Evaluation) -> float:
     """How far (tokens/s) below ``best`` a point still ties with it: max(2 sigma, 0.5 %)."""
-    return max(TIE_SIGMAS * math.hypot(best.noise, other.noise), TIE_RELATIVE * abs(best.throughput))
+    return max(TIE_SIGMAS * math.hypot(comparison_sigma(best), comparison_sigma(other)), TIE_RELATIVE * abs(best.throughput))
 
 
 def is_tie(best: Evaluation, other: Evaluation) -> bool:
@@ -102,6 +122,18 @@ class TieSet:
     @property
     def ks(self) -> tuple[int, ...]:
         return tuple(e.point.num_speculative_tokens for e in self.members)
+
+    @property
+    def choosable(self) -> tuple[int, ...]:
+        """The K the table may take: the members that measured their bucket (not ``underfilled``) when one
+        of them speculates; else, when the best speculates, every speculating member (K = 0 ties then only
+        because the others say nothing); else all."""
+        measured = tuple(e.point.num_speculative_tokens for e in self.members if not underfilled(e))
+        if any(k > 0 for k in measured):
+            return measured
+        if self.best.point.num_speculative_tokens > 0:
+            return tuple(k for k in self.ks if k > 0)
+        return self.ks
 
     def member(self, k: int) -> Evaluation:
         return next(e for e in self.members if e.point.num_speculative_tokens == k)
@@ -269,7 +301,7 @@ def _tie_sets(space: StudySpace, label: str, completed: Mapping[Point, Evaluatio
 def _schedule_ks(tie_sets: Sequence[TieSet | None]) -> list[int | None]:
     """The K table over the buckets that have a tie set (``monotone_ks``); None elsewhere."""
     present = [t for t in tie_sets if t is not None]
-    chosen = iter(monotone_ks([t.ks for t in present]))
+    chosen = iter(monotone_ks([t.choosable for t in present]))
     return [next(chosen) if t is not None else None for t in tie_sets]
 
 
@@ -308,7 +340,7 @@ def _combo_gap(space: StudySpace, top: ComboScore, other: ComboScore, completed:
             continue
         a, b = pair
         gap += weight * (math.log(a.throughput) - math.log(b.throughput))
-        share = weight**2 * ((a.noise / a.throughput) ** 2 + (b.noise / b.throughput) ** 2)
+        share = weight**2 * ((comparison_sigma(a) / a.throughput) ** 2 + (comparison_sigma(b) / b.throughput) ** 2)
         variance += share
         weight_sum += weight
         shares.append(share)
@@ -360,8 +392,9 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
     at the next precision needs every member). Asked for only up to ``MAX_REFINEMENT`` and only where
     it can change the recommendation:
 
-    - the combo: when the recommended combo ties with the top one through noise alone (further apart
-      than 0.5 %), the two tie sets of the bucket that contributes most to that noise;
+    - the combo: for the recommended combo when it is not the top one, then every other, when it ties
+      with the top one through noise alone (further apart than 0.5 %), the two tie sets of the bucket
+      that contributes most to that noise;
     - the K table: a bucket of the recommended combo whose tie set holds K tied only through noise,
       when the table without them would differ.
     Points already evaluated are included (the caller skips them); the groups are deterministic.
@@ -369,14 +402,18 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
     picked = _pick_combo(space, completed)
     if picked is None:
         return []
-    winner, top, _ = picked
+    winner, top, ranking = picked
     groups: list[list[Point]] = []
-    if winner is not top:
-        gap, stderr, shares = _combo_gap(space, top, winner, completed)
+    # The winner when it is not the top, then every other combo as covered as the top and within its noise:
+    # more precision may show it ahead (or not), which changes the combo either way.
+    rivals = [winner] if winner is not top else []
+    rivals += [s for s in ranking if s is not top and s is not winner and s.buckets_covered == top.buckets_covered]
+    for rival in rivals:
+        gap, stderr, shares = _combo_gap(space, top, rival, completed)
         if gap > TIE_RELATIVE and _combo_tie(gap, stderr):
             order = sorted(range(len(shares)), key=lambda i: (-shares[i], i))
             for i in order:
-                group = refine_pair(top.choices[i].ties, winner.choices[i].ties)
+                group = refine_pair(top.choices[i].ties, rival.choices[i].ties)
                 if shares[i] > 0 and group:
                     groups.append(group)
                     break
@@ -446,6 +483,7 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
                 "their noise (standard error = the whole throughput); comparisons rest on their acceptance counts "
                 "alone; simulate more requests or longer outputs"
             )
+    notes.extend(_underfilled_notes(choices))
     notes.extend(_rise_notes(choices))
     schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
     max_k = max(k for _, _, k in schedule)
@@ -465,6 +503,23 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
         ranking=tuple(ranking),
         notes=tuple(notes),
     )
+
+
+def _underfilled_notes(choices: Sequence[BucketChoice]) -> list[str]:
+    """Buckets whose tie set holds an underfilled simulation (its throughput is not the bucket's)."""
+    notes = []
+    for choice in choices:
+        if choice.ties is None:
+            continue
+        short = [e for e in choice.ties.members if underfilled(e)]
+        if short:
+            fill = ", ".join(f"K {e.point.num_speculative_tokens}: {e.metrics['mean_batch_size']:.1f}" for e in short)
+            notes.append(
+                f"batch size {choice.batch_size}: the batch stayed well below {choice.batch_size} (mean {fill}) -- too few "
+                "requests for a steady state (or a KV cache too small), so these K tie with every other and the table "
+                "takes none of them; simulate more requests (schedule.requests_per_batch_size)"
+            )
+    return notes
 
 
 def _rise_notes(choices: Sequence[BucketChoice]) -> list[str]:

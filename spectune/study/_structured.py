@@ -183,7 +183,7 @@ def _kept_combos(
         other = bucket_tie_set(space, label, batch_size, state.completed)
         pair = common_precision(last.best, other.best, state.completed) if last and other else None
         if pair is None or not is_tie(*pair):
-            break
+            continue  # a lower-ranked combo may still tie: its noise may be larger (an underfilled best)
         if last is not None and other is not None and tied_by_noise_only(*pair):
             steps = refine(refine_pair(last, other))
             if steps:

@@ -18,10 +18,12 @@ bank's mean -- the calibrated rate -- whatever the bank size.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from spectune.workload._calibration import KnobCalibration, cached_family_base, calibrate_knob
@@ -163,7 +165,10 @@ class LogitSynthesizer:
                 targets.append(rows.target_log_probs * scale)
                 if probabilistic:
                     drafts.append(rows.draft_logits * scale)
-                samples = draft_samples(rows, base, greedy_rule=greedy_rule, draft_sample_method=self.draft_sample_method)
+                samples = _draft_samples(
+                    self.vocab_size, self.bank_rows, samples_per_row, bank_seed, str(self.device), calibration.knob,
+                    greedy_rule, self.draft_sample_method,
+                )
                 tokens.append(samples.expand(-1, samples_per_row if probabilistic else 1))
             slot_of[t_index, position] = slot_of_key[key]
         self._slot_of = slot_of.to(self.device)
@@ -240,6 +245,32 @@ class LogitSynthesizer:
             draft_tokens = self._token_bank[draft_rows, columns]
         return BankStep(bank_rows, draft_tokens.view(num_requests, k), self.temperatures[temperature_index])
 
+    def generate_host_rows(
+        self, temperature_index: np.ndarray, generator: torch.Generator, num_speculative_tokens: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``generate_rows`` on the CPU as numpy arrays (rows int64 [R, k+1], draft tokens int64 [R, k],
+        temperature float32 [R]): the same draws from ``generator``, the same step, without torch's
+        per-operation cost on a step's small tensors. Arguments are not validated."""
+        if self.device.type != "cpu":
+            raise ValueError(f"generate_host_rows needs a synthesizer on the CPU, got one on {self.device}")
+        k = num_speculative_tokens
+        num_requests, rows = temperature_index.shape[0], self.bank_rows
+        picks = torch.randint(rows, (num_requests, k + 1), generator=generator).numpy()
+        slot_of, token_bank = self._slot_of.numpy(), self._token_bank.numpy()
+        slots = slot_of[temperature_index, :k]
+        bank_rows = np.empty((num_requests, k + 1), dtype=np.int64)
+        bank_rows[:, :k] = slots
+        bank_rows[:, k] = slots[:, k - 1]  # the bonus row: a target row of the last position's bank
+        bank_rows *= rows
+        bank_rows += picks
+        draft_rows = bank_rows[:, :k].reshape(-1)
+        if token_bank.shape[1] == 1:
+            draft_tokens = token_bank[draft_rows, 0]
+        else:
+            columns = torch.randint(token_bank.shape[1], (draft_rows.shape[0],), generator=generator).numpy()
+            draft_tokens = token_bank[draft_rows, columns]
+        return bank_rows, draft_tokens.reshape(num_requests, k), self.temperatures.numpy()[temperature_index]
+
     def _check_out(self, out: SpeculationInputs | None, num_requests: int, k: int) -> None:
         if out is None:
             return
@@ -276,6 +307,18 @@ class LogitSynthesizer:
                 bad = low if low < 0 else high
                 raise ValueError(f"temperature_index must be in [0, {len(self.temperature_values) - 1}], got {bad}")
         return k
+
+
+@functools.lru_cache(maxsize=256)
+def _draft_samples(
+    vocab_size: int, bank_rows: int, samples_per_row: int, bank_seed: int, device: str, knob: float, greedy_rule: bool,
+    draft_sample_method: DraftSampleMethod,
+) -> torch.Tensor:
+    """``draft_samples`` of the family's rows at ``knob`` (int64 [N, S], small whatever V): a sort of every
+    row, the same for every simulation of a process that meets the same knob (a study's do)."""
+    base = cached_family_base(vocab_size, bank_rows, samples_per_row, bank_seed, device)
+    rows = pair_rows(base, knob)
+    return draft_samples(rows, base, greedy_rule=greedy_rule, draft_sample_method=draft_sample_method)
 
 
 def _gather_rows(bank: torch.Tensor, rows: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:

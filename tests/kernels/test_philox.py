@@ -1,6 +1,7 @@
 """The twin's Philox4x32-10 gives Random123's known answers and Triton's exact bits."""
 
 import pytest
+import numpy as np
 import torch
 
 from spectune.kernels._philox import philox4x32, uint32_to_uniform
@@ -47,3 +48,19 @@ def test_uniforms_match_triton_rand_bit_for_bit(device):
     expected = uint32_to_uniform(words[0])
     assert torch.equal(out.cpu(), expected)
     assert float(expected.min()) >= 0.0 and float(expected.max()) < 1.0
+
+
+def test_the_twins_row_draws_and_host_uniforms_equal_the_generic_philox():
+    from spectune.kernels._philox import philox4x32_rows, uint32_to_uniform_numpy
+
+    seeds = torch.randint(-(2**62), 2**62, (37,), generator=torch.Generator().manual_seed(1))
+    seeds[:2] = torch.tensor([0, -1])
+    rows = torch.arange(7)[None, None, :]
+    purposes = torch.arange(2)[None, :, None]
+    zero = torch.zeros((), dtype=torch.int64)
+    expected = philox4x32(seeds[:, None, None], zero, rows, purposes, zero)
+    got = philox4x32_rows(seeds.numpy(), 7, 2)
+    for word, want in zip(got, expected):
+        assert word.shape == (37, 2, 7)
+        assert np.array_equal(word.view(np.int64), want.numpy())
+    assert np.array_equal(uint32_to_uniform_numpy(got[1]), uint32_to_uniform(expected[1]).numpy())

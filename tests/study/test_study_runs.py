@@ -1,4 +1,5 @@
-"""Running studies on a journal file: budgets, resuming, refusing changed documents, many workers, SIGKILL.
+"""Running studies on a journal file: budgets, resuming, refusing changed documents, many workers, SIGKILL
+(exhaustive and structured).
 
 The evaluator is the closed-form test double (``study_doubles``): these tests are about storage and
 sampler mechanics, not about simulation.
@@ -168,7 +169,7 @@ from study_doubles import SyntheticEvaluator, fingerprint, make_space
 from spectune.study import run_study
 if __name__ == "__main__":  # worker processes are spawned and import this module
     run_study(make_space(batch_sizes=(1, 8, 64), max_k=4), SyntheticEvaluator(delay_s=0.1, call_log={calls!r}),
-              fingerprint(), storage={storage!r}, strategy="exhaustive", workers={workers})
+              fingerprint(), storage={storage!r}, strategy={strategy!r}, workers={workers})
 """
 
 
@@ -182,13 +183,14 @@ def _wait_until_gone(group: int) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothing_twice(tmp_path, workers):
+def _kill_mid_run(tmp_path: Path, strategy: str, workers: int, after: int):
+    """Start a study in its own process group, SIGKILL the group once ``after`` trials are complete;
+    (the outcome just after the kill, the call log)."""
     space = make_space(batch_sizes=(1, 8, 64), max_k=4)
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(calls), storage=storage, workers=workers)))
+    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(calls), storage=storage, workers=workers, strategy=strategy)))
     process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
     before = None
     try:
@@ -198,7 +200,7 @@ def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothi
                 outcome = load_outcome(storage, space.name)
             except SpectuneError:  # not created yet
                 outcome = None
-            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= 6:
+            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= after:
                 os.killpg(process.pid, signal.SIGKILL)  # the run and its workers, mid-trial
                 process.wait()
                 _wait_until_gone(process.pid)
@@ -211,6 +213,41 @@ def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothi
             process.wait()
     assert before is not None, "the study never got going"
     assert process.returncode == -signal.SIGKILL
+    return before, calls
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigkill_mid_structured_search_then_rerun_loses_nothing_and_ends_as_an_uninterrupted_run(tmp_path, workers):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
+    before, calls = _kill_mid_run(tmp_path, "structured", workers, after=8)
+    storage = str(tmp_path / "s.journal")
+    complete_before = {t.number: (t.point, t.metrics) for t in before.trials if t.state == "COMPLETE"}
+    assert len(complete_before) >= 8
+
+    run_study(space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="structured", workers=workers)
+    after = load_outcome(storage, space.name)
+    assert all(after.trials[n].state == "COMPLETE" and (after.trials[n].point, after.trials[n].metrics) == kept for n, kept in complete_before.items())
+    points = _completed_points(after)
+    assert len(points) == len(set(points))
+    assert not [t for t in after.trials if t.state == "RUNNING" and t.point is not None]
+    simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
+    assert sum(n - 1 for n in simulated.values()) <= workers * BATCH_POINTS  # only what the kill interrupted
+    # Every decision is a function of the stored results: the resumed search ends where one never killed
+    # does (with two workers, a point one of them took may have stopped mattering by the time it is done).
+    whole = str(tmp_path / "whole.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=whole, strategy="structured")
+    uninterrupted = load_outcome(whole, space.name)
+    expected = set(_completed_points(uninterrupted))
+    assert set(points) == expected if workers == 1 else set(points) >= expected
+    assert after.recommendation.schedule == uninterrupted.recommendation.schedule
+    assert after.recommendation.combo == uninterrupted.recommendation.combo
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothing_twice(tmp_path, workers):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
+    storage = str(tmp_path / "s.journal")
+    before, calls = _kill_mid_run(tmp_path, "exhaustive", workers, after=6)
     complete_before = {t.number: (t.point, t.metrics) for t in before.trials if t.state == "COMPLETE"}
     assert 6 <= len(complete_before) < space.size
 
@@ -233,7 +270,7 @@ def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4)
     storage = str(tmp_path / "s.journal")
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(tmp_path / "calls.log"), storage=storage, workers=2)))
+    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(tmp_path / "calls.log"), storage=storage, workers=2, strategy="exhaustive")))
     process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
     try:
         deadline = time.monotonic() + 120

@@ -235,3 +235,46 @@ def test_screening_keeps_a_combo_tied_with_the_last_kept_one_or_refines_them_apa
     assert {p for p in refined.completed if p.refinement} >= {Point(8, EAGLE, 2, 1), Point(8, "eagle3/block/greedy", 2, 1)}
     followed = {p.combo for p in refined.completed if p.batch_size != 8 and not p.is_off}
     assert followed == {"eagle3/block/greedy"}  # told apart at the screening bucket: only the faster one
+
+
+def test_a_combo_whose_first_runs_never_filled_the_batch_is_refined_not_screened_out():
+    # The best combo's points at the screening bucket ran too short for a steady state: their batch
+    # stayed half full and they report 60 % of their throughput. Taken at face value they would drop
+    # the combo at screening; they say nothing about the bucket, so they tie until simulated with more
+    # requests, and the note says why.
+    space = make_space(batch_sizes=(1, 4, 16, 64), max_k=6, methods=("eagle3",))
+    rep = space.batch_sizes[space.representative_bucket()]
+    best = "eagle3/block/probabilistic"
+    curves = _curves(space, [(4, 5), (4, 5), (3, 4), (2, 3)], other_level=0.95)
+    for batch_size in space.batch_sizes:
+        curves[(best, batch_size)] = {k: v * 1.1 for k, v in curves[(EAGLE, batch_size)].items() if k > 0} | {0: curves[(best, batch_size)][0]}
+    evaluator = PlantedEvaluator(curves, noise=0.003, short=frozenset({(best, rep)}))
+    state = _search(space, evaluator, refine_budget=1.0)  # two tie sets at 4x: more than half this small search
+    recommendation = recommend(space, state.completed)
+    assert recommendation.combo.label == best
+    assert any(p.combo == best and p.batch_size == rep and p.refinement == 1 for p in state.completed)
+    # Without more requests, the recommendation says which points to distrust (and only those).
+    first_pass = {p: e for p, e in state.completed.items() if not p.refinement and p.combo in (best, "off")}
+    notes = [n for n in recommend(space, first_pass).notes if "stayed well below" in n]
+    assert len(notes) == 1 and notes[0].startswith(f"batch size {rep}: the batch stayed well below {rep} (mean K ")
+
+
+def test_the_table_takes_a_measured_k_over_an_underfilled_one_in_its_tie_set():
+    space = _space((16,), max_k=6)
+    curve = {0: 400.0, 1: 700.0, 2: 900.0, 3: 996.0, 4: 1000.0, 5: 560.0, 6: 550.0}
+
+    def evaluated(k, fill):
+        metrics = {"throughput_tokens_per_s": curve[k], "throughput_stderr_tokens_per_s": 3.0, "mean_batch_size": 16 * fill}
+        return evaluate_metrics(space, space.point(16, EAGLE, k), metrics, k)
+
+    # K 1 and 2 also underfilled: K 1 ties with the best through its own noise, yet the table may not take it.
+    completed = {e.point: e for e in [evaluated(0, 0.99), evaluated(1, 0.5), evaluated(2, 0.99), evaluated(3, 0.99), evaluated(4, 0.99), evaluated(5, 0.5), evaluated(6, 0.55)]}
+    ties = bucket_tie_set(space, EAGLE, 16, completed)
+    assert ties.ks == (1, 3, 4, 5, 6) and ties.choosable == (3, 4)
+    recommendation = recommend(space, completed)
+    assert [c.num_speculative_tokens for c in recommendation.choices] == [3]
+    assert any("the batch stayed well below 16 (mean K 1: 8.0, K 5: 8.0, K 6: 8.8)" in n for n in recommendation.notes)
+    # Every speculating K underfilled, the best of them above K = 0: K = 0 ties only through their noise.
+    unmeasured = {e.point: e for e in [evaluated(0, 0.99), evaluated(3, 0.5), evaluated(4, 0.5)]}
+    ties = bucket_tie_set(space, EAGLE, 16, unmeasured)
+    assert ties.ks == (0, 3, 4) and ties.choosable == (3, 4)
