@@ -6,6 +6,6 @@ in plain PyTorch (the simulator's CPU backend). Importing this package imports n
 the kernels; the first call does.
 """
 
-from ._launcher import rejection_sample
+from ._launcher import interpreted, rejection_sample
 
-__all__ = ["rejection_sample"]
+__all__ = ["interpreted", "rejection_sample"]

@@ -12,9 +12,10 @@ imports them.
 from __future__ import annotations
 
 import dataclasses
-import os
+import sys
 import threading
 from types import ModuleType
+from typing import cast
 
 import torch
 
@@ -23,7 +24,7 @@ from ._arguments import Inputs, Logits, Outputs, RowTable, Sizes, Workspace, all
 from ._contract import METHODS, VerifyInputs, validate_inputs
 from ._plan import LaunchPlan, tile_size_for
 
-__all__ = ["RowTable", "launch", "plan_for", "rejection_sample", "tile_size_for"]
+__all__ = ["RowTable", "interpreted", "launch", "plan_for", "rejection_sample", "tile_size_for"]
 
 # int32 counters a device keeps for the small-grid kernel: four a request block of a call.
 _COUNTER_INTS = 1 << 16
@@ -87,13 +88,13 @@ def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
     where the inputs cannot run here."""
     interpreting = _check_device(inputs)
     target, draft = inputs.target_logits, inputs.draft_logits
-    tile = overrides.pop("tile", None)
+    tile = cast("int | None", overrides.pop("tile", None))
     row_table = bool(overrides.pop("row_table", False))
     aligned = bool(overrides.pop("aligned", True)) and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
     chosen = _plan.plan(
         inputs.num_requests, inputs.num_drafts, inputs.vocab_size, target.dtype, draft is not None, inputs.method,
         1 if interpreting else _sm_count(target.device), interpreting,
-        tile=tile, aligned=aligned, row_table=row_table,  # type: ignore[arg-type]
+        tile=tile, aligned=aligned, row_table=row_table,
     )
     return dataclasses.replace(chosen, **overrides)  # type: ignore[arg-type]
 
@@ -123,11 +124,11 @@ def launch(
     from triton.language import constexpr  # (imported with the kernels, on first use)
 
     if rows is None:
-        logits = Logits(target, draft if has_draft else target, target.stride(0), target.stride(1),
-                        draft.stride(0) if has_draft else 0, draft.stride(1) if has_draft else 0, inputs.seed, inputs.seed,
-                        constexpr(False))
+        logits = Logits(target, draft if draft is not None else target, target.stride(0), target.stride(1),
+                        draft.stride(0) if draft is not None else 0, draft.stride(1) if draft is not None else 0,
+                        inputs.seed, inputs.seed, constexpr(False))
     else:
-        logits = Logits(target, draft if has_draft else target, 0, 0, 0, 0, rows.target,
+        logits = Logits(target, draft if draft is not None else target, 0, 0, 0, 0, rows.target,
                         rows.draft if rows.draft is not None else rows.target, constexpr(True))
     rates = inputs.synthetic_conditional_rates
     temperature = inputs.temperature.contiguous()
@@ -222,7 +223,7 @@ def _descriptors(target: torch.Tensor, draft: torch.Tensor | None, plan: LaunchP
     which the kernel never reads then)."""
     if not plan.bulk_copies:
         return target, target
-    from triton.tools.tensor_descriptor import TensorDescriptor
+    from triton.tools.tensor_descriptor import TensorDescriptor  # Triton comes with the first call, not the package
 
     box = [plan.block_requests, 1, plan.tile]
     target_desc = TensorDescriptor(target, list(target.shape), list(target.stride()), box)
@@ -262,25 +263,33 @@ def _counters(device: torch.device, needed: int) -> torch.Tensor:
         return ring[offset : offset + needed]
 
 
+def interpreted() -> bool:
+    """Whether this process runs the kernels under Triton's interpreter.
+
+    Triton decides when ``@triton.jit`` runs, from ``TRITON_INTERPRET`` as the program set it before the
+    kernels were first imported: once they are, their own state answers (the variable's value now may
+    differ); before, the variable as Triton reads it."""
+    verify_module = sys.modules.get(f"{__package__}._verify_kernel")
+    if verify_module is None:
+        import triton  # Triton comes with the first call, not the package
+
+        return bool(triton.knobs.runtime.interpret)
+    from triton.runtime.interpreter import InterpretedFunction  # loaded with the kernels by now
+
+    return isinstance(verify_module._verify_kernel, InterpretedFunction)
+
+
 def _check_device(inputs: VerifyInputs) -> bool:
-    """Raise unless the inputs can run here; return True when running under the interpreter."""
+    """Raise unless the inputs can run here; return True when the kernels run under the interpreter."""
     device = inputs.target_logits.device
-    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
-    if device.type == "cpu" and not interpreting:
-        raise ValueError(
-            "target_logits: is on the CPU, which runs the Triton kernels under the interpreter; set "
-            "TRITON_INTERPRET=1 before the first call (or pass CUDA tensors), got TRITON_INTERPRET unset"
-        )
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"target_logits: device must be cpu or cuda, got {device}")
-    verify_module = _kernel_modules()[0]
-    from triton.runtime.interpreter import InterpretedFunction
-
-    compiled_here = not isinstance(verify_module._verify_kernel, InterpretedFunction)
-    if device.type == "cpu" and compiled_here:
+    _kernel_modules()
+    interpreting = interpreted()
+    if device.type == "cpu" and not interpreting:
         raise ValueError(
-            "target_logits: is on the CPU, but the kernels were first loaded without TRITON_INTERPRET=1 "
-            "in this process; set it before the first call"
+            "target_logits: is on the CPU, which runs the Triton kernels under the interpreter, but this process "
+            "loaded them compiled; set TRITON_INTERPRET=1 before it first imports them (or pass CUDA tensors)"
         )
     for name, tensor in (("target_logits", inputs.target_logits), ("draft_logits", inputs.draft_logits)):
         if tensor is not None and tensor.shape[-1] > 1 and tensor.stride(-1) != 1:

@@ -25,7 +25,7 @@ import torch
 
 from ._contract import PURPOSE_RESIDUAL, PURPOSE_VERIFY
 from ._philox import philox4x32_rows, uint32_to_uniform_numpy
-from ._reference_rows import RowBank, noise_from_hash, race_hash
+from ._reference_rows import RowBank, _residual_sums, noise_from_hash, race_hash
 
 __all__ = ["pruned_race", "race_bounds", "verify_banked"]
 
@@ -143,8 +143,6 @@ def _block_decision(
 
 def _residual_masses(bank: RowBank, rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``BankStats.residual_masses``: the bank's sums at scale 1, torch's own sums elsewhere."""
-    from ._reference_rows import _residual_sums
-
     host = bank.host
     assert host is not None and host.unit_residual is not None
     masses = host.unit_residual[rows]

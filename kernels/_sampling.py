@@ -14,10 +14,9 @@ interpreted operation).
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from ._contract import DEFAULT_TILE
 
@@ -58,39 +57,41 @@ def row_draws(seed, row, PURPOSE: tl.constexpr):
     return uniform_from_word(w0), uniform_from_word(w1), w2, w3
 
 
-if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter runs no inline assembly
-
-    @triton.jit
-    def _fast_log2(x):
-        return tl.log2(x)
-
-else:
-
-    @triton.jit
-    def _fast_log2(x):
-        """log2 by the special-function unit (lg2.approx, ~2**-22 absolute error): ``tl.log2`` is
-        libdevice's exact log2f, about twenty instructions an element. ``.ftz``: without it ptxas
-        wraps each one in a subnormal fix-up (a compare, a scale, an add: three instructions), and
-        the race's inputs are never subnormal (1 - v >= 6e-8, E >= 1e-10), so the result is the same."""
-        return tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True,
-                                         pack=1)
+@triton.constexpr_function
+def _interpreted():
+    """Whether Triton loaded this module's kernels for its interpreter: it decides when ``@triton.jit``
+    runs, from ``TRITON_INTERPRET`` as the program set it before importing the kernels. Compiled, this is a
+    constant folded at compile time (the interpreter-only branches below generate no code)."""
+    return isinstance(uniform_from_word, InterpretedFunction)
 
 
-if os.environ.get("TRITON_INTERPRET") == "1":  # the interpreter's numpy warns on inf - inf
+@triton.jit
+def _fast_log2(x):
+    """log2 by the special-function unit (lg2.approx, ~2**-22 absolute error): ``tl.log2`` is
+    libdevice's exact log2f, about twenty instructions an element. ``.ftz``: without it ptxas
+    wraps each one in a subnormal fix-up (a compare, a scale, an add: three instructions), and
+    the race's inputs are never subnormal (1 - v >= 6e-8, E >= 1e-10), so the result is the same.
+    The interpreter runs no inline assembly: there, ``tl.log2``."""
+    if _interpreted():
+        result = tl.log2(x)
+    else:
+        result = tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                           is_pure=True, pack=1)
+    return result
 
-    @triton.jit
-    def zero_after(x):
-        return tl.zeros(x.shape, tl.float32)
 
-else:
-
-    @triton.jit
-    def zero_after(x):
-        """0.0 [shape of x] that ptxas cannot compute before x is loaded: min(x - x, 0) is 0 for
-        every float (NaN - NaN and inf - inf give NaN, and min returns its other operand). Added to
-        a value needed early, it makes ptxas issue x's load before that value's uses stall."""
+@triton.jit
+def zero_after(x):
+    """0.0 [shape of x] that ptxas cannot compute before x is loaded: min(x - x, 0) is 0 for
+    every float (NaN - NaN and inf - inf give NaN, and min returns its other operand). Added to
+    a value needed early, it makes ptxas issue x's load before that value's uses stall. The
+    interpreter's numpy warns on inf - inf: there, plain zeros."""
+    if _interpreted():
+        result = tl.zeros(x.shape, tl.float32)
+    else:
         x = x.to(tl.float32)
-        return tl.minimum(x - x, 0.0)
+        result = tl.minimum(x - x, 0.0)
+    return result
 
 
 @triton.jit

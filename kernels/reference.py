@@ -218,7 +218,8 @@ def _block_decision(
     if draft_stats is None:
         residual_mass = prefix[:, :num_drafts] * (1.0 - target_stats.log_prob_at(safe_drafts).exp())
     else:
-        residual_mass = target_stats.residual_masses(draft_stats, prefix[:, :num_drafts])
+        # both RowStats (rejection_sample) or both BankStats (bank.stats); the union does not say which
+        residual_mass = target_stats.residual_masses(draft_stats, prefix[:, :num_drafts])  # type: ignore[arg-type]
     residual_mass = torch.cat([residual_mass, torch.zeros_like(residual_mass[:, :1])], dim=1)
     denominator = residual_mass + 1.0 - prefix
     threshold = torch.where(denominator > 0, residual_mass / denominator.clamp_min(1e-300), 1.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from spectune.calibrate._bench import read_bench_result
@@ -75,7 +76,7 @@ def calibrate(
         reasons = "; ".join(f"line {p.line}: {p.message}" for p in skipped[:3]) or "no window had drafts"
         raise DocumentError([Problem(", ".join(formats), None, "", f"no usable lines ({reasons})")])
     estimate = estimate_from_counts if count_windows else estimate_from_lengths
-    windows: list = count_windows or length_windows
+    windows: list[Any] = count_windows or length_windows  # one kind of window: estimate takes that kind
     overall = estimate(windows, num_positions)
     bins = tuple(estimate(group, num_positions) for group in _binned(windows, bin_edges)) if bin_edges else ()
     return Calibration(
@@ -274,12 +275,12 @@ def _k_from_totals(window: CountWindow) -> int | None:
     return None
 
 
-def _binned(windows: Sequence[CountWindow] | Sequence[LengthWindow], lower_edges: Sequence[int]) -> list[list]:
+def _binned(windows: Sequence[CountWindow] | Sequence[LengthWindow], lower_edges: Sequence[int]) -> list[list[Any]]:
     """Windows with a running-request count, grouped by the bin its count falls in; empty bins dropped.
 
     Bin i holds counts in [lower_edges[i], lower_edges[i + 1]); counts below the first edge form their own bin.
     """
-    groups: dict[int, list] = {}
+    groups: dict[int, list[Any]] = {}
     for window in windows:
         if window.num_running is None:
             continue

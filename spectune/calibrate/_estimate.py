@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from spectune.calibrate._windows import CountWindow, LengthWindow
 from spectune.config import decay_to_conditional_rates, mean_rate_to_decay
@@ -87,7 +88,7 @@ def estimate_from_counts(windows: Sequence[CountWindow], num_positions: int) -> 
     drafts_high = sum((w.num_drafts_bounds or (w.num_drafts, w.num_drafts))[1] for w in windows)
     length_rounding = max(accepted / drafts_low - mean_accepted, mean_accepted - accepted / drafts_high)
     min_running, max_running = _running_range(windows)
-    common = {
+    common: dict[str, Any] = {
         "num_windows": len(windows),
         "num_positions": num_positions,
         "mean_acceptance_length": 1.0 + mean_accepted,
@@ -114,13 +115,14 @@ def estimate_from_counts(windows: Sequence[CountWindow], num_positions: int) -> 
 def _per_position_estimate(
     windows: Sequence[CountWindow],
     num_positions: int,
-    common: dict,
+    common: dict[str, Any],
     length_between: float | None,
     drafts_low: int,
     drafts_high: int,
 ) -> AcceptanceEstimate:
     num_drafts = common["num_drafts"]
-    per_position = [sum(w.accepted_per_position[i] for w in windows) for i in range(num_positions)]  # type: ignore[index]
+    counts = [w.accepted_per_position for w in windows if w.accepted_per_position is not None]  # all of them (see caller)
+    per_position = [sum(count[i] for count in counts) for i in range(num_positions)]
     lows = [sum(_bounds(w, i)[0] for w in windows) for i in range(num_positions)]
     highs = [sum(_bounds(w, i)[1] for w in windows) for i in range(num_positions)]
     unconditional = [count / num_drafts for count in per_position]

@@ -67,7 +67,7 @@ def _notes(calibration: Calibration) -> str:
         lines.append(
             "The log prints per-window rates to 3 decimals; per-window counts were rebuilt from them and the exact "
             "token totals, then summed. The true pooled rates lie within the *_rounding_error fields "
-            f"(at most {max(overall.unconditional_rounding_error):.5f} unconditional, "
+            f"(at most {max(rounding):.5f} unconditional, "
             f"{max(overall.conditional_rounding_error or (0.0,)):.5f} conditional)."
         )
     elif not overall.per_position_measured:

@@ -1,18 +1,18 @@
-"""The Typer application, the error boundary, and the command registry."""
+"""The ``spectune`` application: every command, registered here by name (in the order ``--help`` lists them)."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
-from functools import wraps
-from typing import Any, TypeVar
 
 import typer
 
-from spectune.errors import DocumentError, SpectuneError
+from spectune.cli._calibrate import calibrate_command
+from spectune.cli._export import export
+from spectune.cli._simulate import simulate
+from spectune.cli._study import repair, run, show
+from spectune.cli._validate import schema, validate
 
-__all__ = ["app", "fail", "handle_errors", "main"]
+__all__ = ["app", "main"]
 
 app = typer.Typer(
     name="spectune",
@@ -21,43 +21,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("validate")(validate)
+app.command("schema")(schema)
+app.command("calibrate")(calibrate_command)
+app.command("simulate")(simulate)
+app.command("export")(export)
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=1)
-
-
-def handle_errors(command: F) -> F:
-    """Map ``SpectuneError`` to exit 1 with its lines; internal errors to one line (traceback on request)."""
-
-    @wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except DocumentError as err:
-            for problem in err.problems:
-                typer.echo(str(problem), err=True)
-            raise typer.Exit(code=1) from None
-        except SpectuneError as err:
-            raise fail(str(err)) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
-            raise
-        except Exception as err:  # noqa: BLE001 -- the CLI's last line of defence
-            if os.environ.get("SPECTUNE_DEBUG"):
-                raise
-            raise fail(
-                f"internal error: {type(err).__name__}: {err} (a spectune bug; rerun with SPECTUNE_DEBUG=1 "
-                "for the traceback and report it)"
-            ) from None
-
-    return wrapper  # type: ignore[return-value]
+study = typer.Typer(name="study", help="Search speculative configs with Optuna, per batch size.", no_args_is_help=True)
+study.command("run")(run)
+study.command("show")(show)
+study.command("repair")(repair)
+app.add_typer(study)
 
 
 def main() -> None:
-    from spectune.cli import _commands  # noqa: F401 -- registers the commands
-
     app(prog_name="spectune")
     sys.exit(0)

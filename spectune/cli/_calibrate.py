@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from spectune._files import check_output_file, write_atomic
-from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LOG_FORMATS, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
-from spectune.cli._app import app, handle_errors
-from spectune.config import AcceptanceProfile, load_document, parse_mapping_text, read_step_time_table, validate_source
+from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LogFormat, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
+from spectune.cli._errors import handle_errors
+from spectune.config import AcceptanceProfile, default_drafter, load_document, parse_mapping_text, read_step_time_table, validate_source
+from spectune.cost import StepSample, fit_roofline, fitted_cost_model
 from spectune.errors import SpectuneError
 
 
@@ -28,7 +29,6 @@ def _bin_edges(text: str | None, no_bins: bool) -> tuple[int, ...] | None:
         raise SpectuneError(f"--bin-edges must be whole numbers separated by commas, got {text!r}") from None
 
 
-@app.command(name="calibrate")
 @handle_errors
 def calibrate_command(
     files: Annotated[
@@ -42,7 +42,7 @@ def calibrate_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the acceptance profile (YAML).", show_default=False)],
     name: Annotated[str | None, typer.Option(help="Profile name (default: the first file's name).")] = None,
     log_format: Annotated[
-        str | None, typer.Option("--format", help=f"Force the input format ({', '.join(LOG_FORMATS)}); default: detected per file.")
+        LogFormat | None, typer.Option("--format", help="Force the input format; default: detected per file.")
     ] = None,
     num_speculative_tokens: Annotated[
         int | None,
@@ -77,7 +77,7 @@ def calibrate_command(
     check_output_file(out)  # before reading the inputs
     calibration = calibrate(
         files,
-        log_format=log_format,  # type: ignore[arg-type] -- checked by calibrate
+        log_format=log_format,
         num_speculative_tokens=num_speculative_tokens,
         model_name=model,
         bin_edges=_bin_edges(bin_edges, no_bins),
@@ -204,8 +204,6 @@ def _print_summary(calibration: Calibration, out: Path) -> None:
 
 def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
     """(hardware, target, drafter, cost_model) of a simulation or study document (a study: its first candidate)."""
-    from spectune.config import default_drafter
-
     model = load_document(path).model
     if getattr(model, "kind", None) == "simulation":
         return model.hardware, model.target_model, model.effective_drafter(), model.cost_model
@@ -217,8 +215,6 @@ def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
 
 
 def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_tokens: int | None) -> None:
-    from spectune.cost import StepSample, fit_roofline, fitted_cost_model
-
     hardware, target, drafter, base = _deployment(document)
     logs = [read_engine_log(Path(file), kv_cache_tokens=kv_cache_tokens) for file in calibration.files]
     for log in logs:

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from spectune.cli._app import app, handle_errors
+from spectune.cli._errors import handle_errors
 from spectune.cli._study import StorageOption
-from spectune.errors import SpectuneError
 
 
-@app.command("export")
 @handle_errors
 def export(
     study: Annotated[str, typer.Argument(help="A study document, or a study name.", show_default=False)],
     storage: StorageOption = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)] = None,
     vllm_synthetic_form: Annotated[
-        str,
+        Literal["current", "legacy"],
         typer.Option(
             "--vllm-synthetic-form",
             help="vllm-synthetic.json in the current form (synthetic_acceptance_rates) or the legacy March 2026 "
@@ -28,14 +26,12 @@ def export(
     ] = "current",
 ) -> None:
     """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trials.csv and report.html."""
-    from spectune.export import check_output_dir, write_artefacts
+    from spectune.export import check_output_dir, write_artefacts  # Optuna, for this command only
     from spectune.study import default_out_dir, load_outcome, locate_study
 
-    if vllm_synthetic_form not in ("current", "legacy"):
-        raise SpectuneError(f"--vllm-synthetic-form: must be 'current' or 'legacy', got {vllm_synthetic_form!r}")
     name, storage_url = locate_study(study, storage=storage, out=None)  # --out is where to write, not where it ran
     out_dir = default_out_dir(name, out)
     check_output_dir(out_dir)
     outcome = load_outcome(storage_url, name)
-    written = write_artefacts(outcome, out_dir, vllm_synthetic_form=vllm_synthetic_form)  # type: ignore[arg-type]
+    written = write_artefacts(outcome, out_dir, vllm_synthetic_form=vllm_synthetic_form)
     typer.echo(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")

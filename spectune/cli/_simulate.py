@@ -9,13 +9,15 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from spectune.cli._app import app, handle_errors
+from spectune.cli._errors import handle_errors
+from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.config import apply_overrides, read_mapping, validate_source
+from spectune.cost import build_cost_model
 
 
-@app.command()
 @handle_errors
 def simulate(
     document_path: Annotated[Path, typer.Argument(metavar="FILE", help="A `kind: simulation` document.", show_default=False)],
@@ -39,10 +41,9 @@ def simulate(
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
     document = loaded.model
+    use_interpreter_if_asked(document.simulation)
     show_progress = sys.stderr.isatty() if progress is None else progress
     if show_progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         with Progress(
             TextColumn("[bold]simulating[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=Console(stderr=True), transient=True,
@@ -64,8 +65,6 @@ def _step_time_fit(document: Any) -> str | None:
     """How well the measured table predicts its own points (leave-one-out), or None with the roofline."""
     if document.cost_model.method != "measured":
         return None
-    from spectune.cost import build_cost_model
-
     cost = build_cost_model(document.hardware, document.target_model, document.effective_drafter(), document.cost_model)
     report = cost.fit_report()
     return report.summary() if report is not None else None

@@ -14,14 +14,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spectune.cli._app import app, handle_errors
+from spectune.cli._errors import handle_errors
+from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
     from spectune.study import StudyOutcome, StudyProgress
-
-study_app = typer.Typer(name="study", help="Search speculative configs with Optuna, per batch size.", no_args_is_help=True)
-app.add_typer(study_app)
 
 StorageOption = Annotated[
     str | None,
@@ -116,7 +114,6 @@ class _GracefulStop:
         signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
 
 
-@study_app.command("run")
 @handle_errors
 def run(
     study: Annotated[Path, typer.Argument(help="The study document (kind: study).", show_default=False)],
@@ -125,7 +122,8 @@ def run(
     workers: Annotated[int, typer.Option("--workers", help="Worker processes on this machine.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)] = None,
     sampler: Annotated[
-        str | None, typer.Option("--sampler", help="auto, structured, exhaustive or tpe (overrides the document).", show_default=False)
+        Literal["auto", "structured", "exhaustive", "tpe"] | None,
+        typer.Option("--sampler", help="The search strategy (overrides the document).", show_default=False),
     ] = None,
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).", show_default=False)] = None,
 ) -> None:
@@ -143,9 +141,8 @@ def run(
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
     document = loaded.model
-    if sampler is not None and sampler not in ("auto", "structured", "exhaustive", "tpe"):
-        raise SpectuneError(f"--sampler: must be one of auto, structured, exhaustive, tpe, got {sampler!r}")
-    chosen: Literal["auto", "structured", "exhaustive", "tpe"] = sampler or document.trials.sampler  # type: ignore[assignment]
+    use_interpreter_if_asked(document.simulation)
+    chosen = sampler or document.trials.sampler
     out_dir = default_out_dir(document.name, out)
     check_output_dir(out_dir)  # before the study runs, not after
     storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
@@ -202,7 +199,6 @@ def _report(console: Console, storage_url: str, name: str, new_trials: int, star
     console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
 
 
-@study_app.command("show")
 @handle_errors
 def show(
     study: Annotated[str, typer.Argument(help="A study document, or a study name.", show_default=False)],
@@ -223,7 +219,6 @@ def show(
     print_summary(console, outcome)
 
 
-@study_app.command("repair")
 @handle_errors
 def repair(
     journal: Annotated[Path, typer.Argument(help="The study's journal file.", show_default=False)],

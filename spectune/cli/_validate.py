@@ -8,12 +8,11 @@ from typing import Annotated
 
 import typer
 
-from spectune.cli._app import app, handle_errors
+from spectune.cli._errors import handle_errors
 from spectune.config import DOCUMENT_KINDS, document_json_schema, find_documents, load_document
 from spectune.errors import DocumentError, Problem
 
 
-@app.command()
 @handle_errors
 def validate(
     paths: Annotated[
@@ -55,7 +54,6 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-@app.command()
 @handle_errors
 def schema(
     kind: Annotated[

@@ -13,6 +13,7 @@ reports them through ``notify``: into ``context["notices"]`` when the caller val
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo
@@ -29,8 +30,8 @@ class SpectuneModel(BaseModel):
 class RuleViolations(ValueError):
     """One or more cross-field problems, each as (field path relative to the model, message)."""
 
-    def __init__(self, violations: list[tuple[FieldPath, str]]) -> None:
-        self.violations = violations
+    def __init__(self, violations: Sequence[tuple[FieldPath, str]]) -> None:
+        self.violations = list(violations)
         super().__init__("; ".join(f"{'.'.join(map(str, path))}: {msg}" for path, msg in violations))
 
 
@@ -52,7 +53,7 @@ def notify(info: ValidationInfo | None, field: FieldPath, message: str) -> None:
         warnings.warn(SpectuneNotice(field, message), stacklevel=2)
 
 
-def check_rules(violations: list[tuple[FieldPath, str]]) -> None:
+def check_rules(violations: Sequence[tuple[FieldPath, str]]) -> None:
     """Raise ``RuleViolations`` if any rule failed."""
     if violations:
         raise RuleViolations(violations)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from spectune.config._loader import SourceMapping, dotted_path, read_mapping
 from spectune.config._messages import problems_from_validation_error
 from spectune.config._profile import AcceptanceProfile
-from spectune.config._simulation import SimulationDocument
+from spectune.config._simulation import PROFILE_RATE_KEYS, AcceptanceSource, SimulationDocument
 from spectune.config._speculative import SpeculativeConfig
 from spectune.config._study import StudyDocument
 from spectune.errors import DocumentError, Problem
@@ -102,6 +102,7 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
     if expect is not None and kind != expect:
         line = source.positions.line_of(("kind",))
         raise DocumentError([Problem(source.file, line, "kind", f"expected a {expect} document here, got {kind!r}")])
+    data, unread = _read_profiles(source, DOCUMENT_KINDS[kind], data, prefix)
     notices: list[tuple[tuple[str | int, ...], str]] = []
     context = {"notices": notices, "base_dir": Path(source.file).parent}
     try:
@@ -110,13 +111,100 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
         problems = problems_from_validation_error(
             err, file=source.file, positions=source.positions, prefix=prefix, known_fields=_known_fields()
         )
-        raise DocumentError([_blame_override(source, p) for p in problems]) from None
+        # An unreadable profile leaves its acceptance without rates: its own problem says why.
+        problems = [p for p in problems if not any(_within(p.field, where) for where in unread)]
+        raise DocumentError([p for ps in unread.values() for p in ps] + [_blame_override(source, p) for p in problems]) from None
+    if unread:
+        raise DocumentError([p for ps in unread.values() for p in ps])
     problems = []
     for path, message in notices:
         full = _locate_notice(source, prefix + tuple(path))
         line = source.positions.line_of(full)
         problems.append(Problem(source.file, line, dotted_path(full), message, severity="warning"))
     return LoadedDocument(kind=kind, model=model, notices=problems, source=source)
+
+
+def _read_profiles(
+    source: SourceMapping, model: type[BaseModel], data: dict[str, Any], prefix: tuple[str | int, ...]
+) -> tuple[dict[str, Any], dict[str, list[Problem]]]:
+    """``data`` with each acceptance's ``profile`` reference read into its rates, and the problems of the
+    references that could not be read (by the acceptance's dotted path).
+
+    Reading here, before validation, keeps disk access out of the models: a model validator that loaded
+    another document would make the models import this registry.
+    """
+    unread: dict[str, list[Problem]] = {}
+    for relative in list(_acceptance_paths(model, data, ())):
+        mapping = _get(data, relative)
+        path = prefix + relative  # where it sits in the file
+        if not isinstance(mapping, dict) or not isinstance(mapping.get("profile"), str):
+            continue
+        where = dotted_path(path + ("profile",))
+        inline = [key for key in PROFILE_RATE_KEYS if key in mapping]
+        if inline:
+            field = path + (inline[0],)
+            problem = Problem(source.file, source.positions.line_of(field), dotted_path(field), "give either profile or inline rates, not both")
+            unread[dotted_path(path)] = [_blame_override(source, problem)]
+            continue
+        file = Path(mapping["profile"])
+        if not file.is_absolute():
+            file = Path(source.file).parent / file
+        try:
+            profile: AcceptanceProfile = load_document(file, expect="acceptance_profile").model
+        except DocumentError as err:
+            line = source.positions.line_of(path + ("profile",))
+            unread[dotted_path(path)] = [
+                _blame_override(source, Problem(source.file, line, where, f"cannot use it: {p}")) for p in err.problems
+            ]
+            continue
+        data = _replace(data, relative, {
+            "measured_with": profile.draft_sample_method,
+            "measured_temperature": profile.temperature,
+            **mapping,
+            "profile": str(file),
+            "conditional_rates": profile.conditional(),
+            "bins": [b.model_dump(exclude_none=True) for b in profile.bins] if profile.bins else None,
+        })  # fmt: skip
+    return data, unread
+
+
+def _acceptance_paths(model: type[BaseModel], data: Any, path: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
+    """Where ``data`` (validated as ``model``) holds an ``AcceptanceSource``, following the model's fields."""
+    if not isinstance(data, dict):
+        return
+    for name, info in model.model_fields.items():
+        key = info.alias if info.alias is not None and info.alias in data else name
+        if key not in data:
+            continue
+        value = data[key]
+        places: list[tuple[tuple[str | int, ...], Any]] = (
+            [((*path, key, i), item) for i, item in enumerate(value)] if isinstance(value, list) else [((*path, key), value)]
+        )
+        for nested in _nested_models(info.annotation):
+            for where, item in places:
+                if issubclass(nested, AcceptanceSource):
+                    yield where
+                else:
+                    yield from _acceptance_paths(nested, item, where)
+
+
+def _get(data: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
+def _replace(data: Any, path: tuple[str | int, ...], value: Any) -> Any:
+    """A copy of ``data`` with the value at ``path`` replaced (the parsed source stays as read)."""
+    if not path:
+        return value
+    copy: Any = list(data) if isinstance(data, list) else dict(data)
+    copy[path[0]] = _replace(data[path[0]], path[1:], value)
+    return copy
+
+
+def _within(field: str, where: str) -> bool:
+    return field == where or field.startswith((where + ".", where + "["))
 
 
 def _field_names(model: type[BaseModel]) -> set[str]:

@@ -14,7 +14,7 @@ are sized from their target's shape:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 __all__ = [
     "DRAFTER_PRESETS",
@@ -208,7 +208,10 @@ DRAFTER_PRESETS: dict[str, dict[str, Any]] = _drafter_presets()
 
 GpuPresetName = Literal["h100-sxm", "h200", "a100-80gb", "l40s", "b200"]
 TargetModelPresetName = Literal["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "deepseek-v3"]
-DrafterPresetName = Literal[tuple(DRAFTER_PRESETS)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    DrafterPresetName = str  # the names are data (DRAFTER_PRESETS): a type checker sees strings
+else:
+    DrafterPresetName = Literal[tuple(DRAFTER_PRESETS)]  # pydantic validates and documents the names
 
 
 def default_drafter_preset(method: str, target_preset: str) -> str:

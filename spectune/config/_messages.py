@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sized
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from spectune.config._base import RuleViolations
 from spectune.config._loader import Positions, dotted_path
@@ -50,7 +52,7 @@ _TYPES = {
 }
 
 
-def _message(error: dict[str, Any], known_fields: set[str]) -> str:
+def _message(error: ErrorDetails, known_fields: set[str]) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     got = error.get("input")
@@ -72,7 +74,7 @@ def _message(error: dict[str, Any], known_fields: set[str]) -> str:
     if kind in ("too_short", "too_long"):
         word = "at least" if kind == "too_short" else "at most"
         bound = ctx.get("min_length" if kind == "too_short" else "max_length")
-        actual = ctx.get("actual_length", len(got) if hasattr(got, "__len__") else "?")
+        actual = ctx.get("actual_length", len(got) if isinstance(got, Sized) else "?")
         return f"must have {word} {bound} items, got {actual}"
     if kind == "union_tag_invalid":
         return f"must be one of {ctx.get('expected_tags')}, got {_show(ctx.get('tag'))}"

@@ -107,7 +107,7 @@ class StudyMetrics:
 
         Other keys are ignored; a value of the wrong kind, a non-finite number or a missing key is None.
         """
-        values = {}
+        values: dict[str, Any] = {}
         for name, kind in _KINDS:
             value = data.get(name)
             # The common case first (a search reads every stored result each time it decides).

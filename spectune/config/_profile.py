@@ -38,7 +38,7 @@ class AcceptanceCounts(SpectuneModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> AcceptanceCounts:
-        problems = []
+        problems: list[tuple[tuple[str | int, ...], str]] = []
         if self.num_accepted_tokens > self.num_draft_tokens:
             problems.append(
                 (("num_accepted_tokens",), f"must be <= num_draft_tokens ({self.num_draft_tokens}), got {self.num_accepted_tokens}")

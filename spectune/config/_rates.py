@@ -14,7 +14,7 @@ Vocabulary (the same as vLLM's):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "MIN_ACCEPTANCE_DECAY_FACTOR",
@@ -40,7 +40,7 @@ def _mean_joint_acceptance(base_rate: float, decay: float, num_positions: int) -
     return total / num_positions
 
 
-def _bisect_upper(predicate_true_at_hi, lo: float, hi: float, tol: float) -> float:
+def _bisect_upper(predicate_true_at_hi: Callable[[float], bool], lo: float, hi: float, tol: float) -> float:
     """Smallest x in [lo, hi] with predicate(x) true (predicate monotone), returned as the upper end."""
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)

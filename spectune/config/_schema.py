@@ -19,6 +19,7 @@ def document_json_schema(kind: str | None = None) -> dict[str, Any]:
         schema = DOCUMENT_KINDS[kind].model_json_schema()
     else:
         models = tuple(DOCUMENT_KINDS[name] for name in sorted(DOCUMENT_KINDS))
-        schema = TypeAdapter(Union[models] if len(models) > 1 else models[0]).json_schema()  # noqa: UP007
+        document: Any = Union[models] if len(models) > 1 else models[0]  # noqa: UP007 -- a Union of a tuple of types
+        schema = TypeAdapter(document).json_schema()
         schema["title"] = "spectune document"
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID, **schema}

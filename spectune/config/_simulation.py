@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
-from spectune.config._profile import AcceptanceProfile, AcceptanceRates, BatchSizeBin
+from spectune.config._profile import AcceptanceRates, BatchSizeBin
 from spectune.config._speculative import SpeculativeConfig, SpeculativeFields
 from spectune.config._step_times import CostModelConfig
 from spectune.config._workload import WorkloadConfig
-from spectune.errors import DocumentError
 
 __all__ = [
+    "PROFILE_RATE_KEYS",
     "AcceptanceSource",
     "SimulationDocument",
     "SimulationOptions",
@@ -25,6 +24,11 @@ __all__ = [
     "drafter_override_problems",
     "dynamic_speculation_off_notice",
 ]
+
+
+# What a profile reference supplies; given inline beside one, they are an error (see ``_documents``).
+PROFILE_RATE_KEYS = ("conditional_rates", "unconditional_rates", "bins")
+_RATE_KEYS = {"conditional_rates", "unconditional_rates"}
 
 
 class AcceptanceSource(AcceptanceRates):
@@ -51,37 +55,21 @@ class AcceptanceSource(AcceptanceRates):
 
     @model_validator(mode="before")
     @classmethod
-    def _inline_profile(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
-            return data
-        inline = [key for key in ("conditional_rates", "unconditional_rates", "bins") if key in data]
-        if inline:
-            raise RuleViolations([((inline[0],), "give either profile or inline rates, not both")])
-        from spectune.config._documents import load_document  # the document registry imports this module
+    def _profile_read(cls, data: Any) -> Any:
+        # The loader reads a referenced profile into the rates before validation (``_documents``); a
+        # mapping validated directly cannot name one without its rates.
+        if isinstance(data, dict) and isinstance(data.get("profile"), str) and not _RATE_KEYS & data.keys():
+            raise RuleViolations([(("profile",), "a profile is read when its document is loaded from a file "
+                                   "(spectune.config.load_document); a mapping validated directly needs its rates inline, "
+                                   f"got profile {data['profile']!r} alone")])
+        return data
 
-        base_dir = info.context.get("base_dir") if isinstance(info.context, dict) else None
-        path = Path(data["profile"])
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
-        try:
-            profile: AcceptanceProfile = load_document(path, expect="acceptance_profile").model
-        except DocumentError as err:
-            raise RuleViolations([(("profile",), f"cannot use it: {p}") for p in err.problems]) from None
-        return {
-            "measured_with": profile.draft_sample_method,
-            "measured_temperature": profile.temperature,
-            **data,
-            "profile": str(path),
-            "conditional_rates": profile.conditional(),
-            "bins": [b.model_dump(exclude_none=True) for b in profile.bins] if profile.bins else None,
-        }
-
-    def rates_for_batch(self, batch_size: int) -> AcceptanceRates:
-        """The bin nearest ``batch_size`` running requests (on a log scale; the covering one if any), else
-        the overall rates. Acceptance tends to fall as the batch grows, so a bin measured near the
-        simulated batch is a better guess than the pooled rates."""
-        if not self.bins:
-            return self
+    def bin_index(self, batch_size: int) -> int | None:
+        """Index in ``bins`` of the bin nearest ``batch_size`` running requests (on a log scale; the
+        covering one if any), or None without bins."""
+        bins = self.bins
+        if not bins:
+            return None
 
         def distance(bin_: BatchSizeBin) -> float:
             if bin_.min_running <= batch_size <= bin_.max_running:
@@ -89,7 +77,16 @@ class AcceptanceSource(AcceptanceRates):
             edge = bin_.min_running if batch_size < bin_.min_running else bin_.max_running
             return abs(math.log(max(batch_size, 1)) - math.log(max(edge, 1)))
 
-        chosen = min(self.bins, key=distance)
+        return min(range(len(bins)), key=lambda index: distance(bins[index]))
+
+    def rates_for_batch(self, batch_size: int) -> AcceptanceRates:
+        """The bin nearest ``batch_size`` running requests (``bin_index``), else the overall rates.
+        Acceptance tends to fall as the batch grows, so a bin measured near the simulated batch is a
+        better guess than the pooled rates."""
+        index = self.bin_index(batch_size)
+        if index is None or not self.bins:
+            return self
+        chosen = self.bins[index]
         # a bin extrapolates past its positions by the source's rule
         return chosen if chosen.extrapolation == self.extrapolation else chosen.model_copy(update={"extrapolation": self.extrapolation})
 

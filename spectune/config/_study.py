@@ -40,6 +40,10 @@ _SEARCHED_FIELDS = {
     "synthetic_acceptance_rates": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
     "synthetic_acceptance_length": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
 }
+# The defaults of list fields, typed as their fields are (a lambda's list would read as list[str]).
+_DEFAULT_RULES: list[Literal["standard", "block"]] = ["standard"]
+_DEFAULT_SAMPLINGS: list[Literal["greedy", "probabilistic"]] = ["greedy"]
+_DEFAULT_OBJECTIVES: list[Literal["throughput", "tpot_p99"]] = ["throughput"]
 
 
 class SpeculativeBase(SpeculativeFields):
@@ -123,10 +127,10 @@ class SearchSpace(SpectuneModel):
 
     num_speculative_tokens: KRange = Field(description="K range {min, max}; K = 0 is always a candidate too.")
     rejection_sample_methods: list[Literal["standard", "block"]] = Field(
-        default_factory=lambda: ["standard"], min_length=1, max_length=2, description="Verification rules to try."
+        default_factory=_DEFAULT_RULES.copy, min_length=1, max_length=2, description="Verification rules to try."
     )
     draft_sample_methods: list[Literal["greedy", "probabilistic"]] = Field(
-        default_factory=lambda: ["greedy"], min_length=1, max_length=2, description="Draft samplings to try."
+        default_factory=_DEFAULT_SAMPLINGS.copy, min_length=1, max_length=2, description="Draft samplings to try."
     )
 
     @model_validator(mode="after")
@@ -239,7 +243,7 @@ class StudyDocument(SpectuneModel):
     search: SearchSpace = Field(description="K range, verification rules and draft samplings to try.")
     schedule: ScheduleBuckets = Field(description="Batch sizes of the per-batch-size K schedule.")
     objectives: list[Objective] = Field(
-        default_factory=lambda: ["throughput"],
+        default_factory=_DEFAULT_OBJECTIVES.copy,
         min_length=1,
         max_length=2,
         description=f"'throughput' ({OBJECTIVE_METRICS['throughput']}, maximised), optionally then 'tpot_p99' "

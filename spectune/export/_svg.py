@@ -6,7 +6,7 @@ The report must open offline and self-contained, so the charts are drawn here as
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
@@ -127,7 +127,7 @@ def chart_svg(
     return "\n".join(out)
 
 
-def _series_svg(s: Series, px, py) -> list[str]:  # noqa: ANN001 -- the chart's coordinate maps
+def _series_svg(s: Series, px: Callable[[float], float], py: Callable[[float], float]) -> list[str]:
     parts = []
     finite = [(x, y, s.hollow[i] if i < len(s.hollow) else False) for i, (x, y) in enumerate(s.points) if math.isfinite(y)]
     if s.lines and len(finite) > 1:
@@ -148,7 +148,7 @@ def _series_svg(s: Series, px, py) -> list[str]:  # noqa: ANN001 -- the chart's 
     return parts
 
 
-def _band_svg(band: Band, px, top: float, height: float, *, step: float) -> list[str]:  # noqa: ANN001 -- the x map
+def _band_svg(band: Band, px: Callable[[float], float], top: float, height: float, *, step: float) -> list[str]:
     """The band widened by half a step each side, so a band of one integer x is visible."""
     left, right = px(band.low - step / 2), px(band.high + step / 2)
     return [

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 
 from spectune.errors import SpectuneError
+from spectune.kernels import interpreted
+from spectune.kernels import rejection_sample as triton_rejection_sample
+from spectune.kernels.reference import rejection_sample as reference_rejection_sample
 
 __all__ = ["KernelBackend", "resolve_device", "select_rejection_sample"]
 
@@ -29,22 +30,19 @@ def select_rejection_sample(backend: KernelBackend, device: torch.device) -> tup
     """(name, function) with the contract of ``spectune.kernels.rejection_sample``.
 
     'auto' is Triton on CUDA and the PyTorch twin on the CPU (the Triton interpreter is ~100x slower;
-    ask for 'triton' on the CPU to run the real kernels there anyway).
+    ask for 'triton' on the CPU to run the real kernels there anyway). Triton's interpreter is the
+    program's choice, never the library's: it is switched on (``TRITON_INTERPRET=1``) before the kernels
+    are first imported, by the spectune CLI when a document asks for 'triton' on the CPU, or by the
+    program that calls this; here it is only checked.
     """
     if backend == "auto":
         backend = "triton" if device.type == "cuda" else "reference"
     if backend == "reference":
-        from spectune.kernels.reference import rejection_sample
-
-        return "reference", rejection_sample
-    if device.type == "cpu":
-        if "spectune.kernels" not in sys.modules:
-            os.environ.setdefault("TRITON_INTERPRET", "1")  # must precede the first @triton.jit import
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise SpectuneError(
-                "simulation.kernel_backend: 'triton' on the CPU needs TRITON_INTERPRET=1 set before spectune "
-                "imports its kernels; set it in the environment or use kernel_backend: reference"
-            )
-    from spectune.kernels import rejection_sample
-
-    return "triton", rejection_sample
+        return "reference", reference_rejection_sample
+    if device.type == "cpu" and not interpreted():
+        raise SpectuneError(
+            "simulation.kernel_backend: 'triton' on the CPU runs the kernels under Triton's interpreter, which is "
+            "off in this process: set TRITON_INTERPRET=1 before it first imports spectune's kernels (the spectune "
+            "command does so itself), or use kernel_backend: reference"
+        )
+    return "triton", triton_rejection_sample

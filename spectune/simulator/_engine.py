@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from spectune.kernels._contract import validate_inputs
+from spectune.kernels._launcher import RowTable, launch, plan_for
 from spectune.kernels.reference import RowBank, count_emitted_banked, rejection_sample_banked
 from spectune.simulator._loop import LoopTrace, VerifyRequest
 from spectune.workload import LogitSynthesizer
@@ -169,7 +171,7 @@ class _TwinVerifier(_Verifier):
             targets, drafts, temperatures = zip(*self.banks)
             self.bank = RowBank(
                 torch.cat(targets) if len(targets) > 1 else targets[0],
-                (torch.cat(drafts) if len(drafts) > 1 else drafts[0]) if drafts[0] is not None else None,  # type: ignore[arg-type]
+                (torch.cat(drafts) if len(drafts) > 1 else drafts[0]) if drafts[0] is not None else None,
                 torch.cat(temperatures) if len(temperatures) > 1 else temperatures[0],
             )
         return self.offsets[key]
@@ -412,9 +414,6 @@ class _KernelCall:
     captured in a graph at its second run (the first compiles) and replayed after that."""
 
     def __init__(self, verifier: _KernelVerifier, target_base: torch.Tensor, draft_base: torch.Tensor | None) -> None:
-        from spectune.kernels._contract import validate_inputs
-        from spectune.kernels._launcher import RowTable, plan_for
-
         self.target_base, self.draft_base = target_base, draft_base
         total, num_drafts, vocab = verifier.total, verifier.num_drafts, verifier.vocab
         # The logits passed carry the call's shape over the first bank's row 0 (zero strides): the
@@ -441,8 +440,6 @@ class _KernelCall:
 
     def run(self) -> torch.Tensor:
         """The call's num_tokens (int32 [R], on the device; a graph's replays refill the same tensor)."""
-        from spectune.kernels._launcher import launch
-
         self.runs += 1
         if self.graph is not None:
             self.graph.replay()

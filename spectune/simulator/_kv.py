@@ -12,6 +12,8 @@ that preempted admits no new prefill. ``KvCacheCapacity`` keeps that book for th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = ["BLOCK_SIZE_TOKENS", "KvCacheCapacity", "drafting_slots"]
@@ -19,8 +21,8 @@ __all__ = ["BLOCK_SIZE_TOKENS", "KvCacheCapacity", "drafting_slots"]
 BLOCK_SIZE_TOKENS = 16  # vLLM's default --block-size on CUDA
 
 # Slots a drafter writes beyond the K lookahead, per method: vLLM's max_num_new_slots_for_drafting.
-_EXTRA_SLOTS_SEQUENTIAL = {"draft_model": lambda k: 1, "dflash": lambda k: k, "dspark": lambda k: k - 1}
-_EXTRA_SLOTS_PARALLEL = {"draft_model": lambda k: k}  # PARD; P-EAGLE and the rest: K - 1
+_EXTRA_SLOTS_SEQUENTIAL: dict[str, Callable[[int], int]] = {"draft_model": lambda k: 1, "dflash": lambda k: k, "dspark": lambda k: k - 1}
+_EXTRA_SLOTS_PARALLEL: dict[str, Callable[[int], int]] = {"draft_model": lambda k: k}  # PARD; P-EAGLE and the rest: K - 1
 
 
 def drafting_slots(method: str | None, num_speculative_tokens: int, *, parallel_drafting: bool = False) -> int:
@@ -31,9 +33,9 @@ def drafting_slots(method: str | None, num_speculative_tokens: int, *, parallel_
     if k == 0 or method is None:
         return 0
     if parallel_drafting and method not in ("dflash", "dspark"):
-        extra = _EXTRA_SLOTS_PARALLEL.get(method, lambda k: k - 1)(k)
+        extra = _EXTRA_SLOTS_PARALLEL[method](k) if method in _EXTRA_SLOTS_PARALLEL else k - 1
     else:
-        extra = _EXTRA_SLOTS_SEQUENTIAL.get(method, lambda k: 0)(k)
+        extra = _EXTRA_SLOTS_SEQUENTIAL[method](k) if method in _EXTRA_SLOTS_SEQUENTIAL else 0
     return k + extra
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -259,13 +260,16 @@ class _Setup:
         """The logit synthesizer of the acceptance bin a running batch of ``batch_size`` falls in."""
         document, spec = self.document, self.document.speculative
         assert spec is not None  # only a document that verifies draws logits
+        measured_with: Literal["greedy", "probabilistic"] = "greedy"
         if self.synthetic_rates is not None:
-            index, rates, measured_with = -1, list(self.synthetic_rates), "greedy"
+            index, rates = -1, list(self.synthetic_rates)
         else:
             acceptance = document.acceptance
             assert acceptance is not None
             chosen: AcceptanceRates = acceptance.rates_for_batch(batch_size)
-            index = acceptance.bins.index(chosen) if acceptance.bins and chosen is not acceptance else -1
+            # by position: the chosen bin may be a copy under the source's extrapolation rule
+            found = acceptance.bin_index(batch_size)
+            index = -1 if found is None else found
             rates, measured_with = chosen.conditional(spec.num_speculative_tokens), acceptance.measured_with
         if index not in self._synthesizers:
             self._synthesizers[index] = LogitSynthesizer(

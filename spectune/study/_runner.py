@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.synchronize import Event as EventType
-from typing import Literal
+from typing import Any, Literal
 
 import optuna
 from optuna.trial import TrialState
@@ -224,7 +224,7 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
             return "wait"  # the others' running trials may still fail and leave work
     if spec.strategy == "tpe":
         return "run"
-    search = {"keep_combos": spec.keep_combos, "refine_budget": spec.refine_budget}
+    search: dict[str, Any] = {"keep_combos": spec.keep_combos, "refine_budget": spec.refine_budget}
     if spec.strategy == "structured" and spec.n_trials is None and structured_converged(state, **search):
         return "stop"
     has_free = (

@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryFailedTrialCallback
@@ -338,16 +338,18 @@ def prepare_study(
     storage: BaseStorage, space: StudySpace, fingerprint: StudyFingerprint, *, storage_label: str
 ) -> optuna.Study:
     """Create the study, or check that the existing one was made from the same document and simulator."""
-    directions = ["maximize", "minimize"][: len(space.objectives)]
+    objectives: tuple[Literal["maximize"], Literal["minimize"]] = ("maximize", "minimize")  # throughput, then TPOT
+    directions = objectives[: len(space.objectives)]
     study = optuna.create_study(storage=storage, study_name=space.name, directions=directions, load_if_exists=True)
     attrs = study.user_attrs
     if ATTR_DOCUMENT_SHA256 not in attrs:
+        # The hash goes last: a worker starting meanwhile that sees it sees the rest (else it writes the same).
         study.set_user_attr(ATTR_SPACE, space.to_json())
-        study.set_user_attr(ATTR_DOCUMENT_SHA256, fingerprint["document_sha256"])
         study.set_user_attr(ATTR_SIMULATOR_VERSION, fingerprint["simulator_version"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(_metric_names(space))
+        study.set_user_attr(ATTR_DOCUMENT_SHA256, fingerprint["document_sha256"])
         return study
     if attrs[ATTR_DOCUMENT_SHA256] != fingerprint["document_sha256"]:
         raise SpectuneError(

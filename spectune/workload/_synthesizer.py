@@ -148,7 +148,9 @@ class LogitSynthesizer:
         base = cached_family_base(self.vocab_size, self.bank_rows, samples_per_row, bank_seed, str(self.device))
         probabilistic = self.draft_sample_method == "probabilistic"
         slot_of_key: dict[tuple[float, float], int] = {}
-        targets, drafts, tokens = [], [], []
+        targets: list[torch.Tensor] = []
+        drafts: list[torch.Tensor] = []
+        tokens: list[torch.Tensor] = []
         num_t, k = len(self.temperature_values), self.num_speculative_tokens
         slot_of = torch.empty((num_t, k), dtype=torch.int64)
         slot_temperatures: list[float] = []

@@ -9,7 +9,6 @@ import yaml
 from typer.testing import CliRunner
 
 from spectune.calibrate import read_engine_log
-from spectune.cli import _commands  # noqa: F401 -- registers the commands
 from spectune.cli import app
 from spectune.config import CostModelConfig, HardwareConfig, TargetModelSpec, default_drafter
 from spectune.cost import StepSample, build_cost_model, fit_roofline

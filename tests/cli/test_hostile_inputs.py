@@ -20,7 +20,6 @@ import pytest
 from typer.testing import CliRunner
 
 from spectune.cli import app
-from spectune.cli import _commands  # noqa: F401 -- registers the commands
 from spectune.errors import SpectuneError
 from spectune.study import load_outcome
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from spectune.cli import app
-from spectune.cli import _commands  # noqa: F401 -- registers the commands
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -162,7 +162,7 @@ def _dense_lookup(rows, k_max, max_batch):
     """vLLM's dynamic-speculation lookup, restated from its rules: sort by start, fill each inclusive
     range with min(k_max, K), gaps and the tail with the previous row's, index 0 unused (0)."""
     dense = [0] * (max_batch + 1)
-    last = None
+    next_b, last = 1, None
     for start, end, k in sorted(rows):
         if last is not None:
             for b in range(next_b, min(start, max_batch + 1)):

@@ -6,7 +6,6 @@ from dataclasses import replace
 from typer.testing import CliRunner
 
 from spectune.cli import app
-from spectune.cli import _commands  # noqa: F401 -- registers the commands
 from spectune.config import METHODS, SpeculativeConfig
 from spectune.export import recommended_yaml, vllm_speculative_config, vllm_synthetic_config, write_artefacts
 

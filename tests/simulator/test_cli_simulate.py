@@ -5,7 +5,6 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from spectune.cli import _commands  # noqa: F401 -- registers the commands
 from spectune.cli import app
 
 runner = CliRunner()

@@ -62,7 +62,7 @@ def test_the_search_finds_each_plateaus_low_end_and_the_k_below_it():
     recommendation = recommend(space, state.completed)
     assert recommendation.combo.label == EAGLE
     assert space.batch_sizes[space.representative_bucket()] == 4
-    for i, (batch_size, (low, high)) in enumerate(zip(space.batch_sizes, plateaus)):
+    for i, (batch_size, (low, _)) in enumerate(zip(space.batch_sizes, plateaus)):
         assert make_point(batch_size, EAGLE, low) in state.completed
         assert bucket_tie_set(space, EAGLE, batch_size, state.completed).ks[0] == low
         # The K below, which does not tie -- below the representative batch size only while it is not

@@ -49,7 +49,7 @@ def test_bucket_ranges_are_contiguous_from_one_and_contain_their_bucket(batch_si
     ranges = bucket_ranges(batch_sizes, max_batch_size)
     assert ranges == expected
     assert ranges[0][0] == 1 and ranges[-1][1] == max_batch_size
-    for (start, end), (next_start, _) in zip(ranges, ranges[1:]):
+    for (_, end), (next_start, _) in zip(ranges, ranges[1:]):
         assert next_start == end + 1
     for batch_size, (start, end) in zip(batch_sizes, ranges):
         assert start <= batch_size <= end

@@ -1,0 +1,25 @@
+"""Triton's interpreter: a program-wide switch, so the program decides it, here, for the commands that simulate."""
+
+from __future__ import annotations
+
+import os
+
+from spectune.config import SimulationOptions
+
+__all__ = ["use_interpreter_if_asked"]
+
+
+def use_interpreter_if_asked(options: SimulationOptions) -> None:
+    """Switch Triton's interpreter on when a document asks for the Triton kernels on the CPU.
+
+    Triton reads ``TRITON_INTERPRET`` when the kernels are first imported, so it is set before the
+    simulator loads them; study workers, started afterwards, inherit it. A value already in the
+    environment is left as it is (the simulator then says if it cannot run).
+    """
+    if options.kernel_backend != "triton":
+        return
+    import torch  # the command simulates next: torch is needed anyway
+
+    on_cpu = options.device == "cpu" or (options.device == "auto" and not torch.cuda.is_available())
+    if on_cpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
