@@ -74,8 +74,15 @@ def parse_variant(text: str) -> dict:
 def call(arguments: dict, options: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     if not options:
         return rejection_sample(**arguments)
-    names = ("target_logits", "draft_tokens", "draft_logits", "temperature", "seed", "method",
-             "synthetic_conditional_rates")
+    names = (
+        "target_logits",
+        "draft_tokens",
+        "draft_logits",
+        "temperature",
+        "seed",
+        "method",
+        "synthetic_conditional_rates",
+    )
     inputs = validate_inputs(*(arguments.get(name) for name in names))
     return launch(inputs, plan_for(inputs, **options))
 
@@ -89,7 +96,9 @@ class InputSet:
     seed: torch.Tensor
 
 
-def make_set(num_requests: int, num_drafts: int, vocab: int, dtype: torch.dtype, generator: torch.Generator) -> InputSet:
+def make_set(
+    num_requests: int, num_drafts: int, vocab: int, dtype: torch.dtype, generator: torch.Generator
+) -> InputSet:
     """Peaked rows: the hot token of each row holds p ~ U(0.85, 0.95) of the mass at T = 0.8."""
     device = "cuda"
     base = torch.randn(num_requests, num_drafts + 1, vocab, device=device, generator=generator)
@@ -97,7 +106,9 @@ def make_set(num_requests: int, num_drafts: int, vocab: int, dtype: torch.dtype,
     share = 0.85 + 0.1 * torch.rand(num_requests, num_drafts + 1, 1, device=device, generator=generator)
     others = torch.logsumexp(base / TEMPERATURE, dim=-1, keepdim=True)
     base.scatter_(2, hot, TEMPERATURE * (others + torch.log(share / (1 - share))))
-    draft = base[:, :num_drafts] + 0.3 * torch.randn(num_requests, num_drafts, vocab, device=device, generator=generator)
+    draft = base[:, :num_drafts] + 0.3 * torch.randn(
+        num_requests, num_drafts, vocab, device=device, generator=generator
+    )
     draft = draft.to(dtype)
     probs = torch.softmax(draft.float().view(-1, vocab) / TEMPERATURE, dim=-1)
     sampled = torch.multinomial(probs, 1, generator=generator).view(num_requests, num_drafts)
@@ -175,9 +186,7 @@ def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth, 
     num_sets = max(1, min(MAX_SETS, math.ceil(SET_BYTES / (target_bytes + draft_bytes))))
     sets = [make_set(num_requests, num_drafts, vocab, dtype, generator) for _ in range(num_sets)]
     floor_target = graph_time_us([lambda s=s: torch.amax(s.target, dim=-1) for s in sets])
-    floor_draft = graph_time_us(
-        [lambda s=s: (torch.amax(s.target, dim=-1), torch.amax(s.draft, dim=-1)) for s in sets]
-    )
+    floor_draft = graph_time_us([lambda s=s: (torch.amax(s.target, dim=-1), torch.amax(s.draft, dim=-1)) for s in sets])
     rows = []
     for method in methods:
         with_draft = method.endswith("_draft")
@@ -192,14 +201,27 @@ def benchmark_point(num_requests, num_drafts, vocab, dtype, methods, bandwidth, 
             nbytes = target_bytes + (draft_bytes if with_draft else 0)
             floor = floor_draft if with_draft else floor_target
             if PROFILE:
-                print(f"  {method} R={num_requests} K={num_drafts} [{variant}] per kernel µs:",
-                      kernel_times_us(lambda: call(arguments[0], options)), flush=True)
-            rows.append(dict(
-                method=method, R=num_requests, K=num_drafts, V=vocab, dtype=str(dtype).removeprefix("torch."),
-                us=round(us, 2), floor_us=round(floor, 2), ratio=round(us / floor, 3),
-                bandwidth_pct=round(100 * nbytes / (us * 1e-6) / 1e9 / bandwidth, 1),
-                mean_tokens=round(float(num_tokens.float().mean()), 3), sets=num_sets, variant=variant,
-            ))
+                print(
+                    f"  {method} R={num_requests} K={num_drafts} [{variant}] per kernel µs:",
+                    kernel_times_us(lambda: call(arguments[0], options)),
+                    flush=True,
+                )
+            rows.append(
+                dict(
+                    method=method,
+                    R=num_requests,
+                    K=num_drafts,
+                    V=vocab,
+                    dtype=str(dtype).removeprefix("torch."),
+                    us=round(us, 2),
+                    floor_us=round(floor, 2),
+                    ratio=round(us / floor, 3),
+                    bandwidth_pct=round(100 * nbytes / (us * 1e-6) / 1e9 / bandwidth, 1),
+                    mean_tokens=round(float(num_tokens.float().mean()), 3),
+                    sets=num_sets,
+                    variant=variant,
+                )
+            )
     del sets
     torch.cuda.empty_cache()
     return rows
@@ -221,9 +243,13 @@ def main() -> None:
     parser.add_argument("--drafts", nargs="+", type=int, default=[1, 3, 7])
     parser.add_argument("--vocabs", nargs="+", type=int, default=[32000, 128256, 151936])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--variants", nargs="+", default=["default"],
-                        help="plan overrides per variant, e.g. default 'aligned=false' 'pass_a_warps=8,stages=2' "
-                             f"(fields: {', '.join(KNOBS)}); each must give the default's tokens")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["default"],
+        help="plan overrides per variant, e.g. default 'aligned=false' 'pass_a_warps=8,stages=2' "
+        f"(fields: {', '.join(KNOBS)}); each must give the default's tokens",
+    )
     parser.add_argument("--no-files", action="store_true", help="print only (variant comparisons)")
     parser.add_argument("--profile", action="store_true", help="also print each kernel's device time (torch.profiler)")
     args = parser.parse_args()
@@ -239,12 +265,23 @@ def main() -> None:
             for num_drafts in args.drafts:
                 for num_requests in args.requests:
                     point = benchmark_point(
-                        num_requests, num_drafts, vocab, getattr(torch, dtype_name), args.methods, bandwidth, args.variants
+                        num_requests,
+                        num_drafts,
+                        vocab,
+                        getattr(torch, dtype_name),
+                        args.methods,
+                        bandwidth,
+                        args.variants,
                     )
                     rows.extend(point)
                     for variant in args.variants:
-                        print(" ".join(f"{r['method']}={r['us']}/{r['floor_us']}" for r in point if r["variant"] == variant),
-                              f"R={num_requests} K={num_drafts} V={vocab} {dtype_name} [{variant}]", flush=True)
+                        print(
+                            " ".join(
+                                f"{r['method']}={r['us']}/{r['floor_us']}" for r in point if r["variant"] == variant
+                            ),
+                            f"R={num_requests} K={num_drafts} V={vocab} {dtype_name} [{variant}]",
+                            flush=True,
+                        )
                     if not args.no_files:  # rewritten after every point: a cut-off run keeps its rows
                         write_outputs(rows, args.out_dir, bandwidth, quiet=True)
     if not args.no_files:
@@ -258,7 +295,9 @@ def write_outputs(rows: list[dict], out_dir: str, bandwidth: float, quiet: bool 
         writer.writeheader()
         writer.writerows(rows)
     with open(os.path.join(out_dir, "kernels-latest.csv"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["method", "R", "K", "V", "dtype", "us", "floor_us"], extrasaction="ignore")
+        writer = csv.DictWriter(
+            handle, fieldnames=["method", "R", "K", "V", "dtype", "us", "floor_us"], extrasaction="ignore"
+        )
         writer.writeheader()
         writer.writerows(rows)
     header = (
@@ -279,10 +318,14 @@ def write_outputs(rows: list[dict], out_dir: str, bandwidth: float, quiet: bool 
     if quiet:
         return
     headline = [r for r in rows if r["V"] == 128256 and r["R"] in (1, 64, 256) and r["K"] in (3, 7)]
-    print(header + "\n".join(
-        f"| {r['method']} | {r['R']} | {r['K']} | {r['V']} | {r['dtype']} | {r['us']} | {r['floor_us']} | "
-        f"{r['ratio']} | {r['bandwidth_pct']} | {r['mean_tokens']} |" for r in headline
-    ))
+    print(
+        header
+        + "\n".join(
+            f"| {r['method']} | {r['R']} | {r['K']} | {r['V']} | {r['dtype']} | {r['us']} | {r['floor_us']} | "
+            f"{r['ratio']} | {r['bandwidth_pct']} | {r['mean_tokens']} |"
+            for r in headline
+        )
+    )
 
 
 if __name__ == "__main__":

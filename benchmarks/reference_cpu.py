@@ -39,8 +39,10 @@ def _inputs(num_requests: int, num_drafts: int, vocab: int, with_draft: bool, te
     draft = target[:, :num_drafts] + torch.randn(num_requests, num_drafts, vocab, generator=generator) * 0.5
     drafts = torch.multinomial(torch.softmax(draft.view(-1, vocab) / max(temperature, 0.1), -1), 1, generator=generator)
     arguments = dict(
-        target_logits=target, draft_tokens=drafts.view(num_requests, num_drafts),
-        temperature=torch.full((num_requests,), temperature), seed=torch.arange(num_requests),
+        target_logits=target,
+        draft_tokens=drafts.view(num_requests, num_drafts),
+        temperature=torch.full((num_requests,), temperature),
+        seed=torch.arange(num_requests),
     )
     if with_draft:
         arguments["draft_logits"] = draft

@@ -42,7 +42,9 @@ def measure(num_requests: int, num_drafts: int, vocab: int) -> dict[str, float]:
     tokens = draft_bank[rows[:, :num_drafts]].argmax(-1)
     temperature = torch.full((num_requests,), 0.7, device="cuda")
     seed = torch.arange(num_requests, device="cuda") * 7919 + 3
-    gathered = validate_inputs(target_bank[rows], tokens, draft_bank[rows[:, :num_drafts]], temperature, seed, "block", None)
+    gathered = validate_inputs(
+        target_bank[rows], tokens, draft_bank[rows[:, :num_drafts]], temperature, seed, "block", None
+    )
     carrier = target_bank[0].as_strided((num_requests, num_drafts + 1, vocab), (0, 0, 1))
     draft_carrier = draft_bank[0].as_strided((num_requests, num_drafts, vocab), (0, 0, 1))
     banked = validate_inputs(carrier, tokens, draft_carrier, temperature, seed, "block", None)
@@ -68,8 +70,10 @@ def main() -> None:
     for num_requests, num_drafts, vocab in SHAPES:
         logit_bytes = num_requests * (2 * num_drafts + 1) * vocab * 4
         for name, us in measure(num_requests, num_drafts, vocab).items():
-            sys.stdout.write(f"R={num_requests} K={num_drafts} V={vocab}: {name:20s} {us:8.1f} us"
-                             f"  ({logit_bytes / us / 1e3:,.0f} GB/s of logits once)\n")
+            sys.stdout.write(
+                f"R={num_requests} K={num_drafts} V={vocab}: {name:20s} {us:8.1f} us"
+                f"  ({logit_bytes / us / 1e3:,.0f} GB/s of logits once)\n"
+            )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,20 @@ CUDA_ROWS = [
     "1,5,128256,block,probabilistic",
 ]
 FIELDS = [
-    "device", "batch_size", "K", "V", "method", "draft", "steps_per_s", "floor_steps_per_s", "peak_memory_mib",
-    "warmup_s", "steps", "load_average_1m", "date", "commit",
+    "device",
+    "batch_size",
+    "K",
+    "V",
+    "method",
+    "draft",
+    "steps_per_s",
+    "floor_steps_per_s",
+    "peak_memory_mib",
+    "warmup_s",
+    "steps",
+    "load_average_1m",
+    "date",
+    "commit",
 ]
 
 
@@ -63,11 +75,21 @@ def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: s
             "kind": "simulation",
             "name": "bench",
             "seed": 1,
-            "speculative": {"method": "eagle3", "num_speculative_tokens": k, "rejection_sample_method": method,
-                            "draft_sample_method": draft},
+            "speculative": {
+                "method": "eagle3",
+                "num_speculative_tokens": k,
+                "rejection_sample_method": method,
+                "draft_sample_method": draft,
+            },
             "acceptance": {"conditional_rates": [0.8, 0.75, 0.7, 0.7, 0.65, 0.65, 0.6, 0.6][:k]},
-            "workload": {"concurrency": batch, "num_requests": max(8 * batch, 64), "prompt_tokens": 256,
-                         "output_tokens": 256, "temperature": 0.7, "vocab_size": vocab},
+            "workload": {
+                "concurrency": batch,
+                "num_requests": max(8 * batch, 64),
+                "prompt_tokens": 256,
+                "output_tokens": 256,
+                "temperature": 0.7,
+                "vocab_size": vocab,
+            },
             "hardware": "h100-sxm",
             "target_model": "llama-3.1-8b",
             "simulation": {"device": device, "max_steps": steps, "baseline": False},
@@ -115,8 +137,11 @@ def _compiled_variants() -> int | None:
         from spectune.kernels import _decision, _residual_kernel, _small_grid, _verify_kernel
 
         functions = [
-            _verify_kernel._verify_kernel, _decision._decide_kernel, _residual_kernel._residual_kernel,
-            _residual_kernel._decide_residual_kernel, _small_grid._small_grid_kernel,
+            _verify_kernel._verify_kernel,
+            _decision._decide_kernel,
+            _residual_kernel._residual_kernel,
+            _residual_kernel._decide_residual_kernel,
+            _small_grid._small_grid_kernel,
         ]
         return sum(len(caches[0]) for fn in functions for caches in fn.device_caches.values())
     except (AttributeError, ImportError, TypeError, IndexError):
@@ -129,12 +154,19 @@ def main() -> None:
     parser.add_argument("--rows", nargs="*", help="batch,K,V,method,draft (default: the issue's rows for the device)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--csv", type=Path, default=Path(__file__).parent / "results" / "simulator-latest.csv")
-    parser.add_argument("--profile", type=int, default=0, metavar="N", help="print the timed run's top N functions by own time")
-    parser.add_argument("--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="print the timed run's top N functions by own time"
+    )
+    parser.add_argument(
+        "--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)"
+    )
     args = parser.parse_args()
     from spectune.simulator import simulate
 
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = (
+        args.commit
+        or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    )
     device = torch.device(args.device)
     bandwidth = _copy_bandwidth(device) if device.type == "cuda" else None
     results = []
@@ -167,10 +199,19 @@ def main() -> None:
             recompiled = None
         row = {
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}",
-            "batch_size": batch, "K": k, "V": vocab, "method": method, "draft": draft,
-            "steps_per_s": round(steps_per_s, 1), "floor_steps_per_s": round(floor, 1), "peak_memory_mib": round(peak_mib),
-            "warmup_s": round(warmup_s, 2), "steps": result.simulated_steps,
-            "load_average_1m": round(os.getloadavg()[0], 2), "date": date.today().isoformat(), "commit": commit,
+            "batch_size": batch,
+            "K": k,
+            "V": vocab,
+            "method": method,
+            "draft": draft,
+            "steps_per_s": round(steps_per_s, 1),
+            "floor_steps_per_s": round(floor, 1),
+            "peak_memory_mib": round(peak_mib),
+            "warmup_s": round(warmup_s, 2),
+            "steps": result.simulated_steps,
+            "load_average_1m": round(os.getloadavg()[0], 2),
+            "date": date.today().isoformat(),
+            "commit": commit,
         }
         results.append(row)
         extra = f", compiles during the timed run: {recompiled}" if recompiled is not None else ""

@@ -115,7 +115,9 @@ def _steps(metrics: StudyMetrics | Mapping[str, Any] | None) -> int:
     return (as_metrics(metrics).simulated_steps or 0) if metrics is not None else 0
 
 
-def searched(space: StudySpace, evaluator: TableEvaluator, fingerprint: dict, storage: str, **options: Any) -> dict[str, Any]:
+def searched(
+    space: StudySpace, evaluator: TableEvaluator, fingerprint: dict, storage: str, **options: Any
+) -> dict[str, Any]:
     started = time.perf_counter()
     run_study(space, evaluator, fingerprint, storage=storage, **options)
     outcome = load_outcome(storage, space.name)
@@ -126,7 +128,9 @@ def searched(space: StudySpace, evaluator: TableEvaluator, fingerprint: dict, st
         "evaluations": len(ran),
         "refined_evaluations": sum(1 for p in ran if p.refinement),
         "simulation_cost": sum(p.requests_factor for p in ran),
-        "simulated_steps": sum(_steps(t.metrics) for t in outcome.trials if t.state == "COMPLETE" and t.duplicate_of is None),
+        "simulated_steps": sum(
+            _steps(t.metrics) for t in outcome.trials if t.state == "COMPLETE" and t.duplicate_of is None
+        ),
         "trials": sum(t.state == "COMPLETE" for t in outcome.trials),
         "combo": recommendation.combo.label,
         "ks": ks,
@@ -176,7 +180,11 @@ def simulate_tables(study: Path, seeds: list[int], jobs: int, device: str | None
     parts.mkdir(parents=True, exist_ok=True)
     todo = [(seed, points, parts / f"seed{seed}-bs{b}-{i}.json") for seed, b, i, points in _table_jobs(space, seeds)]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_thread) as pool:
-        futures = [pool.submit(_simulate_job, study, device, seed, points, path) for seed, points, path in todo if not path.exists()]
+        futures = [
+            pool.submit(_simulate_job, study, device, seed, points, path)
+            for seed, points, path in todo
+            if not path.exists()
+        ]
         for future in futures:
             future.result()
     for seed in seeds:
@@ -224,12 +232,17 @@ def table_summary(space: StudySpace, table: Mapping[str, Mapping[str, Any]]) -> 
 def mean_table(tables: list[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Every point's throughput averaged over the tables (the other metrics: the first table's)."""
     return {
-        key: {**tables[0][key], "throughput_tokens_per_s": statistics.fmean(t[key]["throughput_tokens_per_s"] for t in tables)}
+        key: {
+            **tables[0][key],
+            "throughput_tokens_per_s": statistics.fmean(t[key]["throughput_tokens_per_s"] for t in tables),
+        }
         for key in tables[0]
     }
 
 
-def run_seed(study: Path, seed: int, exhaustive: dict[str, Any] | None, work: Path, tpe: bool, device: str | None) -> dict[str, Any]:
+def run_seed(
+    study: Path, seed: int, exhaustive: dict[str, Any] | None, work: Path, tpe: bool, device: str | None
+) -> dict[str, Any]:
     """The structured search of one seed, on its exhaustive table when there is one, else simulating."""
     _one_thread()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -238,7 +251,9 @@ def run_seed(study: Path, seed: int, exhaustive: dict[str, Any] | None, work: Pa
     fingerprint = document_fingerprint(document)
     lookup = TableEvaluator(exhaustive["table"] if exhaustive else {}, SimulationEvaluator(document))
     results: dict[str, Any] = {"seed": seed, "space_size": space.size, "exhaustive_table": exhaustive is not None}
-    results["structured"] = searched(space, lookup, fingerprint, str(work / f"structured-seed{seed}.journal"), strategy="structured", seed=seed)
+    results["structured"] = searched(
+        space, lookup, fingerprint, str(work / f"structured-seed{seed}.journal"), strategy="structured", seed=seed
+    )
     if tpe and exhaustive is not None:
         results["tpe_same_trials"] = searched(
             space, lookup, fingerprint, str(work / f"tpe-seed{seed}.journal"), strategy="tpe",
@@ -279,7 +294,9 @@ def stability(space_batch_sizes: list[int], rows: list[dict[str, Any]]) -> dict[
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -293,13 +310,25 @@ def main() -> None:
         help="seeds to simulate exhaustively (default: every seed); the others' searches simulate for real and "
         "are scored on these tables (independent noise)",
     )  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=1, help="processes (one thread each) for the tables and the seeds' searches")
-    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default=None, help="override the study's simulation.device")
-    parser.add_argument("--tables-only", action="store_true", help="simulate the exhaustive tables into --work and stop")
-    parser.add_argument("--work", type=Path, default=None, help="folder for the tables and journals (default: a temporary one)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="processes (one thread each) for the tables and the seeds' searches"
+    )
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda", "auto"], default=None, help="override the study's simulation.device"
+    )
+    parser.add_argument(
+        "--tables-only", action="store_true", help="simulate the exhaustive tables into --work and stop"
+    )
+    parser.add_argument(
+        "--work", type=Path, default=None, help="folder for the tables and journals (default: a temporary one)"
+    )
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--no-tpe", dest="tpe", action="store_false", help="skip TPE with the structured search's trials")
-    parser.add_argument("--note", default=None, help="provenance written into the result (e.g. where the tables were simulated)")
+    parser.add_argument(
+        "--no-tpe", dest="tpe", action="store_false", help="skip TPE with the structured search's trials"
+    )
+    parser.add_argument(
+        "--note", default=None, help="provenance written into the result (e.g. where the tables were simulated)"
+    )
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs: must be >= 1, got {args.jobs}")
@@ -318,13 +347,18 @@ def main() -> None:
     if args.tables_only:
         print(f"tables of seeds {exhaustive_seeds} in {work} ({tables_wall_s:.0f} s)")
         return
-    tables: dict[Any, dict[str, Any]] = {seed: exhaustive_table(args.study, seed, args.device, work) for seed in exhaustive_seeds}
+    tables: dict[Any, dict[str, Any]] = {
+        seed: exhaustive_table(args.study, seed, args.device, work) for seed in exhaustive_seeds
+    }
     if len(tables) > 1:
         mean = mean_table([t["table"] for t in tables.values()])
         tables["mean"] = {"table": mean, **table_summary(space, mean)}
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(run_seed, args.study, seed, tables.get(seed), work, args.tpe, args.device) for seed in args.seeds]
+        futures = [
+            pool.submit(run_seed, args.study, seed, tables.get(seed), work, args.tpe, args.device)
+            for seed in args.seeds
+        ]
         rows = [future.result() for future in futures]
     searches_wall_s = time.perf_counter() - started
     per_seed = []
@@ -352,27 +386,47 @@ def main() -> None:
         return
     seed_tables = [str(seed) for seed in exhaustive_seeds]
     ratios = [row["structured"]["quality_by_table"][t]["ratio_to_optimum"] for row in per_seed for t in seed_tables]
-    own = [row["structured"]["quality_by_table"][str(row["seed"])]["ratio_to_optimum"] for row in per_seed if row["exhaustive_table"]]
-    independent = [row["structured"]["quality_by_table"][t]["ratio_to_optimum"] for row in per_seed for t in seed_tables if t != str(row["seed"])]
+    own = [
+        row["structured"]["quality_by_table"][str(row["seed"])]["ratio_to_optimum"]
+        for row in per_seed
+        if row["exhaustive_table"]
+    ]
+    independent = [
+        row["structured"]["quality_by_table"][t]["ratio_to_optimum"]
+        for row in per_seed
+        for t in seed_tables
+        if t != str(row["seed"])
+    ]
     on_mean = [row["structured"]["quality_by_table"]["mean"] for row in per_seed] if "mean" in tables else []
     summary: dict[str, Any] = {
         "space_size": space.size,
         "exhaustive_seeds": exhaustive_seeds,
         "structured": {
             "mean_table_ratio_to_optimum": [q["ratio_to_optimum"] for q in on_mean] or None,
-            "mean_table_ratio_to_exhaustive_recommendation": [q["ratio_to_exhaustive_recommendation"] for q in on_mean] or None,
+            "mean_table_ratio_to_exhaustive_recommendation": [q["ratio_to_exhaustive_recommendation"] for q in on_mean]
+            or None,
             "median_ratio_to_optimum": statistics.median(ratios),
             "worst_ratio_to_optimum": min(ratios),
             "median_ratio_to_optimum_own_table": statistics.median(own) if own else None,
             "median_ratio_to_optimum_independent_tables": statistics.median(independent) if independent else None,
             "median_evaluations": statistics.median(row["structured"]["evaluations"] for row in per_seed),
             "median_simulation_cost": statistics.median(row["structured"]["simulation_cost"] for row in per_seed),
-            "median_count_share_of_exhaustive": statistics.median(row["structured"]["count_share_of_exhaustive"] for row in per_seed),
-            "median_cost_share_of_exhaustive": statistics.median(row["structured"]["cost_share_of_exhaustive"] for row in per_seed),
-            "median_steps_share_of_exhaustive": statistics.median(row["structured"]["steps_share_of_exhaustive"] for row in per_seed),
+            "median_count_share_of_exhaustive": statistics.median(
+                row["structured"]["count_share_of_exhaustive"] for row in per_seed
+            ),
+            "median_cost_share_of_exhaustive": statistics.median(
+                row["structured"]["cost_share_of_exhaustive"] for row in per_seed
+            ),
+            "median_steps_share_of_exhaustive": statistics.median(
+                row["structured"]["steps_share_of_exhaustive"] for row in per_seed
+            ),
         },
         "exhaustive_recommendation": {
-            str(seed): {**t["recommendation"], "ratio_to_optimum": t["recommendation"]["aggregate_tokens_per_s"] / t["optimum"]["aggregate_tokens_per_s"]}
+            str(seed): {
+                **t["recommendation"],
+                "ratio_to_optimum": t["recommendation"]["aggregate_tokens_per_s"]
+                / t["optimum"]["aggregate_tokens_per_s"],
+            }
             for seed, t in tables.items()
         },
         "stability": {
@@ -385,8 +439,12 @@ def main() -> None:
     tpe_rows = [row["tpe_same_trials"] for row in per_seed if "tpe_same_trials" in row]
     if tpe_rows:
         summary["tpe_same_trials"] = {
-            "median_ratio_to_optimum": statistics.median(r["quality_by_table"][t]["ratio_to_optimum"] for r in tpe_rows for t in seed_tables),
-            "mean_table_ratio_to_optimum": [r["quality_by_table"]["mean"]["ratio_to_optimum"] for r in tpe_rows] if "mean" in tables else None,
+            "median_ratio_to_optimum": statistics.median(
+                r["quality_by_table"][t]["ratio_to_optimum"] for r in tpe_rows for t in seed_tables
+            ),
+            "mean_table_ratio_to_optimum": [r["quality_by_table"]["mean"]["ratio_to_optimum"] for r in tpe_rows]
+            if "mean" in tables
+            else None,
         }
     today = datetime.date.today().isoformat()
     report = {
@@ -394,8 +452,13 @@ def main() -> None:
         "date": today,
         "commit": _commit(),
         "machine": {
-            "platform": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(), "jobs": args.jobs,
-            "torch": torch.__version__, "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpus": os.cpu_count(),
+            "jobs": args.jobs,
+            "torch": torch.__version__,
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
         },
         "study": str(args.study.relative_to(REPO) if args.study.is_relative_to(REPO) else args.study),
         "device": args.device or document.simulation.device,

@@ -36,7 +36,9 @@ def time_case(num_requests: int, k: int, vocab_size: int, draft_sample_method: s
     LogitSynthesizer(PROFILE[:k], TEMPERATURES, vocab_size=vocab_size, draft_sample_method=draft_sample_method)
     cold_s = time.perf_counter() - started
     started = time.perf_counter()
-    synthesizer = LogitSynthesizer(PROFILE[:k], TEMPERATURES, vocab_size=vocab_size, draft_sample_method=draft_sample_method)
+    synthesizer = LogitSynthesizer(
+        PROFILE[:k], TEMPERATURES, vocab_size=vocab_size, draft_sample_method=draft_sample_method
+    )
     warm_s = time.perf_counter() - started
     generator = torch.Generator().manual_seed(0)
     index = torch.arange(num_requests, dtype=torch.int64) % len(TEMPERATURES)
@@ -95,8 +97,12 @@ def machine() -> dict:
 
 def commit() -> str:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True).stdout
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty.strip() else "")
@@ -108,11 +114,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     load_before = os.getloadavg()
-    results = [
-        time_case(r, k, v, mode, args.steps) for (r, k, v) in CASES for mode in ("greedy", "probabilistic")
-    ]
+    results = [time_case(r, k, v, mode, args.steps) for (r, k, v) in CASES for mode in ("greedy", "probabilistic")]
     # The machine may be shared: the load average says how much else ran during the timing.
-    load = {"load_average_1min_before": round(load_before[0], 2), "load_average_1min_after": round(os.getloadavg()[0], 2)}
+    load = {
+        "load_average_1min_before": round(load_before[0], 2),
+        "load_average_1min_after": round(os.getloadavg()[0], 2),
+    }
     report = {
         "benchmark": "workload_cpu",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -88,12 +88,22 @@ class Acceptance(NamedTuple):
 
 @triton.jit
 def _decide_kernel(
-    logits, inputs, work, sizes, outputs,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    logits,
+    inputs,
+    work,
+    sizes,
+    outputs,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
 ):
     """The decision as its own launch (grid: request blocks), after ``_verify_kernel``."""
-    _decide(tl.program_id(0), logits, inputs, work, sizes, outputs, METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD)
+    _decide(
+        tl.program_id(0), logits, inputs, work, sizes, outputs, METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD
+    )
 
 
 @triton.jit
@@ -118,9 +128,21 @@ def _prob_at(at, mask, reference, mass, scale):
 
 @triton.jit
 def _acceptance(
-    requests, live, sampled, scale, seed, inputs, work, sizes,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
+    requests,
+    live,
+    sampled,
+    scale,
+    seed,
+    inputs,
+    work,
+    sizes,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
+    TILE_TOKENS: tl.constexpr,
 ):
     """Per-row normalisers from pass A's tile statistics, acceptance, tau and the pass-B plan
     (an ``Acceptance``).
@@ -143,7 +165,17 @@ def _acceptance(
     tile_max = tl.load(work.tile_max + index3, mask=mask3, other=float("-inf"), cache_modifier=".cg")
     tile_sum = tl.load(work.tile_sum + index3, mask=mask3 & sampled[:, None, None], other=0.0, cache_modifier=".cg")
     tile_tokens, excluded_tokens, draft_first, at, excluded_sums = _load_draft_token_statistics(
-        work, row_index, index3, mask3, draft_row, sampled, sampled_draft, HAS_DRAFT, BLOCK_R, ROWS_PAD, TILES_PAD,
+        work,
+        row_index,
+        index3,
+        mask3,
+        draft_row,
+        sampled,
+        sampled_draft,
+        HAS_DRAFT,
+        BLOCK_R,
+        ROWS_PAD,
+        TILES_PAD,
         TILE_TOKENS,
     )
     if HAS_DRAFT:
@@ -163,8 +195,9 @@ def _acceptance(
     excluded_sums = tl.where(valid & sampled[:, None], excluded_sums, 0.0)
     num_valid = tl.min(tl.where(valid, ROWS_PAD, rows[None, :]), axis=1)
     reference, mass, tile_weight = _row_normalisers(tile_max, tile_sum, scale)
-    greedy, greedy_accepted = _greedy_acceptance(tile_max, tile_tokens, draft_first, drafts, valid,
-                                                 TILE, BLOCK_R, ROWS_PAD, TILES_PAD, TILE_TOKENS)
+    greedy, greedy_accepted = _greedy_acceptance(
+        tile_max, tile_tokens, draft_first, drafts, valid, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, TILE_TOKENS
+    )
 
     prob = _prob_at(at, valid & sampled[:, None], reference, mass, scale)
     ratio = prob
@@ -186,8 +219,13 @@ def _acceptance(
         tau = tl.min(tl.where(accepted, ROWS_PAD, rows[None, :]), axis=1)
     else:
         tau = tl.zeros((BLOCK_R,), tl.int32)
-    verdict = Verdict(tau, requests < 0, tl.full((BLOCK_R,), -1, tl.int32), tl.full((BLOCK_R,), -1, tl.int32),
-                      tl.full((BLOCK_R, ROWS_PAD), 1.0, tl.float32))
+    verdict = Verdict(
+        tau,
+        requests < 0,
+        tl.full((BLOCK_R,), -1, tl.int32),
+        tl.full((BLOCK_R,), -1, tl.int32),
+        tl.full((BLOCK_R, ROWS_PAD), 1.0, tl.float32),
+    )
     if METHOD == contract.METHOD_BLOCK:
         if HAS_DRAFT:
             verdict = _block_verdict_draft_logits(ratio, accept_u, num_valid, sampled, tau, ROWS_PAD)
@@ -198,8 +236,13 @@ def _acceptance(
         plan_lo = tl.where(deferred, tau, -1)
         verdict = Verdict(tau, deferred, plan_lo, plan_lo, verdict.prefix)
     return Acceptance(
-        drafts, num_valid, TargetRows(tile_max, reference, mass, tile_weight), DraftRows(d_reference, d_mass), greedy,
-        Draws(tile_u, excluded_sums, tile_tokens, excluded_tokens), verdict,
+        drafts,
+        num_valid,
+        TargetRows(tile_max, reference, mass, tile_weight),
+        DraftRows(d_reference, d_mass),
+        greedy,
+        Draws(tile_u, excluded_sums, tile_tokens, excluded_tokens),
+        verdict,
     )
 
 
@@ -220,8 +263,18 @@ def _row_indices(requests, live, sizes, ROWS_PAD: tl.constexpr, TILES_PAD: tl.co
 
 @triton.jit
 def _load_draft_token_statistics(
-    work, row_index, index3, mask3, draft_row, sampled, sampled_draft, HAS_DRAFT: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr,
+    work,
+    row_index,
+    index3,
+    mask3,
+    draft_row,
+    sampled,
+    sampled_draft,
+    HAS_DRAFT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
+    TILE_TOKENS: tl.constexpr,
 ):
     """What pass A stored about each row's draft token: with TILE_TOKENS the tiles' draws
     (``tile_tokens``) and the one-hot residual's winners (``excluded_tokens``), else where the
@@ -236,10 +289,13 @@ def _load_draft_token_statistics(
         token_mask = mask3 & ~sampled[:, None, None] if HAS_DRAFT else mask3
         tile_tokens = tl.load(work.tile_token + index3, mask=token_mask, other=0, cache_modifier=".cg")
         if not HAS_DRAFT:
-            excluded_tokens = tl.load(work.excluded_token + row_index, mask=sampled_draft, other=0, cache_modifier=".cg")
+            excluded_tokens = tl.load(
+                work.excluded_token + row_index, mask=sampled_draft, other=0, cache_modifier=".cg"
+            )
     else:
-        draft_first = tl.load(work.draft_first_max + row_index, mask=draft_row & ~sampled[:, None], other=-1,
-                              cache_modifier=".cg")
+        draft_first = tl.load(
+            work.draft_first_max + row_index, mask=draft_row & ~sampled[:, None], other=-1, cache_modifier=".cg"
+        )
     at = tl.load(work.at_draft + row_index, mask=sampled_draft, other=float("-inf"), cache_modifier=".cg")
     excluded_sums = tl.zeros((BLOCK_R, ROWS_PAD), dtype=tl.float32)
     if not HAS_DRAFT:  # every row's mass without its draft token, loaded now rather than after tau is known
@@ -252,18 +308,34 @@ def _load_draft_statistics(work, requests, sampled_draft, sizes, ROWS_PAD: tl.co
     """The draft rows' tile maxima and sums [B, ROWS, TILES] and the draft token's draft logit [B, ROWS]."""
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
-    d_index3 = (requests[:, None, None] * sizes.num_drafts + rows[None, :, None]) * sizes.num_tiles + tiles[None, None, :]
+    d_index3 = (requests[:, None, None] * sizes.num_drafts + rows[None, :, None]) * sizes.num_tiles + tiles[
+        None, None, :
+    ]
     d_mask3 = sampled_draft[:, :, None] & (tiles[None, None, :] < sizes.num_tiles)
     d_tile_max = tl.load(work.draft_tile_max + d_index3, mask=d_mask3, other=float("-inf"), cache_modifier=".cg")
     d_tile_sum = tl.load(work.draft_tile_sum + d_index3, mask=d_mask3, other=0.0, cache_modifier=".cg")
-    d_at = tl.load(work.draft_at_draft + requests[:, None] * sizes.num_drafts + rows[None, :], mask=sampled_draft,
-                   other=float("-inf"), cache_modifier=".cg")
+    d_at = tl.load(
+        work.draft_at_draft + requests[:, None] * sizes.num_drafts + rows[None, :],
+        mask=sampled_draft,
+        other=float("-inf"),
+        cache_modifier=".cg",
+    )
     return d_tile_max, d_tile_sum, d_at
 
 
 @triton.jit
-def _greedy_acceptance(tile_max, tile_tokens, draft_first, drafts, valid, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-                       ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, TILE_TOKENS: tl.constexpr):
+def _greedy_acceptance(
+    tile_max,
+    tile_tokens,
+    draft_first,
+    drafts,
+    valid,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
+    TILE_TOKENS: tl.constexpr,
+):
     """Each row's argmax (a ``Greedy``) and whether a valid draft equals it ([B, ROWS])."""
     tiles = tl.arange(0, TILES_PAD)
     row_max = tl.max(tile_max, axis=2)
@@ -335,9 +407,18 @@ def _product(a, b):
 
 @triton.jit
 def _decide(
-    block, logits, inputs, work, sizes, outputs,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    block,
+    logits,
+    inputs,
+    work,
+    sizes,
+    outputs,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
 ):
     """Acceptance and the emitted token for one block of requests (vectorised over rows and tiles)."""
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
@@ -347,8 +428,23 @@ def _decide(
     sampled = live & (temperature > 0)
     scale = temperature_scale(temperature)
     seed = tl.load(inputs.seed + requests, mask=live, other=0)
-    decision = _acceptance(requests, live, sampled, scale, seed, inputs, work, sizes,
-                           METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, False)
+    decision = _acceptance(
+        requests,
+        live,
+        sampled,
+        scale,
+        seed,
+        inputs,
+        work,
+        sizes,
+        METHOD,
+        HAS_DRAFT,
+        TILE,
+        BLOCK_R,
+        ROWS_PAD,
+        TILES_PAD,
+        False,
+    )
     verdict = decision.verdict
     target = decision.target
 
@@ -366,25 +462,61 @@ def _decide(
     if tl.max(greedy.to(tl.int32)) > 0:
         tile_tau = tl.sum(tl.where(at_tau, decision.greedy.first_tile, 0), axis=1)
         greedy_token = first_max_in_tile(
-            logits.target, row_offset, tile_tau, tl.sum(tl.where(at_tau, decision.greedy.row_max, 0.0), axis=1), greedy,
-            sizes.vocab, TILE,
+            logits.target,
+            row_offset,
+            tile_tau,
+            tl.sum(tl.where(at_tau, decision.greedy.row_max, 0.0), axis=1),
+            greedy,
+            sizes.vocab,
+            TILE,
         )
         emitted = tl.where(greedy, greedy_token, emitted)
     drawn = sampled & ~verdict.deferred
     if tl.max(drawn.to(tl.int32)) > 0:
         sampled_token = _emit_from_target(
-            logits, requests, seed, tau, at_tau, decision.num_valid, decision.drafts, target,
-            decision.draws.tile_u, decision.draws.excluded_sums, scale, drawn, sizes, HAS_DRAFT, TILE, TILES_PAD,
+            logits,
+            requests,
+            seed,
+            tau,
+            at_tau,
+            decision.num_valid,
+            decision.drafts,
+            target,
+            decision.draws.tile_u,
+            decision.draws.excluded_sums,
+            scale,
+            drawn,
+            sizes,
+            HAS_DRAFT,
+            TILE,
+            TILES_PAD,
         )
         emitted = tl.where(drawn, sampled_token, emitted)
-    write_tokens(outputs.tokens, outputs.num_tokens, requests, decision.drafts, tau, emitted, live & ~verdict.deferred,
-                 sizes.num_drafts, ROWS_PAD)
+    write_tokens(
+        outputs.tokens,
+        outputs.num_tokens,
+        requests,
+        decision.drafts,
+        tau,
+        emitted,
+        live & ~verdict.deferred,
+        sizes.num_drafts,
+        ROWS_PAD,
+    )
     if HAS_DRAFT:
         tl.store(work.plan + requests * 2, verdict.plan_lo, mask=live)
         tl.store(work.plan + requests * 2 + 1, verdict.plan_hi, mask=live)
         if tl.max(verdict.deferred.to(tl.int32)) > 0:
-            _store_row_info(work.row_info, requests, rows, verdict.deferred, sizes.num_drafts, target, decision.draft,
-                            verdict.prefix)
+            _store_row_info(
+                work.row_info,
+                requests,
+                rows,
+                verdict.deferred,
+                sizes.num_drafts,
+                target,
+                decision.draft,
+                verdict.prefix,
+            )
 
 
 @triton.jit
@@ -405,15 +537,18 @@ def _load_row_info(row_info_ptr, requests, rows, num_drafts, mask):
     mass, draft reference and log2 mass, prefix ratio ([B] each; 0 outside ``mask``)."""
     info = row_info_ptr + (requests * num_drafts + rows) * 5
     return (
-        tl.load(info, mask=mask, other=0.0), tl.load(info + 1, mask=mask, other=0.0),
-        tl.load(info + 2, mask=mask, other=0.0), tl.load(info + 3, mask=mask, other=0.0),
+        tl.load(info, mask=mask, other=0.0),
+        tl.load(info + 1, mask=mask, other=0.0),
+        tl.load(info + 2, mask=mask, other=0.0),
+        tl.load(info + 3, mask=mask, other=0.0),
         tl.load(info + 4, mask=mask, other=0.0),
     )
 
 
 @triton.jit
-def _planned_tiles(requests, deferred, plan_lo, plan_hi, num_drafts, num_tiles,
-                   ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
+def _planned_tiles(
+    requests, deferred, plan_lo, plan_hi, num_drafts, num_tiles, ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr
+):
     """Pass B's plan for requests [B]: the planned rows [B, ROWS] (plan_lo..plan_hi of deferred
     requests), and the index and mask [B, ROWS, TILES] of their tiles in the residual buffers."""
     rows = tl.arange(0, ROWS_PAD)
@@ -432,8 +567,22 @@ def _log2_mass(mass):
 
 @triton.jit
 def _emit_from_target(
-    logits, requests, seed, tau, at_tau, num_valid, drafts, target, tile_u, excluded_sums, scale, active, sizes,
-    HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, TILES_PAD: tl.constexpr,
+    logits,
+    requests,
+    seed,
+    tau,
+    at_tau,
+    num_valid,
+    drafts,
+    target,
+    tile_u,
+    excluded_sums,
+    scale,
+    active,
+    sizes,
+    HAS_DRAFT: tl.constexpr,
+    TILE: tl.constexpr,
+    TILES_PAD: tl.constexpr,
 ):
     """Token at row tau from the plain target (``target``: its ``TargetRows``), or (one-hot drafts,
     tau < n) the target without x_tau.
@@ -467,7 +616,16 @@ def _emit_from_target(
     chosen_max = tl.max(tl.where(tiles[None, :] == chosen[:, None], maxima, float("-inf")), axis=1)
     row_offset = target_row_start(logits, requests, tau, sizes.num_drafts, active)
     token = sample_in_tile(
-        logits.target, row_offset, chosen, chosen_max, scale, excluded, key_lo_tau, key_hi_tau, active & (chosen >= 0),
-        sizes.vocab, TILE,
+        logits.target,
+        row_offset,
+        chosen,
+        chosen_max,
+        scale,
+        excluded,
+        key_lo_tau,
+        key_hi_tau,
+        active & (chosen >= 0),
+        sizes.vocab,
+        TILE,
     )
     return tl.where(chosen >= 0, token, 0)

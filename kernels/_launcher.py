@@ -92,9 +92,17 @@ def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
     row_table = bool(overrides.pop("row_table", False))
     aligned = bool(overrides.pop("aligned", True)) and all(_bulk_copyable(t) for t in (target, draft) if t is not None)
     chosen = _plan.plan(
-        inputs.num_requests, inputs.num_drafts, inputs.vocab_size, target.dtype, draft is not None, inputs.method,
-        1 if interpreting else _sm_count(target.device), interpreting,
-        tile=tile, aligned=aligned, row_table=row_table,
+        inputs.num_requests,
+        inputs.num_drafts,
+        inputs.vocab_size,
+        target.dtype,
+        draft is not None,
+        inputs.method,
+        1 if interpreting else _sm_count(target.device),
+        interpreting,
+        tile=tile,
+        aligned=aligned,
+        row_table=row_table,
     )
     return dataclasses.replace(chosen, **overrides)  # type: ignore[arg-type]
 
@@ -115,8 +123,10 @@ def launch(
         _check_row_table(inputs, rows, plan)
     target, draft = inputs.target_logits, inputs.draft_logits
     num_requests, num_drafts, device = inputs.num_requests, inputs.num_drafts, target.device
-    outputs = Outputs(torch.empty((num_requests, num_drafts + 1), dtype=torch.int64, device=device),
-                      torch.empty((num_requests,), dtype=torch.int32, device=device))
+    outputs = Outputs(
+        torch.empty((num_requests, num_drafts + 1), dtype=torch.int64, device=device),
+        torch.empty((num_requests,), dtype=torch.int32, device=device),
+    )
     if num_requests == 0:
         return outputs
     num_tiles = -(-inputs.vocab_size // plan.tile)
@@ -124,16 +134,37 @@ def launch(
     from triton.language import constexpr  # (imported with the kernels, on first use)
 
     if rows is None:
-        logits = Logits(target, draft if draft is not None else target, target.stride(0), target.stride(1),
-                        draft.stride(0) if draft is not None else 0, draft.stride(1) if draft is not None else 0,
-                        inputs.seed, inputs.seed, constexpr(False))
+        logits = Logits(
+            target,
+            draft if draft is not None else target,
+            target.stride(0),
+            target.stride(1),
+            draft.stride(0) if draft is not None else 0,
+            draft.stride(1) if draft is not None else 0,
+            inputs.seed,
+            inputs.seed,
+            constexpr(False),
+        )
     else:
-        logits = Logits(target, draft if draft is not None else target, 0, 0, 0, 0, rows.target,
-                        rows.draft if rows.draft is not None else rows.target, constexpr(True))
+        logits = Logits(
+            target,
+            draft if draft is not None else target,
+            0,
+            0,
+            0,
+            0,
+            rows.target,
+            rows.draft if rows.draft is not None else rows.target,
+            constexpr(True),
+        )
     rates = inputs.synthetic_conditional_rates
     temperature = inputs.temperature.contiguous()
-    kernel_inputs = Inputs(inputs.draft_tokens.contiguous(), temperature, inputs.seed.contiguous(),
-                           rates.contiguous() if rates is not None else temperature)
+    kernel_inputs = Inputs(
+        inputs.draft_tokens.contiguous(),
+        temperature,
+        inputs.seed.contiguous(),
+        rates.contiguous() if rates is not None else temperature,
+    )
     sizes = Sizes(num_requests, num_drafts, inputs.vocab_size, num_tiles)
     work = allocate_workspace(num_requests, num_drafts, num_tiles, device)
     method = METHODS.index(inputs.method)
@@ -142,37 +173,79 @@ def launch(
     padding = dict(ROWS_PAD=plan.rows_pad, TILES_PAD=plan.tiles_pad)
     verify_module, decision_module, residual_module, small_module = _kernel_modules()
     if plan.small_grid:
-        _launch_small_grid(small_module, plan, logits, kernel_inputs, work, sizes, outputs, method, has_draft,
-                           num_blocks)
+        _launch_small_grid(
+            small_module, plan, logits, kernel_inputs, work, sizes, outputs, method, has_draft, num_blocks
+        )
         return outputs
     target_desc, draft_desc = _descriptors(target, draft, plan)
     pass_a_rows = num_drafts + 1 + (num_drafts if has_draft else 0)  # draft rows are programs of their own
     capped = plan.pass_a_registers is not None and not plan.interpreting
     verify_module._verify_kernel[(num_blocks, pass_a_rows, -(-num_tiles // plan.pass_a_tiles))](
-        logits, target_desc, draft_desc, kernel_inputs, work, sizes, HAS_DRAFT=has_draft,
-        TILES_PER_PROGRAM=plan.pass_a_tiles, STAGES=plan.stages, USE_TMA=plan.bulk_copies, num_warps=plan.pass_a_warps,
-        num_stages=1, **common, **({"maxnreg": plan.pass_a_registers} if capped else {}),
+        logits,
+        target_desc,
+        draft_desc,
+        kernel_inputs,
+        work,
+        sizes,
+        HAS_DRAFT=has_draft,
+        TILES_PER_PROGRAM=plan.pass_a_tiles,
+        STAGES=plan.stages,
+        USE_TMA=plan.bulk_copies,
+        num_warps=plan.pass_a_warps,
+        num_stages=1,
+        **common,
+        **({"maxnreg": plan.pass_a_registers} if capped else {}),
     )
     decision_module._decide_kernel[(num_blocks,)](
-        logits, kernel_inputs, work, sizes, outputs, METHOD=method, HAS_DRAFT=has_draft, num_warps=plan.decide_warps,
-        **common, **padding,
+        logits,
+        kernel_inputs,
+        work,
+        sizes,
+        outputs,
+        METHOD=method,
+        HAS_DRAFT=has_draft,
+        num_warps=plan.decide_warps,
+        **common,
+        **padding,
     )
     if has_draft and num_drafts > 0:
         slots = num_drafts if inputs.method == "block" else 1
         residual_module._residual_kernel[(num_blocks, slots, -(-num_tiles // plan.residual_tiles))](
-            logits, kernel_inputs, work, sizes, SLOTS=slots, ROWS_PAD=plan.rows_pad,
-            TILES_PER_PROGRAM=plan.residual_tiles, num_warps=plan.direct_warps, **common,
+            logits,
+            kernel_inputs,
+            work,
+            sizes,
+            SLOTS=slots,
+            ROWS_PAD=plan.rows_pad,
+            TILES_PER_PROGRAM=plan.residual_tiles,
+            num_warps=plan.direct_warps,
+            **common,
         )
         residual_module._decide_residual_kernel[(num_blocks,)](
-            logits, kernel_inputs, work, sizes, outputs, METHOD=method, num_warps=plan.direct_warps,
-            **common, **padding,
+            logits,
+            kernel_inputs,
+            work,
+            sizes,
+            outputs,
+            METHOD=method,
+            num_warps=plan.direct_warps,
+            **common,
+            **padding,
         )
     return outputs
 
 
 def _launch_small_grid(
-    module: ModuleType, plan: LaunchPlan, logits: Logits, kernel_inputs: Inputs, work: Workspace, sizes: Sizes,
-    outputs: Outputs, method: int, has_draft: bool, num_blocks: int,
+    module: ModuleType,
+    plan: LaunchPlan,
+    logits: Logits,
+    kernel_inputs: Inputs,
+    work: Workspace,
+    sizes: Sizes,
+    outputs: Outputs,
+    method: int,
+    has_draft: bool,
+    num_blocks: int,
 ) -> None:
     """The whole call as one launch of ``_small_grid_kernel`` (with draft logits, two around the
     barrier where it cannot be used: under the interpreter, or a grid forced past two programs an SM)."""
@@ -186,9 +259,22 @@ def _launch_small_grid(
     options = {} if plan.interpreting else {"maxnreg": _plan.SMALL_GRID_REGISTERS, "launch_cooperative_grid": barrier}
     for stage in (1, 2) if has_draft and not barrier else (0,):
         module._small_grid_kernel[(num_blocks, sizes.num_drafts + 1, sizes.num_tiles)](
-            logits, kernel_inputs, work, counters, sizes, outputs, METHOD=method, HAS_DRAFT=has_draft, STAGE=stage,
-            TILE=plan.tile, BLOCK_R=plan.block_requests, ROWS_PAD=plan.rows_pad, TILES_PAD=plan.tiles_pad,
-            num_warps=plan.small_grid_warps, num_stages=1, **options,
+            logits,
+            kernel_inputs,
+            work,
+            counters,
+            sizes,
+            outputs,
+            METHOD=method,
+            HAS_DRAFT=has_draft,
+            STAGE=stage,
+            TILE=plan.tile,
+            BLOCK_R=plan.block_requests,
+            ROWS_PAD=plan.rows_pad,
+            TILES_PAD=plan.tiles_pad,
+            num_warps=plan.small_grid_warps,
+            num_stages=1,
+            **options,
         )
 
 
@@ -202,7 +288,12 @@ def _check_row_table(inputs: VerifyInputs, rows: RowTable, plan: LaunchPlan) -> 
             raise ValueError("rows.draft: draft_logits were given, so draft rows are required, got None")
         wanted.append(("rows.draft", rows.draft, (num_requests, num_drafts)))
     for name, table, shape in wanted:
-        if table.dtype != torch.int64 or tuple(table.shape) != shape or not table.is_contiguous() or table.device != device:
+        if (
+            table.dtype != torch.int64
+            or tuple(table.shape) != shape
+            or not table.is_contiguous()
+            or table.device != device
+        ):
             raise ValueError(
                 f"{name}: must be a contiguous int64 tensor {list(shape)} on {device}, "
                 f"got {table.dtype} {list(table.shape)} on {table.device}"
@@ -295,5 +386,3 @@ def _check_device(inputs: VerifyInputs) -> bool:
         if tensor is not None and tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
             raise ValueError(f"{name}: last dimension must be contiguous (stride 1), got stride {tensor.stride(-1)}")
     return interpreting
-
-

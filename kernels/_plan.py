@@ -80,7 +80,9 @@ class LaunchPlan:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.barrier and self.interpreting:
-            raise ValueError("barrier: the interpreter runs programs one at a time, so no grid barrier can open; got True")
+            raise ValueError(
+                "barrier: the interpreter runs programs one at a time, so no grid barrier can open; got True"
+            )
 
 
 def tile_size_for(vocab: int) -> int:

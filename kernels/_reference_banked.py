@@ -115,7 +115,11 @@ def _row_words(seed: np.ndarray, num_rows: int, num_purposes: int) -> list[list[
 
 
 def _block_decision(
-    bank: RowBank, rows: np.ndarray, log_ratio: np.ndarray, num_valid: np.ndarray, accept_uniform: np.ndarray,
+    bank: RowBank,
+    rows: np.ndarray,
+    log_ratio: np.ndarray,
+    num_valid: np.ndarray,
+    accept_uniform: np.ndarray,
     target_log_prob: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``reference._block_decision``: tau int64 [R] and the prefix ratio at tau float64 [R]."""
@@ -133,7 +137,9 @@ def _block_decision(
     residual_mass = np.concatenate([residual_mass, np.zeros((num_requests, 1))], axis=1)
     denominator = residual_mass + 1.0 - prefix
     # (no overflow: residual masses are at most 1)
-    threshold = np.divide(residual_mass, np.maximum(denominator, 1e-300), out=np.ones_like(residual_mass), where=denominator > 0)
+    threshold = np.divide(
+        residual_mass, np.maximum(denominator, 1e-300), out=np.ones_like(residual_mass), where=denominator > 0
+    )
     threshold = np.where(positions[None, :] == num_valid[:, None], prefix, threshold)
     passes = (positions[None, :] >= 1) & (positions[None, :] <= num_valid[:, None])
     passes &= accept_uniform.astype(np.float64) < threshold
@@ -157,8 +163,14 @@ def _residual_masses(bank: RowBank, rows: np.ndarray, scale: np.ndarray) -> np.n
 
 
 def _emit(
-    bank: RowBank, rows: np.ndarray, words: list[list[np.ndarray]], tau: np.ndarray, num_valid: np.ndarray,
-    safe_drafts: np.ndarray, residual_scale: np.ndarray, has_draft: bool,
+    bank: RowBank,
+    rows: np.ndarray,
+    words: list[list[np.ndarray]],
+    tau: np.ndarray,
+    num_valid: np.ndarray,
+    safe_drafts: np.ndarray,
+    residual_scale: np.ndarray,
+    has_draft: bool,
 ) -> np.ndarray:
     """``reference._emit`` for one tile: int64 [R], the token emitted at row tau of each request."""
     host = bank.host
@@ -243,7 +255,9 @@ def pruned_race(weights: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> 
         upper[open_rows, best[open_rows]] = best_upper[open_rows]
         reach = upper[open_rows].astype(np.float64) * 2.0**-23 - 127.0 >= best_key[open_rows, None]
         candidate_row, candidate_token = np.nonzero(reach)  # row by row, tokens ascending; the best is one
-        keys = _keys(weights[open_rows[candidate_row], candidate_token], hashed[open_rows[candidate_row], candidate_token])
+        keys = _keys(
+            weights[open_rows[candidate_row], candidate_token], hashed[open_rows[candidate_row], candidate_token]
+        )
         starts = np.searchsorted(candidate_row, np.arange(len(open_rows)))
         row_best = np.maximum.reduceat(keys, starts)
         first = np.minimum.reduceat(np.where(keys == row_best[candidate_row], np.arange(len(keys)), len(keys)), starts)
@@ -259,7 +273,9 @@ def _keys(weights: np.ndarray, hashed: np.ndarray) -> np.ndarray:
     return np.where(weights > 0, log_weight, -math.inf) - noise_from_hash(hashed).double().numpy()
 
 
-def _assemble(drafts: np.ndarray, num_accepted: np.ndarray, emitted: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
+def _assemble(
+    drafts: np.ndarray, num_accepted: np.ndarray, emitted: np.ndarray | None
+) -> tuple[np.ndarray | None, np.ndarray]:
     """tokens int64 [R, K+1] (accepted drafts, the emitted token, then -1; None without ``emitted``) and
     num_tokens int32 [R]."""
     num_tokens = (num_accepted + 1).astype(np.int32)

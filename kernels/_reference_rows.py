@@ -33,7 +33,9 @@ MAX_INV_TEMPERATURE = 1.0e6  # 1 / T is capped here, as in the kernels
 _buffers = threading.local()
 
 
-def scratch(name: str, shape: tuple[int, ...] | torch.Size, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def scratch(
+    name: str, shape: tuple[int, ...] | torch.Size, device: torch.device, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """A work buffer of this thread, reused across calls (contents undefined)."""
     by_name = getattr(_buffers, "by_name", None)
     if by_name is None:
@@ -65,8 +67,10 @@ def row_draws(seed: torch.Tensor, num_rows: int, num_purposes: int) -> list[list
     purposes = torch.arange(num_purposes, dtype=torch.int64, device=seed.device)[None, :, None]
     zero = torch.zeros((), dtype=torch.int64, device=seed.device)
     words = philox4x32(seed[:, None, None], zero, rows, purposes, zero)
-    return [[uint32_to_uniform(words[0][:, p]), uint32_to_uniform(words[1][:, p]), words[2][:, p], words[3][:, p]]
-            for p in range(num_purposes)]
+    return [
+        [uint32_to_uniform(words[0][:, p]), uint32_to_uniform(words[1][:, p]), words[2][:, p], words[3][:, p]]
+        for p in range(num_purposes)
+    ]
 
 
 def _fmix32(x: np.ndarray, work: np.ndarray | None = None) -> np.ndarray:
@@ -110,7 +114,9 @@ def noise_from_hash(hashed: np.ndarray) -> torch.Tensor:
     torch's (its CPU logarithms take the same vector path whatever an element's position), the
     float32 arithmetic around them numpy's (correctly rounded, as torch's is, at a fraction of the
     per-call cost on small arrays)."""
-    v = np.minimum((hashed.astype(np.float32) + np.float32(0.5)) * np.float32(2.3283064365386963e-10), np.float32(0.99999994))
+    v = np.minimum(
+        (hashed.astype(np.float32) + np.float32(0.5)) * np.float32(2.3283064365386963e-10), np.float32(0.99999994)
+    )
     series = v * (np.float32(1.0) + v * (np.float32(0.5) + v * np.float32(0.33333334)))
     log_branch = -torch.log2(torch.from_numpy(np.float32(1.0) - v)).numpy() * np.float32(math.log(2.0))
     return torch.log2(torch.from_numpy(np.where(v < np.float32(_SERIES_BELOW), series, log_branch)))
@@ -124,7 +130,12 @@ class RowStats:
     """
 
     def __init__(
-        self, logits: torch.Tensor, row_max: torch.Tensor, temperature: torch.Tensor, greedy: torch.Tensor, name: str | None
+        self,
+        logits: torch.Tensor,
+        row_max: torch.Tensor,
+        temperature: torch.Tensor,
+        greedy: torch.Tensor,
+        name: str | None,
     ) -> None:
         """``name`` prefixes the reused buffers; None allocates the results afresh (to keep them)."""
         self.logits = logits
@@ -163,7 +174,9 @@ class RowStats:
         shape = draft.log_probs.shape
         residual = scratch("target_scaled", shape, scale.device)  # free once the log-softmax is done
         torch.exp(self.log_probs[:, : shape[1]], out=residual)
-        return _residual_sums(residual, torch.exp(draft.log_probs, out=scratch("draft_scaled", shape, scale.device)), scale)
+        return _residual_sums(
+            residual, torch.exp(draft.log_probs, out=scratch("draft_scaled", shape, scale.device)), scale
+        )
 
     def argmax_rows(self) -> torch.Tensor:
         """int64 [R, N]: first index of the row maximum, for greedy requests (0 elsewhere)."""
@@ -194,7 +207,9 @@ class RowBank:
     the temperature every request drawing that row has (0 = greedy).
     """
 
-    def __init__(self, target_logits: torch.Tensor, draft_logits: torch.Tensor | None, temperature: torch.Tensor) -> None:
+    def __init__(
+        self, target_logits: torch.Tensor, draft_logits: torch.Tensor | None, temperature: torch.Tensor
+    ) -> None:
         self.greedy = temperature == 0
         self.target = _BankSide(target_logits, temperature, self.greedy)
         self.draft = _BankSide(draft_logits, temperature, self.greedy) if draft_logits is not None else None
@@ -279,7 +294,9 @@ class BankStats:
             bank_rows = rows[partial[:, 0], partial[:, 1]]
             target = torch.index_select(self.side.exp_log_probs, 0, bank_rows)
             draft_probs = torch.index_select(draft.side.exp_log_probs, 0, bank_rows)
-            masses[partial[:, 0], partial[:, 1]] = _residual_sums(target, draft_probs, scale[partial[:, 0], partial[:, 1]])
+            masses[partial[:, 0], partial[:, 1]] = _residual_sums(
+                target, draft_probs, scale[partial[:, 0], partial[:, 1]]
+            )
         return masses
 
     def argmax_rows(self) -> torch.Tensor:

@@ -33,9 +33,17 @@ from ._sampling import (
     write_tokens,
 )
 
+
 @triton.jit
 def _residual_kernel(
-    logits, inputs, work, sizes, TILE: tl.constexpr, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr, SLOTS: tl.constexpr,
+    logits,
+    inputs,
+    work,
+    sizes,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    SLOTS: tl.constexpr,
     TILES_PER_PROGRAM: tl.constexpr,
 ):
     block = tl.program_id(0)
@@ -58,14 +66,17 @@ def _residual_kernel(
         active = deferred & (row >= lo) & (row <= hi)
         rows = tl.full((BLOCK_R,), 0, tl.int32) + row
         for tile in range(first_tile, last_tile):
-            weights = _residual_weights(logits, work, sizes, requests, active, rows, tile + rows * 0, 0, scale, TILE, TILE)
+            weights = _residual_weights(
+                logits, work, sizes, requests, active, rows, tile + rows * 0, 0, scale, TILE, TILE
+            )
             out = (requests * sizes.num_drafts + row) * sizes.num_tiles + tile
             tl.store(work.residual_mass + out, tl.sum(weights, axis=1), mask=active)
 
 
 @triton.jit
-def _residual_weights(logits, work, sizes, requests, active, rows, tiles, start, scale,
-                      TILE: tl.constexpr, WIDTH: tl.constexpr):
+def _residual_weights(
+    logits, work, sizes, requests, active, rows, tiles, start, scale, TILE: tl.constexpr, WIDTH: tl.constexpr
+):
     """Residual weights max(s p - q, 0) [B, WIDTH] of tokens start.. of tile ``tiles`` of row ``rows``
     (int32 [B] each).
 
@@ -73,7 +84,11 @@ def _residual_weights(logits, work, sizes, requests, active, rows, tiles, start,
     the decision recomputes the chosen tile with this same function to draw the token inside it.
     """
     target_ref, target_log_mass, draft_ref, draft_log_mass, prefix = _load_row_info(
-        work.row_info, requests, rows, sizes.num_drafts, active,
+        work.row_info,
+        requests,
+        rows,
+        sizes.num_drafts,
+        active,
     )
     vocab_ids = tiles[:, None] * TILE + start + tl.arange(0, WIDTH)[None, :]
     mask = active[:, None] & (vocab_ids < sizes.vocab)
@@ -81,13 +96,23 @@ def _residual_weights(logits, work, sizes, requests, active, rows, tiles, start,
     d_offsets = draft_row_start(logits, requests, rows, sizes.num_drafts, active)[:, None] + vocab_ids
     values = tl.load(logits.target + t_offsets, mask=mask, other=float("-inf"))
     d_values = tl.load(logits.draft + d_offsets, mask=mask, other=float("-inf"))
-    return residual_weights(values, d_values, mask, target_ref, target_log_mass, draft_ref, draft_log_mass, prefix, scale)
+    return residual_weights(
+        values, d_values, mask, target_ref, target_log_mass, draft_ref, draft_log_mass, prefix, scale
+    )
 
 
 @triton.jit
 def _decide_residual_kernel(
-    logits, inputs, work, sizes, outputs, METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    logits,
+    inputs,
+    work,
+    sizes,
+    outputs,
+    METHOD: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
 ):
     """The residual decision as its own launch (grid: request blocks)."""
     block = tl.program_id(0)
@@ -99,8 +124,17 @@ def _decide_residual_kernel(
 
 @triton.jit
 def _decide_residual(
-    block, logits, inputs, work, sizes, outputs, METHOD: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    block,
+    logits,
+    inputs,
+    work,
+    sizes,
+    outputs,
+    METHOD: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
 ):
     """tau (block: the largest planned row whose uniform is below h) and the residual token there."""
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
@@ -110,8 +144,9 @@ def _decide_residual(
     deferred = live & (lo >= 0)
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
-    planned, index3, mask3 = _planned_tiles(requests, deferred, lo, hi, sizes.num_drafts, sizes.num_tiles, ROWS_PAD,
-                                            TILES_PAD)
+    planned, index3, mask3 = _planned_tiles(
+        requests, deferred, lo, hi, sizes.num_drafts, sizes.num_tiles, ROWS_PAD, TILES_PAD
+    )
     tile_mass = tl.load(work.residual_mass + index3, mask=mask3, other=0.0, cache_modifier=".cg")
     seed = tl.load(inputs.seed + requests, mask=deferred, other=0)
     seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
@@ -119,7 +154,9 @@ def _decide_residual(
     tau = lo
     if METHOD == contract.METHOD_BLOCK:
         accept_u, _, _, _ = row_draws(seeds2, rows2, contract.PURPOSE_VERIFY)
-        prefix = tl.load(work.row_info + (requests[:, None] * sizes.num_drafts + rows[None, :]) * 5 + 4, mask=planned, other=1.0)
+        prefix = tl.load(
+            work.row_info + (requests[:, None] * sizes.num_drafts + rows[None, :]) * 5 + 4, mask=planned, other=1.0
+        )
         mass = tl.sum(tile_mass, axis=2)
         denominator = mass + 1.0 - prefix
         threshold = tl.where(denominator > 0, mass / tl.where(denominator > 0, denominator, 1.0), 1.0)
@@ -142,19 +179,25 @@ def _decide_residual(
     temperature = tl.load(inputs.temperature + requests, mask=deferred, other=1.0)
     scale = temperature_scale(temperature)
     has_tile = deferred & (chosen >= 0)
-    key_lo, key_hi = row_draws(seed, tau, contract.PURPOSE_RESIDUAL)[2:]  # afresh for row tau, as _emit_from_target does
+    key_lo, key_hi = row_draws(seed, tau, contract.PURPOSE_RESIDUAL)[
+        2:
+    ]  # afresh for row tau, as _emit_from_target does
     CHUNK: tl.constexpr = RACE_CHUNK if RACE_CHUNK < TILE else TILE
     best_key = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     best = tl.zeros((BLOCK_R,), tl.int32)
     for start in tl.range(0, TILE, CHUNK):  # the race in chunks, as sample_in_tile runs it
-        chunk_weights = _residual_weights(logits, work, sizes, requests, has_tile, tau, tl.maximum(chosen, 0), start, scale,
-                                          TILE, CHUNK)
+        chunk_weights = _residual_weights(
+            logits, work, sizes, requests, has_tile, tau, tl.maximum(chosen, 0), start, scale, TILE, CHUNK
+        )
         vocab_ids = tl.maximum(chosen, 0)[:, None] * TILE + start + tl.arange(0, CHUNK)[None, :]
-        best_key, best = better_key(race_keys(log2_weights(chunk_weights), vocab_ids, key_lo, key_hi), start, best_key, best)
+        best_key, best = better_key(
+            race_keys(log2_weights(chunk_weights), vocab_ids, key_lo, key_hi), start, best_key, best
+        )
     token = (chosen * TILE + best).to(tl.int64)
     drafts = tl.load(
         inputs.draft_tokens + requests[:, None] * sizes.num_drafts + rows[None, :],
-        mask=deferred[:, None] & (rows[None, :] < sizes.num_drafts), other=-1,
+        mask=deferred[:, None] & (rows[None, :] < sizes.num_drafts),
+        other=-1,
     )
     no_mass = deferred & (chosen < 0)
     if tl.max(no_mass.to(tl.int32)) > 0:  # p and q agree to rounding: fall back to the plain target
@@ -167,8 +210,22 @@ def _decide_residual(
         reference, mass, tile_weight = _row_normalisers(tile_max, tile_sum, scale)
         _, tile_u, _, _ = row_draws(seeds2, rows2, contract.PURPOSE_VERIFY)
         plain = _emit_from_target(
-            logits, requests, seed, tau, at_tau, tau, drafts, TargetRows(tile_max, reference, mass, tile_weight),
-            tile_u, reference, scale, no_mass, sizes, True, TILE, TILES_PAD,
+            logits,
+            requests,
+            seed,
+            tau,
+            at_tau,
+            tau,
+            drafts,
+            TargetRows(tile_max, reference, mass, tile_weight),
+            tile_u,
+            reference,
+            scale,
+            no_mass,
+            sizes,
+            True,
+            TILE,
+            TILES_PAD,
         )
         token = tl.where(no_mass, plain, token)
     write_tokens(outputs.tokens, outputs.num_tokens, requests, drafts, tau, token, deferred, sizes.num_drafts, ROWS_PAD)

@@ -75,8 +75,9 @@ def _fast_log2(x):
     if _interpreted():
         result = tl.log2(x)
     else:
-        result = tl.inline_asm_elementwise("lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
-                                           is_pure=True, pack=1)
+        result = tl.inline_asm_elementwise(
+            "lg2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+        )
     return result
 
 
@@ -243,8 +244,9 @@ def sample_in_tile(
         mask = active[:, None] & (tile[:, None] >= 0) & (vocab_ids < vocab)
         logits = tl.load(logits_ptr + row_offset[:, None] + vocab_ids, mask=mask, other=float("-inf"))
         logits = sanitize(logits.to(tl.float32))
-        log_weights = tl.where(mask & (vocab_ids != excluded[:, None]), (logits - reference[:, None]) * scale[:, None],
-                               float("-inf"))
+        log_weights = tl.where(
+            mask & (vocab_ids != excluded[:, None]), (logits - reference[:, None]) * scale[:, None], float("-inf")
+        )
         best_key, best = better_key(race_keys(log_weights, vocab_ids, key_lo, key_hi), start, best_key, best)
     return tl.where(tile >= 0, tile * TILE + best, 0).to(tl.int64)
 

@@ -44,11 +44,22 @@ from ._sampling import (
 )
 from ._verify_kernel import _draft_tile_statistics, _tile_mass_checked, _tile_max
 
+
 @triton.jit
 def _small_grid_kernel(
-    logits, inputs, work, counter_ptr, sizes, outputs,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr, STAGE: tl.constexpr,
+    logits,
+    inputs,
+    work,
+    counter_ptr,
+    sizes,
+    outputs,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
+    STAGE: tl.constexpr,
 ):
     """STAGE 0: the whole call. With draft logits under the interpreter, STAGE 1 runs up to the
     barrier (statistics) and STAGE 2 after it (the tile read again; residuals and the decision)."""
@@ -64,7 +75,9 @@ def _small_grid_kernel(
     scale = temperature_scale(temperature)
     seed = tl.load(inputs.seed + requests, mask=live, other=0)
     row_ids = tl.full((BLOCK_R,), 0, tl.int32) + row
-    draft = tl.load(inputs.draft_tokens + requests * sizes.num_drafts + row, mask=live & (row < sizes.num_drafts), other=-1)
+    draft = tl.load(
+        inputs.draft_tokens + requests * sizes.num_drafts + row, mask=live & (row < sizes.num_drafts), other=-1
+    )
     vocab_ids = tile * TILE + tl.arange(0, TILE)
     mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
     offsets = target_row_start(logits, requests, row, sizes.num_drafts, live)[:, None] + vocab_ids[None, :]
@@ -86,28 +99,105 @@ def _small_grid_kernel(
                 # + (noise - noise), exactly 0 (the noise is finite): ptxas otherwise starts the
                 # tile's reductions first and stalls on the load before any noise is made.
                 values = values + (noise - noise)
-        _tile_draws(values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row, tile, draft,
-                    HAS_DRAFT, EARLY_NOISE, TILE)
+        _tile_draws(
+            values,
+            d_values,
+            noise,
+            work,
+            sizes,
+            requests,
+            live,
+            sampled,
+            scale,
+            seed,
+            row,
+            tile,
+            draft,
+            HAS_DRAFT,
+            EARLY_NOISE,
+            TILE,
+        )
     if HAS_DRAFT:
         if STAGE == 0:
             tl.debug_barrier()
             _barrier(counters + 1, counters + 2, parties)
         if STAGE != 1:
-            decision = _acceptance(requests, live, sampled, scale, seed, inputs, work, sizes,
-                                   METHOD, True, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True)
+            decision = _acceptance(
+                requests,
+                live,
+                sampled,
+                scale,
+                seed,
+                inputs,
+                work,
+                sizes,
+                METHOD,
+                True,
+                TILE,
+                BLOCK_R,
+                ROWS_PAD,
+                TILES_PAD,
+                True,
+            )
             # fp32 tiles read the plan and the row normalisers back from memory, 16-bit ones take
             # them from registers (each measured the faster at R = 1).
             READ_BACK: tl.constexpr = logits.target.dtype.element_ty == tl.float32
-            _tile_residual(values, d_values, decision, work, sizes, requests, live, scale, seed, row_ids, row, tile, mask,
-                           READ_BACK, TILE, ROWS_PAD)
+            _tile_residual(
+                values,
+                d_values,
+                decision,
+                work,
+                sizes,
+                requests,
+                live,
+                scale,
+                seed,
+                row_ids,
+                row,
+                tile,
+                mask,
+                READ_BACK,
+                TILE,
+                ROWS_PAD,
+            )
     if STAGE != 1:  # the last program of the request block to take a ticket decides
         tl.debug_barrier()
         if tl.atomic_add(counters, 1, sem="acq_rel") == parties - 1:
             if not HAS_DRAFT:  # (with draft logits every program derived acceptance after the barrier)
-                decision = _acceptance(requests, live, sampled, scale, seed, inputs, work, sizes,
-                                       METHOD, False, TILE, BLOCK_R, ROWS_PAD, TILES_PAD, True)
-            _decide_small(requests, live, sampled, scale, seed, decision, work, sizes, outputs,
-                          METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD)
+                decision = _acceptance(
+                    requests,
+                    live,
+                    sampled,
+                    scale,
+                    seed,
+                    inputs,
+                    work,
+                    sizes,
+                    METHOD,
+                    False,
+                    TILE,
+                    BLOCK_R,
+                    ROWS_PAD,
+                    TILES_PAD,
+                    True,
+                )
+            _decide_small(
+                requests,
+                live,
+                sampled,
+                scale,
+                seed,
+                decision,
+                work,
+                sizes,
+                outputs,
+                METHOD,
+                HAS_DRAFT,
+                TILE,
+                BLOCK_R,
+                ROWS_PAD,
+                TILES_PAD,
+            )
             tl.atomic_xchg(counters, 0, sem="relaxed")
 
 
@@ -131,8 +221,22 @@ def _barrier(arrivals_ptr, generation_ptr, parties):
 
 @triton.jit
 def _tile_draws(
-    values, d_values, noise, work, sizes, requests, live, sampled, scale, seed, row, tile, draft,
-    HAS_DRAFT: tl.constexpr, EARLY_NOISE: tl.constexpr, TILE: tl.constexpr,
+    values,
+    d_values,
+    noise,
+    work,
+    sizes,
+    requests,
+    live,
+    sampled,
+    scale,
+    seed,
+    row,
+    tile,
+    draft,
+    HAS_DRAFT: tl.constexpr,
+    EARLY_NOISE: tl.constexpr,
+    TILE: tl.constexpr,
 ):
     """This tile's statistics, as pass A stores them, and the token it draws for each request.
 
@@ -150,7 +254,9 @@ def _tile_draws(
     tl.store(work.tile_max + stat, tile_max, mask=live)
     greedy = live & ~sampled
     if tl.max(greedy.to(tl.int32)) > 0:  # as first_max_in_tile finds it on a re-read
-        first = tl.min(tl.where(mask & (sanitize(values) == tile_max[:, None]), vocab_ids[None, :], sizes.vocab), axis=1)
+        first = tl.min(
+            tl.where(mask & (sanitize(values) == tile_max[:, None]), vocab_ids[None, :], sizes.vocab), axis=1
+        )
         tl.store(work.tile_token + stat, first, mask=greedy)
     if tl.max(sampled.to(tl.int32)) > 0:
         values, weights, mass = _tile_mass_checked(values, tile_max, scale)
@@ -171,7 +277,9 @@ def _tile_draws(
                 tl.store(work.excluded_token + per_row, tile * TILE + inner, mask=drawn_here)
         if HAS_DRAFT:
             if row < sizes.num_drafts:
-                _draft_tile_statistics(d_values, work, sizes, requests, row, tile, vocab_ids, sampled, scale, draft, in_tile)
+                _draft_tile_statistics(
+                    d_values, work, sizes, requests, row, tile, vocab_ids, sampled, scale, draft, in_tile
+                )
 
 
 @triton.jit
@@ -183,8 +291,22 @@ def _tile_noise(seed, row_ids, vocab_ids, values):
 
 @triton.jit
 def _tile_residual(
-    values, d_values, decision, work, sizes, requests, live, scale, seed, row_ids, row, tile, mask,
-    READ_BACK: tl.constexpr, TILE: tl.constexpr, ROWS_PAD: tl.constexpr,
+    values,
+    d_values,
+    decision,
+    work,
+    sizes,
+    requests,
+    live,
+    scale,
+    seed,
+    row_ids,
+    row,
+    tile,
+    mask,
+    READ_BACK: tl.constexpr,
+    TILE: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
 ):
     """This tile's residual max(s p - q, 0) at row ``row`` where a request's plan holds the row: its
     mass and its draw. The plan and the row's normalisers come from ``decision`` (``_acceptance``'s,
@@ -196,8 +318,16 @@ def _tile_residual(
     if READ_BACK:  # every program of the block stores the same plan and normalisers
         tl.store(work.plan + requests * 2, verdict.plan_lo, mask=live)
         tl.store(work.plan + requests * 2 + 1, verdict.plan_hi, mask=live)
-        _store_row_info(work.row_info, requests, tl.arange(0, ROWS_PAD), verdict.deferred, sizes.num_drafts,
-                        decision.target, decision.draft, verdict.prefix)
+        _store_row_info(
+            work.row_info,
+            requests,
+            tl.arange(0, ROWS_PAD),
+            verdict.deferred,
+            sizes.num_drafts,
+            decision.target,
+            decision.draft,
+            verdict.prefix,
+        )
         tl.debug_barrier()
         lo = tl.load(work.plan + requests * 2, mask=live, other=-1)
         hi = tl.load(work.plan + requests * 2 + 1, mask=live, other=-1)
@@ -208,7 +338,11 @@ def _tile_residual(
     if tl.max(needs.to(tl.int32)) > 0:
         if READ_BACK:
             target_ref, target_log_mass, draft_ref, draft_log_mass, row_prefix = _load_row_info(
-                work.row_info, requests, row, sizes.num_drafts, needs,
+                work.row_info,
+                requests,
+                row,
+                sizes.num_drafts,
+                needs,
             )
         else:
             at_row = tl.arange(0, ROWS_PAD)[None, :] == row
@@ -221,7 +355,15 @@ def _tile_residual(
         values = tl.where(active, values, float("-inf"))
         d_values = tl.where(active, d_values, float("-inf"))
         weights = residual_weights(
-            values, d_values, active, target_ref, target_log_mass, draft_ref, draft_log_mass, row_prefix, scale,
+            values,
+            d_values,
+            active,
+            target_ref,
+            target_log_mass,
+            draft_ref,
+            draft_log_mass,
+            row_prefix,
+            scale,
         )
         out = (requests * sizes.num_drafts + row) * sizes.num_tiles + tile
         tl.store(work.residual_mass + out, tl.sum(weights, axis=1), mask=needs)
@@ -235,7 +377,8 @@ def _tile_residual(
 def _choose_tiles(weights, uniform, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr):
     """For every row at once, a tile by inverse CDF: weights [B, ROWS, TILES], uniform [B, ROWS] -> int32 [B, ROWS]."""
     flat = inverse_cdf(
-        tl.reshape(weights, (BLOCK_R * ROWS_PAD, TILES_PAD)), tl.reshape(uniform, (BLOCK_R * ROWS_PAD,)),
+        tl.reshape(weights, (BLOCK_R * ROWS_PAD, TILES_PAD)),
+        tl.reshape(uniform, (BLOCK_R * ROWS_PAD,)),
         tl.arange(0, TILES_PAD),
     )
     return tl.reshape(flat, (BLOCK_R, ROWS_PAD))
@@ -243,9 +386,21 @@ def _choose_tiles(weights, uniform, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexp
 
 @triton.jit
 def _decide_small(
-    requests, live, sampled, scale, seed, decision, work, sizes, outputs,
-    METHOD: tl.constexpr, HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    requests,
+    live,
+    sampled,
+    scale,
+    seed,
+    decision,
+    work,
+    sizes,
+    outputs,
+    METHOD: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
 ):
     """The emitted token at tau from the tiles' own draws, and the tokens written out.
 
@@ -264,8 +419,16 @@ def _decide_small(
         index3 = (requests[:, None] * num_rows + rows[None, :])[:, :, None] * sizes.num_tiles + tiles[None, None, :]
         mask3 = (live[:, None] & (rows[None, :] < num_rows))[:, :, None] & (tiles[None, None, :] < sizes.num_tiles)
         tile_tokens = tl.load(work.tile_token + index3, mask=mask3, other=0, cache_modifier=".cg")
-        _, index3, mask3 = _planned_tiles(requests, verdict.deferred, verdict.plan_lo, verdict.plan_hi, sizes.num_drafts,
-                                          sizes.num_tiles, ROWS_PAD, TILES_PAD)
+        _, index3, mask3 = _planned_tiles(
+            requests,
+            verdict.deferred,
+            verdict.plan_lo,
+            verdict.plan_hi,
+            sizes.num_drafts,
+            sizes.num_tiles,
+            ROWS_PAD,
+            TILES_PAD,
+        )
         residual_mass = tl.load(work.residual_mass + index3, mask=mask3, other=0.0, cache_modifier=".cg")
         residual_tokens = tl.load(work.residual_token + index3, mask=mask3, other=0, cache_modifier=".cg")
     weights = decision.target.tile_weight
@@ -275,8 +438,11 @@ def _decide_small(
         own = tl.where(exclude, decision.drafts // TILE, -1).to(tl.int32)
         own3 = tiles[None, None, :] == own[:, :, None]
         own_max = tl.max(tl.where(own3, decision.target.tile_max, float("-inf")), axis=2)
-        own_weight = tl.where(own_max == float("-inf"), 0.0,
-                              decision.draws.excluded_sums * tl.exp2((own_max - decision.target.reference) * scale[:, None]))
+        own_weight = tl.where(
+            own_max == float("-inf"),
+            0.0,
+            decision.draws.excluded_sums * tl.exp2((own_max - decision.target.reference) * scale[:, None]),
+        )
         without = tl.where(own3, own_weight[:, :, None], weights)
         use_residual = exclude & (tl.sum(without, axis=2) > 0)
         weights = tl.where(use_residual[:, :, None], without, weights)
@@ -288,20 +454,36 @@ def _decide_small(
     if HAS_DRAFT:
         if tl.max(verdict.deferred.to(tl.int32)) > 0:
             residual_tau, residual_row_tokens = _residual_choice(
-                verdict, seed, row_tokens, residual_mass, residual_tokens, METHOD, BLOCK_R, ROWS_PAD, TILES_PAD,
+                verdict,
+                seed,
+                row_tokens,
+                residual_mass,
+                residual_tokens,
+                METHOD,
+                BLOCK_R,
+                ROWS_PAD,
+                TILES_PAD,
             )
             tau = tl.where(verdict.deferred, residual_tau, tau)
             row_tokens = tl.where(verdict.deferred[:, None], residual_row_tokens, row_tokens)
     at_tau = rows[None, :] == tau[:, None]
     emitted = tl.sum(tl.where(at_tau, tl.where(sampled[:, None], row_tokens, decision.greedy.argmax), 0), axis=1)
-    write_tokens(outputs.tokens, outputs.num_tokens, requests, decision.drafts, tau, emitted, live, sizes.num_drafts,
-                 ROWS_PAD)
+    write_tokens(
+        outputs.tokens, outputs.num_tokens, requests, decision.drafts, tau, emitted, live, sizes.num_drafts, ROWS_PAD
+    )
 
 
 @triton.jit
 def _residual_choice(
-    verdict, seed, target_tokens, tile_mass, tile_tokens,
-    METHOD: tl.constexpr, BLOCK_R: tl.constexpr, ROWS_PAD: tl.constexpr, TILES_PAD: tl.constexpr,
+    verdict,
+    seed,
+    target_tokens,
+    tile_mass,
+    tile_tokens,
+    METHOD: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    ROWS_PAD: tl.constexpr,
+    TILES_PAD: tl.constexpr,
 ):
     """tau of a deferred request (block: the largest planned row whose uniform is below h) and, per
     row, the residual token there (a tile by residual mass, then its draw); a residual without mass
@@ -309,7 +491,9 @@ def _residual_choice(
     rows = tl.arange(0, ROWS_PAD)
     tiles = tl.arange(0, TILES_PAD)
     plan_lo = verdict.plan_lo
-    planned = verdict.deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= verdict.plan_hi[:, None])
+    planned = (
+        verdict.deferred[:, None] & (rows[None, :] >= plan_lo[:, None]) & (rows[None, :] <= verdict.plan_hi[:, None])
+    )
     seeds2 = tl.broadcast_to(seed[:, None], (BLOCK_R, ROWS_PAD))
     rows2 = tl.broadcast_to(rows[None, :], (BLOCK_R, ROWS_PAD))
     tau = plan_lo

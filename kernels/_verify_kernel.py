@@ -26,9 +26,18 @@ def _tile_mass(logits, tile_max, scale):
 
 @triton.jit
 def _verify_kernel(
-    logits, target_desc, draft_desc, inputs, work, sizes,
-    HAS_DRAFT: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
+    logits,
+    target_desc,
+    draft_desc,
+    inputs,
+    work,
+    sizes,
+    HAS_DRAFT: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr,
+    STAGES: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Grid rows 0..K are the target rows; with draft logits rows K+1.. are the draft rows, each
     read by programs of its own (greedy requests never read draft logits)."""
@@ -42,18 +51,63 @@ def _verify_kernel(
     sampled = live & (temperature > 0)
     if (row > sizes.num_drafts) & HAS_DRAFT:
         if tl.max(sampled.to(tl.int32)) > 0:
-            _row_statistics(logits, descriptors, inputs, work, sizes, block, row - sizes.num_drafts - 1, chunk, requests,
-                            temperature, True, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
+            _row_statistics(
+                logits,
+                descriptors,
+                inputs,
+                work,
+                sizes,
+                block,
+                row - sizes.num_drafts - 1,
+                chunk,
+                requests,
+                temperature,
+                True,
+                TILE,
+                BLOCK_R,
+                TILES_PER_PROGRAM,
+                STAGES,
+                USE_TMA,
+            )
     else:
-        _row_statistics(logits, descriptors, inputs, work, sizes, block, row, chunk, requests,
-                        temperature, False, TILE, BLOCK_R, TILES_PER_PROGRAM, STAGES, USE_TMA)
+        _row_statistics(
+            logits,
+            descriptors,
+            inputs,
+            work,
+            sizes,
+            block,
+            row,
+            chunk,
+            requests,
+            temperature,
+            False,
+            TILE,
+            BLOCK_R,
+            TILES_PER_PROGRAM,
+            STAGES,
+            USE_TMA,
+        )
 
 
 @triton.jit
 def _row_statistics(
-    logits, descriptors, inputs, work, sizes, block, row, chunk, requests, temperature,
-    DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr,
-    TILES_PER_PROGRAM: tl.constexpr, STAGES: tl.constexpr, USE_TMA: tl.constexpr,
+    logits,
+    descriptors,
+    inputs,
+    work,
+    sizes,
+    block,
+    row,
+    chunk,
+    requests,
+    temperature,
+    DRAFT_ONLY: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    TILES_PER_PROGRAM: tl.constexpr,
+    STAGES: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """This program's tiles of one row: target row ``row`` or, DRAFT_ONLY, draft row ``row``.
     ``descriptors``: the target's and the draft's bulk-copy descriptors (read with USE_TMA)."""
@@ -68,21 +122,65 @@ def _row_statistics(
     else:
         row_start = target_row_start(logits, requests, row, sizes.num_drafts, live)
     if TILES_PER_PROGRAM == 1:
-        _tile_statistics(logits, descriptors, work, sizes, block, row, chunk, requests, sampled, scale, draft, per_row,
-                         row_start, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
+        _tile_statistics(
+            logits,
+            descriptors,
+            work,
+            sizes,
+            block,
+            row,
+            chunk,
+            requests,
+            sampled,
+            scale,
+            draft,
+            per_row,
+            row_start,
+            DRAFT_ONLY,
+            TILE,
+            BLOCK_R,
+            USE_TMA,
+        )
     else:
         # The tiles of one row in turn; with bulk copies and STAGES > 1 the next tiles are copied
         # into shared memory while this one is reduced, so loads in flight hold no registers.
         first_tile = chunk * TILES_PER_PROGRAM
         last_tile = tl.minimum(first_tile + TILES_PER_PROGRAM, sizes.num_tiles)
         for tile in tl.range(first_tile, last_tile, num_stages=STAGES):
-            _tile_statistics(logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft,
-                             per_row, row_start, DRAFT_ONLY, TILE, BLOCK_R, USE_TMA)
+            _tile_statistics(
+                logits,
+                descriptors,
+                work,
+                sizes,
+                block,
+                row,
+                tile,
+                requests,
+                sampled,
+                scale,
+                draft,
+                per_row,
+                row_start,
+                DRAFT_ONLY,
+                TILE,
+                BLOCK_R,
+                USE_TMA,
+            )
 
 
 @triton.jit
-def _load_tile(logits_ptr, desc, block, row, tile, mask, row_start,
-               TILE: tl.constexpr, BLOCK_R: tl.constexpr, USE_TMA: tl.constexpr):
+def _load_tile(
+    logits_ptr,
+    desc,
+    block,
+    row,
+    tile,
+    mask,
+    row_start,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    USE_TMA: tl.constexpr,
+):
     """One tile of one row for BLOCK_R requests as float32, -inf outside the row and the batch
     (``row_start``: each request's row, element offset; bulk copies address by coordinates)."""
     if USE_TMA:  # a bulk copy into shared memory; it fills out-of-bounds elements with zeros
@@ -126,8 +224,23 @@ def _tile_mass_checked(values, tile_max, scale):
 
 @triton.jit
 def _tile_statistics(
-    logits, descriptors, work, sizes, block, row, tile, requests, sampled, scale, draft, per_row, row_start,
-    DRAFT_ONLY: tl.constexpr, TILE: tl.constexpr, BLOCK_R: tl.constexpr, USE_TMA: tl.constexpr,
+    logits,
+    descriptors,
+    work,
+    sizes,
+    block,
+    row,
+    tile,
+    requests,
+    sampled,
+    scale,
+    draft,
+    per_row,
+    row_start,
+    DRAFT_ONLY: tl.constexpr,
+    TILE: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Statistics of one tile of one row: see the module docstring."""
     target_desc, draft_desc = descriptors
@@ -136,8 +249,9 @@ def _tile_statistics(
     mask = live[:, None] & (vocab_ids < sizes.vocab)[None, :]
     in_tile = (draft >= tile * TILE) & (draft < tile * TILE + TILE) & (draft < sizes.vocab)
     if DRAFT_ONLY:
-        d_logits = _load_tile(logits.draft, draft_desc, block, row, tile, mask & sampled[:, None], row_start,
-                              TILE, BLOCK_R, USE_TMA)
+        d_logits = _load_tile(
+            logits.draft, draft_desc, block, row, tile, mask & sampled[:, None], row_start, TILE, BLOCK_R, USE_TMA
+        )
         _draft_tile_statistics(d_logits, work, sizes, requests, row, tile, vocab_ids, sampled, scale, draft, in_tile)
     else:
         values = _load_tile(logits.target, target_desc, block, row, tile, mask, row_start, TILE, BLOCK_R, USE_TMA)

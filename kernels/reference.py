@@ -24,7 +24,13 @@ from ._contract import DEFAULT_TILE, PURPOSE_RESIDUAL, PURPOSE_VERIFY, VerifyInp
 from ._reference_banked import verify_banked
 from ._reference_rows import BankStats, RowBank, RowStats, row_draws, sanitized, scratch, two_level_sample
 
-__all__ = ["RowBank", "count_emitted_banked", "rejection_sample", "rejection_sample_banked", "rejection_sample_from_inputs"]
+__all__ = [
+    "RowBank",
+    "count_emitted_banked",
+    "rejection_sample",
+    "rejection_sample_banked",
+    "rejection_sample_from_inputs",
+]
 
 Stats = RowStats | BankStats
 
@@ -98,7 +104,12 @@ def rejection_sample_banked(
         return _empty(num_rows, rows.device)
     if rows.device.type == "cpu" and bank.target.vocab <= tile_size:
         tokens, num_tokens = verify_banked(
-            bank, rows.numpy(), draft_tokens.numpy(), temperature.numpy(), seed.numpy(), method,
+            bank,
+            rows.numpy(),
+            draft_tokens.numpy(),
+            temperature.numpy(),
+            seed.numpy(),
+            method,
             synthetic_conditional_rates.numpy() if synthetic_conditional_rates is not None else None,
         )
         assert tokens is not None
@@ -125,7 +136,9 @@ def count_emitted_banked(
     as numpy arrays (rows and draft_tokens int64, temperature and rates float32, seed int64)."""
     if rows.shape[0] == 0:
         return np.zeros(0, dtype=np.int32)
-    _, num_tokens = verify_banked(bank, rows, draft_tokens, temperature, seed, method, synthetic_conditional_rates, emit=False)
+    _, num_tokens = verify_banked(
+        bank, rows, draft_tokens, temperature, seed, method, synthetic_conditional_rates, emit=False
+    )
     return num_tokens
 
 
@@ -279,7 +292,9 @@ def _emit(
     return torch.where(has_mass, token, torch.where(fallback_mass, fallback, 0))
 
 
-def _assemble(drafts: torch.Tensor, num_accepted: torch.Tensor, emitted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _assemble(
+    drafts: torch.Tensor, num_accepted: torch.Tensor, emitted: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """tokens int64 [R, K+1] (accepted drafts, the emitted token, then -1) and num_tokens int32 [R]."""
     num_requests = drafts.shape[0]
     positions = torch.arange(drafts.shape[1] + 1, device=drafts.device)[None, :]

@@ -52,7 +52,9 @@ def read_bounded(path: Path, limit: int, *, expected: str = "a file") -> bytes:
     return b"".join(chunks)
 
 
-def iter_bounded_lines(path: Path, *, max_line_bytes: int, max_bytes: int, expected: str = "a file") -> Iterator[tuple[int, str]]:
+def iter_bounded_lines(
+    path: Path, *, max_line_bytes: int, max_bytes: int, expected: str = "a file"
+) -> Iterator[tuple[int, str]]:
     """(1-based number, text with its line ending) for each line, reading at most ``max_bytes`` in all.
 
     Bytes that are not UTF-8 are replaced. A line longer than ``max_line_bytes`` or a file longer
@@ -68,9 +70,13 @@ def iter_bounded_lines(path: Path, *, max_line_bytes: int, max_bytes: int, expec
         for number, raw in enumerate(iter(lambda: handle.readline(max_line_bytes + 1), b""), start=1):
             total += len(raw)
             if len(raw) > max_line_bytes:
-                raise DocumentError([Problem(file, number, "", f"line longer than {max_line_bytes} bytes; refusing it")])
+                raise DocumentError(
+                    [Problem(file, number, "", f"line longer than {max_line_bytes} bytes; refusing it")]
+                )
             if total > max_bytes:
-                raise DocumentError([Problem(file, number, "", f"holds more than {max_bytes} bytes (the limit); refusing it")])
+                raise DocumentError(
+                    [Problem(file, number, "", f"holds more than {max_bytes} bytes (the limit); refusing it")]
+                )
             yield number, raw.decode("utf-8", errors="replace")
 
 

@@ -9,7 +9,11 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = {"spectune": REPO / "spectune", "spectune.kernels": REPO / "kernels"}  # kernels/ installs as spectune.kernels
+PACKAGES = {
+    "spectune": REPO / "spectune",
+    "spectune.kernels": REPO / "kernels",
+}  # kernels/ installs as spectune.kernels
+
 
 def _modules() -> dict[str, Path]:
     modules = {}
@@ -31,8 +35,13 @@ def _imported(module: str, file: Path, modules: dict[str, Path]) -> set[str]:
         return name or None
 
     tree = ast.parse(file.read_text())
-    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-               for statement in block.body for node in ast.walk(statement)}
+    skipped = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for statement in block.body
+        for node in ast.walk(statement)
+    }
     targets: set[str | None] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -91,4 +100,6 @@ def test_the_graph_sees_deferred_and_relative_imports():
     modules = _modules()
     launcher = _imported("spectune.kernels._launcher", modules["spectune.kernels._launcher"], modules)
     assert "spectune.kernels._decision" in launcher  # `from . import _decision` inside a function
-    assert "spectune.config._simulation" in _imported("spectune.config._documents", modules["spectune.config._documents"], modules)
+    assert "spectune.config._simulation" in _imported(
+        "spectune.config._documents", modules["spectune.config._documents"], modules
+    )

@@ -43,7 +43,14 @@ from spectune.errors import DocumentError, Problem
 
 __all__ = ["BENCH_REQUIRED_FIELDS", "BENCH_SPEC_FIELDS", "BenchRun", "looks_like_bench_result", "read_bench_result"]
 
-BENCH_REQUIRED_FIELDS = ("max_concurrency", "completed", "total_output_tokens", "duration", "output_throughput", "mean_tpot_ms")
+BENCH_REQUIRED_FIELDS = (
+    "max_concurrency",
+    "completed",
+    "total_output_tokens",
+    "duration",
+    "output_throughput",
+    "mean_tpot_ms",
+)
 BENCH_SPEC_FIELDS = (
     "spec_decode_num_drafts",
     "spec_decode_draft_tokens",
@@ -52,7 +59,9 @@ BENCH_SPEC_FIELDS = (
     "spec_decode_acceptance_rate",
     "spec_decode_per_position_acceptance_rates",
 )
-_KEPT_LATENCIES = tuple(f"{stat}_{metric}_ms" for metric in ("tpot", "itl", "ttft", "e2el") for stat in ("mean", "median", "p99"))
+_KEPT_LATENCIES = tuple(
+    f"{stat}_{metric}_ms" for metric in ("tpot", "itl", "ttft", "e2el") for stat in ("mean", "median", "p99")
+)
 _MAX_BYTES = 64 * 1024 * 1024  # per-request arrays (itls, ttfts) make big files; refuse absurd ones
 _THROUGHPUT_TOLERANCE = 0.01  # output_throughput vs total_output_tokens / duration (vLLM rounds neither)
 _COUNT_TOLERANCE = 1e-6  # per-position rate x drafts must be this close to a whole number
@@ -103,7 +112,11 @@ class BenchRun:
 def looks_like_bench_result(text: str) -> bool:
     """Whether a file's start reads like a bench result (a JSON object naming its run fields)."""
     head = text.lstrip()[:200_000]
-    return head.startswith("{") and '"max_concurrency"' in head and ('"mean_tpot_ms"' in head or '"output_throughput"' in head)
+    return (
+        head.startswith("{")
+        and '"max_concurrency"' in head
+        and ('"mean_tpot_ms"' in head or '"output_throughput"' in head)
+    )
 
 
 def _line_of(text: str, key: str) -> int | None:
@@ -126,7 +139,12 @@ class _Reader:
         if value is None:
             self.problem(key, "required field is missing (or null)" + _concurrency_hint(key))
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer() or value < low:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not float(value).is_integer()
+            or value < low
+        ):
             self.problem(key, f"must be a whole number >= {low}, got {value!r}")
             return None
         return int(value)
@@ -137,7 +155,12 @@ class _Reader:
             if required:
                 self.problem(key, "required field is missing (or null)")
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or (positive and value <= 0):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or (positive and value <= 0)
+        ):
             self.problem(key, f"must be a finite number{' > 0' if positive else ''}, got {value!r}")
             return None
         return float(value)
@@ -154,32 +177,73 @@ def read_bench_result(path: Path) -> BenchRun:
     file = str(path)
     try:
         if path.stat().st_size > _MAX_BYTES:
-            raise DocumentError([Problem(file, None, "", f"file is larger than {_MAX_BYTES} bytes; not a bench result?")])
+            raise DocumentError(
+                [Problem(file, None, "", f"file is larger than {_MAX_BYTES} bytes; not a bench result?")]
+            )
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, IsADirectoryError):
         raise DocumentError([Problem(file, None, "", "no such file")]) from None
     except UnicodeDecodeError as err:
-        raise DocumentError([Problem(file, None, "", f"not UTF-8 text (byte {err.start}); not a vllm bench serve result")]) from None
+        raise DocumentError(
+            [Problem(file, None, "", f"not UTF-8 text (byte {err.start}); not a vllm bench serve result")]
+        ) from None
     except OSError as err:
         raise DocumentError([Problem(file, None, "", f"cannot read: {err.strerror}")]) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise DocumentError([Problem(file, err.lineno, "", f"not JSON ({err.msg}, column {err.colno}); expected a vllm bench serve --save-result file")]) from None
+        raise DocumentError(
+            [
+                Problem(
+                    file,
+                    err.lineno,
+                    "",
+                    f"not JSON ({err.msg}, column {err.colno}); expected a vllm bench serve --save-result file",
+                )
+            ]
+        ) from None
     if not isinstance(data, dict) or not any(key in data for key in BENCH_REQUIRED_FIELDS):
-        got = type(data).__name__ if not isinstance(data, dict) else f"an object with keys {', '.join(list(data)[:5]) or 'none'}"
-        raise DocumentError([Problem(file, 1, "", f"not a vllm bench serve result: expected an object with {', '.join(BENCH_REQUIRED_FIELDS)}, got {got}")])
+        got = (
+            type(data).__name__
+            if not isinstance(data, dict)
+            else f"an object with keys {', '.join(list(data)[:5]) or 'none'}"
+        )
+        raise DocumentError(
+            [
+                Problem(
+                    file,
+                    1,
+                    "",
+                    f"not a vllm bench serve result: expected an object with {', '.join(BENCH_REQUIRED_FIELDS)}, got {got}",
+                )
+            ]
+        )
     reader = _Reader(file, text, data)
     concurrency = reader.integer("max_concurrency", 1)
     completed = reader.integer("completed", 1)
     output_tokens = reader.integer("total_output_tokens", 1)
     duration = reader.number("duration")
     throughput = reader.number("output_throughput")
-    latencies = {key: value for key in _KEPT_LATENCIES if (value := reader.number(key, required=key == "mean_tpot_ms")) is not None}
+    latencies = {
+        key: value
+        for key in _KEPT_LATENCIES
+        if (value := reader.number(key, required=key == "mean_tpot_ms")) is not None
+    }
     if completed is not None and output_tokens is not None and output_tokens <= completed:
-        reader.problem("total_output_tokens", f"must exceed completed ({completed}): every request needs tokens after its first to time a step, got {output_tokens}")
-    if duration and throughput and output_tokens and abs(output_tokens / duration - throughput) > _THROUGHPUT_TOLERANCE * throughput:
-        reader.problem("output_throughput", f"{throughput:g} tokens/s contradicts total_output_tokens / duration = {output_tokens / duration:.6g}")
+        reader.problem(
+            "total_output_tokens",
+            f"must exceed completed ({completed}): every request needs tokens after its first to time a step, got {output_tokens}",
+        )
+    if (
+        duration
+        and throughput
+        and output_tokens
+        and abs(output_tokens / duration - throughput) > _THROUGHPUT_TOLERANCE * throughput
+    ):
+        reader.problem(
+            "output_throughput",
+            f"{throughput:g} tokens/s contradicts total_output_tokens / duration = {output_tokens / duration:.6g}",
+        )
     counts = _spec_counts(reader)
     if reader.problems:
         raise DocumentError(reader.problems)
@@ -204,8 +268,11 @@ def _spec_counts(reader: _Reader) -> CountWindow | None:
         return None
     missing = [key for key in BENCH_SPEC_FIELDS if key not in present]
     if missing:
-        reader.problem(missing[0], f"speculative-decoding fields are partly present ({', '.join(present)}) but {', '.join(missing)} missing; "
-                       "a run with speculation has them all (vLLM scrapes them from the server's /metrics)")
+        reader.problem(
+            missing[0],
+            f"speculative-decoding fields are partly present ({', '.join(present)}) but {', '.join(missing)} missing; "
+            "a run with speculation has them all (vLLM scrapes them from the server's /metrics)",
+        )
         return None
     drafts = reader.integer("spec_decode_num_drafts", 1)
     draft_tokens = reader.integer("spec_decode_draft_tokens", 1)
@@ -214,33 +281,58 @@ def _spec_counts(reader: _Reader) -> CountWindow | None:
     rate = reader.number("spec_decode_acceptance_rate", positive=False)
     rates = reader.data["spec_decode_per_position_acceptance_rates"]
     key = "spec_decode_per_position_acceptance_rates"
-    if not isinstance(rates, list) or not 1 <= len(rates) <= MAX_NUM_SPECULATIVE_TOKENS or not all(
-        isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0 for r in rates
+    if (
+        not isinstance(rates, list)
+        or not 1 <= len(rates) <= MAX_NUM_SPECULATIVE_TOKENS
+        or not all(isinstance(r, int | float) and not isinstance(r, bool) and 0.0 <= r <= 1.0 for r in rates)
     ):
-        reader.problem(key, f"must be 1 to {MAX_NUM_SPECULATIVE_TOKENS} fractions in [0, 1], one per draft position, got {str(rates)[:80]}")
+        reader.problem(
+            key,
+            f"must be 1 to {MAX_NUM_SPECULATIVE_TOKENS} fractions in [0, 1], one per draft position, got {str(rates)[:80]}",
+        )
         return None
     if drafts is None or draft_tokens is None or accepted is None:
         return None
     k = len(rates)
     per_position = [round(r * drafts) for r in rates]
     if draft_tokens != k * drafts:
-        reader.problem("spec_decode_draft_tokens", f"{draft_tokens} is not K x num_drafts = {k} x {drafts}: the run drafted fewer than K tokens "
-                       "per step (a per-batch-size K table, or ngram); calibrate from runs at one fixed K")
+        reader.problem(
+            "spec_decode_draft_tokens",
+            f"{draft_tokens} is not K x num_drafts = {k} x {drafts}: the run drafted fewer than K tokens "
+            "per step (a per-batch-size K table, or ngram); calibrate from runs at one fixed K",
+        )
     for i, (r, n) in enumerate(zip(rates, per_position, strict=True)):
         if abs(r * drafts - n) > _COUNT_TOLERANCE * max(drafts, 1):
-            reader.problem(key, f"position {i}: {r!r} x {drafts} drafts = {r * drafts:.4f} is not a whole number of drafts; the rates and "
-                           "spec_decode_num_drafts come from different runs?")
+            reader.problem(
+                key,
+                f"position {i}: {r!r} x {drafts} drafts = {r * drafts:.4f} is not a whole number of drafts; the rates and "
+                "spec_decode_num_drafts come from different runs?",
+            )
             return None
         if i and n > per_position[i - 1]:
-            reader.problem(key, f"position {i}: {r!r} exceeds position {i - 1}'s {rates[i - 1]!r}; per-position rates are unconditional and never rise")
+            reader.problem(
+                key,
+                f"position {i}: {r!r} exceeds position {i - 1}'s {rates[i - 1]!r}; per-position rates are unconditional and never rise",
+            )
     if sum(per_position) != accepted:
-        reader.problem("spec_decode_accepted_tokens", f"{accepted} contradicts the per-position rates x num_drafts, which sum to {sum(per_position)}")
+        reader.problem(
+            "spec_decode_accepted_tokens",
+            f"{accepted} contradicts the per-position rates x num_drafts, which sum to {sum(per_position)}",
+        )
     if accepted > draft_tokens:
-        reader.problem("spec_decode_accepted_tokens", f"must be <= spec_decode_draft_tokens ({draft_tokens}), got {accepted}")
+        reader.problem(
+            "spec_decode_accepted_tokens", f"must be <= spec_decode_draft_tokens ({draft_tokens}), got {accepted}"
+        )
     if length is not None and abs(length - (1.0 + accepted / drafts)) > 1e-3:
-        reader.problem("spec_decode_acceptance_length", f"{length:g} contradicts 1 + accepted / drafts = {1.0 + accepted / drafts:.4f}")
+        reader.problem(
+            "spec_decode_acceptance_length",
+            f"{length:g} contradicts 1 + accepted / drafts = {1.0 + accepted / drafts:.4f}",
+        )
     if rate is not None and abs(rate - 100.0 * accepted / draft_tokens) > 0.05:
-        reader.problem("spec_decode_acceptance_rate", f"{rate:g}% contradicts 100 x accepted / draft tokens = {100.0 * accepted / draft_tokens:.3f}%")
+        reader.problem(
+            "spec_decode_acceptance_rate",
+            f"{rate:g}% contradicts 100 x accepted / draft tokens = {100.0 * accepted / draft_tokens:.3f}%",
+        )
     return CountWindow(
         file=reader.file,
         line=None,

@@ -66,7 +66,8 @@ def _pool(runs: Sequence[BenchRun]) -> MeasuredStep:
     tokens = sum(run.total_output_tokens - run.completed for run in runs)
     with_itl = [run for run in runs if "mean_itl_ms" in run.latencies_ms]
     itl = (
-        sum(run.latencies_ms["mean_itl_ms"] * run.completed for run in with_itl) / sum(run.completed for run in with_itl)
+        sum(run.latencies_ms["mean_itl_ms"] * run.completed for run in with_itl)
+        / sum(run.completed for run in with_itl)
         if with_itl
         else None
     )
@@ -93,10 +94,17 @@ def _contradiction(first: BenchRun, other: BenchRun) -> str | None:
             f"K={first.num_speculative_tokens} (more than {STEP_TIME_AGREEMENT:.0%} apart): was the server, its flags or "
             "the GPU different? Keep the runs of one setup"
         )
-    if first.counts is None or other.counts is None or first.counts.accepted_per_position is None or other.counts.accepted_per_position is None:
+    if (
+        first.counts is None
+        or other.counts is None
+        or first.counts.accepted_per_position is None
+        or other.counts.accepted_per_position is None
+    ):
         return None
     n1, n2 = first.counts.num_drafts, other.counts.num_drafts
-    for i, (c1, c2) in enumerate(zip(first.counts.accepted_per_position, other.counts.accepted_per_position, strict=True)):
+    for i, (c1, c2) in enumerate(
+        zip(first.counts.accepted_per_position, other.counts.accepted_per_position, strict=True)
+    ):
         p1, p2 = c1 / n1, c2 / n2
         pooled = (c1 + c2) / (n1 + n2)
         sigma = math.sqrt(max(pooled * (1 - pooled), 1e-12) * (1 / n1 + 1 / n2))
@@ -123,10 +131,20 @@ def bench_table(runs: Sequence[BenchRun]) -> BenchTable:
     pooled = sorted((_pool(group) for group in groups.values()), key=lambda p: (p.num_speculative_tokens, p.batch_size))
     for before, after in zip(pooled, pooled[1:], strict=False):
         if (before.num_speculative_tokens, before.batch_size) == (after.num_speculative_tokens, after.batch_size):
-            raise DocumentError([Problem(after.files[0], None, "", (
-                f"concurrency {after.concurrency} and {before.concurrency} (in {before.files[0]}) both decoded "
-                f"{after.batch_size} requests at a time on average at K={after.num_speculative_tokens}: measure "
-                "concurrencies further apart"))])
+            raise DocumentError(
+                [
+                    Problem(
+                        after.files[0],
+                        None,
+                        "",
+                        (
+                            f"concurrency {after.concurrency} and {before.concurrency} (in {before.files[0]}) both decoded "
+                            f"{after.batch_size} requests at a time on average at K={after.num_speculative_tokens}: measure "
+                            "concurrencies further apart"
+                        ),
+                    )
+                ]
+            )
     per_k: dict[int, int] = {}
     for point in pooled:
         per_k[point.num_speculative_tokens] = per_k.get(point.num_speculative_tokens, 0) + 1
@@ -143,8 +161,10 @@ def step_time_csv(table: BenchTable) -> str:
         "# Measured by vllm bench serve; written by 'spectune calibrate'.",
         "# step_time_ms = mean TPOT x (output tokens - requests) / drafts: decode time over decode steps, summed over",
         "# requests; batch_size = decode time / wall time, the mean decoding batch (see docs/calibration.md).",
-        *(f"# batch_size {p.batch_size}, K={p.num_speculative_tokens}: --max-concurrency {p.concurrency}, {', '.join(p.files)}"
-          for p in table.points),
+        *(
+            f"# batch_size {p.batch_size}, K={p.num_speculative_tokens}: --max-concurrency {p.concurrency}, {', '.join(p.files)}"
+            for p in table.points
+        ),
         ",".join(STEP_TIME_COLUMNS),
         *(f"{p.batch_size},{p.num_speculative_tokens},{p.step_time_ms:.4f}" for p in table.points),
     ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from spectune.calibrate._bench import read_bench_result
 from spectune.calibrate._bench_table import BenchTable, bench_table
@@ -98,7 +98,16 @@ def expand_directories(paths: Sequence[Path]) -> list[Path]:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*.json") if p.is_file())
             if not found:
-                raise DocumentError([Problem(str(path), None, "", "directory holds no *.json files (vllm bench serve --save-result writes them)")])
+                raise DocumentError(
+                    [
+                        Problem(
+                            str(path),
+                            None,
+                            "",
+                            "directory holds no *.json files (vllm bench serve --save-result writes them)",
+                        )
+                    ]
+                )
             expanded.extend(found)
         else:
             expanded.append(path)
@@ -115,7 +124,9 @@ def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Cali
     ]
     ks = sorted({run.num_speculative_tokens for run in table.runs} - {0, table.profile_k or 0})
     if ks:
-        notes.append(f"Only the K={table.profile_k} runs are pooled here; runs at K={', '.join(map(str, ks))} have fewer positions.")
+        notes.append(
+            f"Only the K={table.profile_k} runs are pooled here; runs at K={', '.join(map(str, ks))} have fewer positions."
+        )
     if not windows:
         overall = AcceptanceEstimate(0, 0, False, (), 1.0, None, None)
         return Calibration("vllm-bench", tuple(map(str, paths)), 0, overall, (), (), tuple(notes), bench=table)
@@ -123,7 +134,11 @@ def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Cali
     for window in windows:
         _check_counts(window, k)
     concurrencies = sorted({w.num_running for w in windows if w.num_running is not None})
-    bins = tuple(estimate_from_counts(group, k) for group in _binned(windows, concurrencies)) if bin_edges is not None else ()
+    bins = (
+        tuple(estimate_from_counts(group, k) for group in _binned(windows, concurrencies))
+        if bin_edges is not None
+        else ()
+    )
     return Calibration(
         log_format="vllm-bench",
         files=tuple(map(str, paths)),
@@ -173,11 +188,17 @@ def _read_sglang(paths: list[Path], num_speculative_tokens: int | None) -> tuple
     for path in paths:
         source, rates = read_sglang_log(path)
         sources.append(source)
-        candidates.add(infer_sglang_num_positions(source.file, rates, num_speculative_tokens) if rates else num_speculative_tokens)
+        candidates.add(
+            infer_sglang_num_positions(source.file, rates, num_speculative_tokens) if rates else num_speculative_tokens
+        )
     if None in candidates or len(candidates) != 1:
         raise SpectuneError(
             "SGLang logs do not state K (--speculative-num-steps) unambiguously"
-            + (f" (the files suggest K in {sorted(k for k in candidates if k is not None)})" if len(candidates) > 1 else "")
+            + (
+                f" (the files suggest K in {sorted(k for k in candidates if k is not None)})"
+                if len(candidates) > 1
+                else ""
+            )
             + "; give it with --num-speculative-tokens"
         )
     num_positions = next(k for k in candidates if k is not None)
@@ -214,7 +235,14 @@ def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
         k = window.num_positions or given or _k_from_totals(window)
         if given is not None and k != given:
             raise DocumentError(
-                [Problem(window.file, window.line, "K", f"the source has {k} draft positions, but K={given} was given (--num-speculative-tokens)")]
+                [
+                    Problem(
+                        window.file,
+                        window.line,
+                        "K",
+                        f"the source has {k} draft positions, but K={given} was given (--num-speculative-tokens)",
+                    )
+                ]
             )
         if k is not None:
             _check_counts(window, k)
@@ -237,7 +265,9 @@ def _common_num_positions(windows: list[CountWindow], given: int | None) -> int:
                 ]
             )
     if first is not None and first_k is None:
-        raise DocumentError([Problem(first.file, first.line, "K", "the source does not state K; give it with --num-speculative-tokens")])
+        raise DocumentError(
+            [Problem(first.file, first.line, "K", "the source does not state K; give it with --num-speculative-tokens")]
+        )
     return first_k or 0  # 0 only when no window was usable, which the caller reports
 
 
@@ -247,11 +277,21 @@ def _check_counts(window: CountWindow, k: int) -> None:
     within [0, 2^53]. Whatever breaks one is blamed on the window's file and line."""
     drafts_low, drafts_high = window.num_drafts_bounds or (window.num_drafts, window.num_drafts)
     per_position = window.accepted_per_position or ()
-    counts = {"num_drafts": window.num_drafts, "num_draft_tokens": window.num_draft_tokens, "num_accepted_tokens": window.num_accepted_tokens}
-    problems = [f"{name} must be a whole number in [0, 2^53], got {value}" for name, value in counts.items() if not 0 <= value <= MAX_COUNT]
+    counts = {
+        "num_drafts": window.num_drafts,
+        "num_draft_tokens": window.num_draft_tokens,
+        "num_accepted_tokens": window.num_accepted_tokens,
+    }
+    problems = [
+        f"{name} must be a whole number in [0, 2^53], got {value}"
+        for name, value in counts.items()
+        if not 0 <= value <= MAX_COUNT
+    ]
     if not problems:
         if window.num_accepted_tokens > window.num_draft_tokens:
-            problems.append(f"accepted tokens ({window.num_accepted_tokens}) exceed draft tokens ({window.num_draft_tokens})")
+            problems.append(
+                f"accepted tokens ({window.num_accepted_tokens}) exceed draft tokens ({window.num_draft_tokens})"
+            )
         if not drafts_low <= window.num_draft_tokens <= k * drafts_high:
             problems.append(
                 f"draft tokens ({window.num_draft_tokens}) must lie between the drafts ({window.num_drafts}) and K x drafts "
@@ -263,9 +303,13 @@ def _check_counts(window: CountWindow, k: int) -> None:
             or min(per_position) < 0
             or any(later > earlier for earlier, later in zip(per_position, per_position[1:], strict=False))
         ):
-            problems.append(f"per-position accepted counts {list(per_position)} must be K={k} non-increasing counts from at most the drafts ({drafts_high})")
+            problems.append(
+                f"per-position accepted counts {list(per_position)} must be K={k} non-increasing counts from at most the drafts ({drafts_high})"
+            )
     if problems:
-        raise DocumentError([Problem(window.file, window.line, "", f"inconsistent counts: {problem}") for problem in problems])
+        raise DocumentError(
+            [Problem(window.file, window.line, "", f"inconsistent counts: {problem}") for problem in problems]
+        )
 
 
 def _k_from_totals(window: CountWindow) -> int | None:

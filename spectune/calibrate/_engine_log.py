@@ -74,7 +74,16 @@ def _field_number(fields: dict[str, str], key: str, file: str, line: int) -> flo
     value = fields.get(key)
     match = _NUMBER.match(value) if value is not None else None
     if match is None:
-        raise DocumentError([Problem(file, line, key.capitalize(), f"must be a number, got {value!r}" if value is not None else "field is missing")])
+        raise DocumentError(
+            [
+                Problem(
+                    file,
+                    line,
+                    key.capitalize(),
+                    f"must be a number, got {value!r}" if value is not None else "field is missing",
+                )
+            ]
+        )
     return float(match.group(1))
 
 
@@ -84,22 +93,46 @@ def _engine_line(text: str, file: str, line: int) -> _Pending:
     running = _field_number(fields, "running", file, line)
     usage = _field_number(fields, "gpu kv cache usage", file, line)
     if not running.is_integer():
-        raise DocumentError([Problem(file, line, "Running", f"must be a whole number of requests, got {fields['running']!r}")])
+        raise DocumentError(
+            [Problem(file, line, "Running", f"must be a whole number of requests, got {fields['running']!r}")]
+        )
     if usage > 100.0:
-        raise DocumentError([Problem(file, line, "GPU KV cache usage", f"must be a percentage in [0, 100], got {fields['gpu kv cache usage']!r}")])
+        raise DocumentError(
+            [
+                Problem(
+                    file,
+                    line,
+                    "GPU KV cache usage",
+                    f"must be a percentage in [0, 100], got {fields['gpu kv cache usage']!r}",
+                )
+            ]
+        )
     prompt = _field_number(fields, "avg prompt throughput", file, line) if "avg prompt throughput" in fields else 0.0
-    return _Pending(line, int(running), _field_number(fields, "avg generation throughput", file, line), prompt, usage / 100.0)
+    return _Pending(
+        line, int(running), _field_number(fields, "avg generation throughput", file, line), prompt, usage / 100.0
+    )
 
 
 def _spec_fields(text: str, file: str, line: int) -> tuple[int, float]:
     fields = split_fields(text[text.find(SPEC_DECODING_MARKER) + len(SPEC_DECODING_MARKER) :])
     rates = fields.get("per-position acceptance rate")
     if rates is None:
-        raise DocumentError([Problem(file, line, "Per-position acceptance rate", "needed to know K; this vLLM's log line has no per-position rates")])
+        raise DocumentError(
+            [
+                Problem(
+                    file,
+                    line,
+                    "Per-position acceptance rate",
+                    "needed to know K; this vLLM's log line has no per-position rates",
+                )
+            ]
+        )
     length = _field_number(fields, "mean acceptance length", file, line)
     k = len([piece for piece in rates.split(",") if piece.strip()])
     if not 1.0 <= length <= k + 1:
-        raise DocumentError([Problem(file, line, "Mean acceptance length", f"must be in [1, K+1 = {k + 1}], got {length:g}")])
+        raise DocumentError(
+            [Problem(file, line, "Mean acceptance length", f"must be in [1, K+1 = {k + 1}], got {length:g}")]
+        )
     return k, length
 
 
@@ -126,12 +159,23 @@ def read_engine_log(path: Path, *, kv_cache_tokens: int | None = None) -> Engine
         windows.append((pending, 0, 1.0))
     capacity = kv_cache_tokens or log.kv_cache_tokens
     if capacity is None:
-        raise DocumentError([Problem(log.file, None, "", "no 'GPU KV cache size: N tokens' line (vLLM logs it at startup); give the size with --kv-cache-tokens")])
+        raise DocumentError(
+            [
+                Problem(
+                    log.file,
+                    None,
+                    "",
+                    "no 'GPU KV cache size: N tokens' line (vLLM logs it at startup); give the size with --kv-cache-tokens",
+                )
+            ]
+        )
     log.kv_cache_tokens = capacity
     for window, k, length in windows:
         reason = _unusable(window, k, saw_spec)
         if reason:
-            log.skipped.append(Problem(log.file, window.line, "", f"window left out of the fit: {reason}", severity="warning"))
+            log.skipped.append(
+                Problem(log.file, window.line, "", f"window left out of the fit: {reason}", severity="warning")
+            )
             continue
         log.windows.append(EngineWindow(
             file=log.file, line=window.line, num_running=window.running, num_speculative_tokens=k, acceptance_length=length,
@@ -139,7 +183,10 @@ def read_engine_log(path: Path, *, kv_cache_tokens: int | None = None) -> Engine
             context_tokens=window.usage * capacity / window.running,
         ))  # fmt: skip
     if not log.windows:
-        reasons = "; ".join(f"line {p.line}: {p.message}" for p in log.skipped[:3]) or "no engine lines ('Avg generation throughput')"
+        reasons = (
+            "; ".join(f"line {p.line}: {p.message}" for p in log.skipped[:3])
+            or "no engine lines ('Avg generation throughput')"
+        )
         raise DocumentError([Problem(log.file, None, "", f"no decode windows to fit ({reasons})")])
     return log
 

@@ -121,7 +121,9 @@ def _per_position_estimate(
     drafts_high: int,
 ) -> AcceptanceEstimate:
     num_drafts = common["num_drafts"]
-    counts = [w.accepted_per_position for w in windows if w.accepted_per_position is not None]  # all of them (see caller)
+    counts = [
+        w.accepted_per_position for w in windows if w.accepted_per_position is not None
+    ]  # all of them (see caller)
     per_position = [sum(count[i] for count in counts) for i in range(num_positions)]
     lows = [sum(_bounds(w, i)[0] for w in windows) for i in range(num_positions)]
     highs = [sum(_bounds(w, i)[1] for w in windows) for i in range(num_positions)]
@@ -136,7 +138,9 @@ def _per_position_estimate(
         binomial = math.sqrt(rate * (1.0 - rate) / before) if before > 0 else 0.5
         conditional_se.append(min(0.5, _larger(binomial, _ratio_stderr(column, previous))))
         u = unconditional[i]
-        unconditional_se.append(_larger(math.sqrt(u * (1.0 - u) / num_drafts), _ratio_stderr(column, [w.num_drafts for w in windows])))
+        unconditional_se.append(
+            _larger(math.sqrt(u * (1.0 - u) / num_drafts), _ratio_stderr(column, [w.num_drafts for w in windows]))
+        )
         unconditional_rounding.append(max(u - lows[i] / drafts_high, highs[i] / drafts_low - u))
         low_before, high_before = (lows[i - 1], highs[i - 1]) if i > 0 else (drafts_low, drafts_high)
         low_rate = min(lows[i] / high_before, 1.0) if high_before > 0 else 0.0

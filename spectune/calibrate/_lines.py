@@ -24,7 +24,9 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     Reads are bounded (``MAX_LINE_BYTES`` a line, ``MAX_LOG_BYTES`` in all) whatever ``path`` is: a
     pipe or ``/dev/zero`` is refused at the limit instead of filling memory.
     """
-    lines = iter_bounded_lines(path, max_line_bytes=MAX_LINE_BYTES, max_bytes=MAX_LOG_BYTES, expected="a log or metrics file")
+    lines = iter_bounded_lines(
+        path, max_line_bytes=MAX_LINE_BYTES, max_bytes=MAX_LOG_BYTES, expected="a log or metrics file"
+    )
     for number, raw in lines:
         text = raw.rstrip("\r\n")
         if "\x1b" in text:

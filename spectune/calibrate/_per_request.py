@@ -70,7 +70,9 @@ def read_per_request_jsonl(path: Path) -> SourceWindows:
         else:
             source.count_windows.append(window)
     if null_lines:
-        source.notes.append(f"{source.file}: {null_lines} requests had null per-request metrics (n > 1) and were not used.")
+        source.notes.append(
+            f"{source.file}: {null_lines} requests had null per-request metrics (n > 1) and were not used."
+        )
     if any(w.num_draft_tokens != w.num_drafts * (w.num_positions or 0) for w in source.count_windows):
         source.notes.append(
             f"{source.file}: some steps drafted fewer than K tokens; like vLLM's counters, their later positions "
@@ -85,8 +87,15 @@ def _whole(metrics: dict[str, Any], key: str, file: str, line: int) -> int | Non
     value = metrics.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_COUNT or value != int(value):
-        raise DocumentError([Problem(file, line, f"{PER_REQUEST_KEY}.{key}", f"must be a whole number in [0, 2^53], got {value!r:.40}")])
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_COUNT
+        or value != int(value)
+    ):
+        raise DocumentError(
+            [Problem(file, line, f"{PER_REQUEST_KEY}.{key}", f"must be a whole number in [0, 2^53], got {value!r:.40}")]
+        )
     return int(value)
 
 
@@ -101,7 +110,14 @@ def _histogram(metrics: Any, file: str, line: int) -> list[int]:
         or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h <= MAX_COUNT for h in histogram)
     ):
         raise DocumentError(
-            [Problem(file, line, field, f"must be a list of K+1 >= 2 whole numbers in [0, 2^53], got {json.dumps(histogram)[:80]}")]
+            [
+                Problem(
+                    file,
+                    line,
+                    field,
+                    f"must be a list of K+1 >= 2 whole numbers in [0, 2^53], got {json.dumps(histogram)[:80]}",
+                )
+            ]
         )
     return histogram
 
@@ -111,16 +127,31 @@ def _window(metrics: Any, file: str, line: int) -> CountWindow | None:
     num_positions = len(histogram) - 1
     steps = sum(histogram)
     accepted = sum(j * h for j, h in enumerate(histogram))
-    stated = {key: _whole(metrics, key, file, line) for key in ("num_spec_tokens", "num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens")}
+    stated = {
+        key: _whole(metrics, key, file, line)
+        for key in ("num_spec_tokens", "num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens")
+    }
     expected = {"num_spec_tokens": num_positions, "num_spec_steps": steps, "num_accepted_draft_tokens": accepted}
     problems = [
-        Problem(file, line, f"{PER_REQUEST_KEY}.{key}", f"{stated[key]} contradicts {_HISTOGRAM} {histogram} (which gives {value})")
+        Problem(
+            file,
+            line,
+            f"{PER_REQUEST_KEY}.{key}",
+            f"{stated[key]} contradicts {_HISTOGRAM} {histogram} (which gives {value})",
+        )
         for key, value in expected.items()
         if stated[key] is not None and stated[key] != value
     ]
     drafted = stated["num_draft_tokens"] if stated["num_draft_tokens"] is not None else steps * num_positions
     if drafted < accepted:
-        problems.append(Problem(file, line, f"{PER_REQUEST_KEY}.num_draft_tokens", f"must be >= accepted drafts ({accepted}), got {drafted}"))
+        problems.append(
+            Problem(
+                file,
+                line,
+                f"{PER_REQUEST_KEY}.num_draft_tokens",
+                f"must be >= accepted drafts ({accepted}), got {drafted}",
+            )
+        )
     if problems:
         raise DocumentError(problems)
     if steps == 0:

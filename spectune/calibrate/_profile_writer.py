@@ -49,7 +49,9 @@ def _measured_fields(estimate: AcceptanceEstimate) -> dict[str, Any]:
             "num_drafts": estimate.num_drafts,
             "num_draft_tokens": estimate.num_draft_tokens,
             "num_accepted_tokens": estimate.num_accepted_tokens,
-            "accepted_per_position": None if estimate.accepted_per_position is None else list(estimate.accepted_per_position),
+            "accepted_per_position": None
+            if estimate.accepted_per_position is None
+            else list(estimate.accepted_per_position),
         }
     return fields
 
@@ -80,7 +82,9 @@ def _notes(calibration: Calibration) -> str:
             "Bins group windows by the running-request count logged with them (a snapshot at the end of each window)."
         )
     if overall.num_windows == 1:
-        lines.append("One window only: standard errors treat verification steps as independent and are likely too small.")
+        lines.append(
+            "One window only: standard errors treat verification steps as independent and are likely too small."
+        )
     return " ".join(lines)
 
 

@@ -86,7 +86,9 @@ def read_scrape(path: Path) -> Scrape:
             running[labels.get("model_name", "")] += value
             continue
         if abs(value - round(value)) > _INTEGRAL_TOLERANCE or not 0 <= value <= MAX_COUNT:
-            raise DocumentError([Problem(file, number, name, f"a counter must be a whole number in [0, 2^53], got {match.group(3)}")])
+            raise DocumentError(
+                [Problem(file, number, name, f"a counter must be a whole number in [0, 2^53], got {match.group(3)}")]
+            )
         values[(base, tuple(sorted(labels.items())))] = (value, number)
     return Scrape(file=file, values=values, running=dict(running))
 
@@ -105,11 +107,27 @@ def _select_model(scrapes: Sequence[Scrape], model_name: str | None) -> str:
     listing = ", ".join(f"{name or '(no label)'!s} ({int(d)} drafts)" for name, d in sorted(models.items()))
     if model_name is not None:
         if model_name not in models:
-            raise DocumentError([Problem(scrapes[-1].file, None, "model_name", f"no counters for {model_name!r}; the scrape has {listing}")])
+            raise DocumentError(
+                [
+                    Problem(
+                        scrapes[-1].file,
+                        None,
+                        "model_name",
+                        f"no counters for {model_name!r}; the scrape has {listing}",
+                    )
+                ]
+            )
         return model_name
     if len(models) > 1:
         raise DocumentError(
-            [Problem(scrapes[-1].file, None, "model_name", f"the scrapes hold several models: {listing}; choose one with --model")]
+            [
+                Problem(
+                    scrapes[-1].file,
+                    None,
+                    "model_name",
+                    f"the scrapes hold several models: {listing}; choose one with --model",
+                )
+            ]
         )
     return next(iter(models))
 
@@ -164,7 +182,11 @@ def _differences(earlier: Scrape, later: Scrape, model: str) -> dict[str, dict[s
 
 def _series_line(scrape: Scrape, name: str, model: str) -> int | None:
     """The line of the first ``name`` series of ``model`` in ``scrape``."""
-    lines = [line for (series, labels), (_, line) in scrape.values.items() if series == name and dict(labels).get("model_name", "") == model]
+    lines = [
+        line
+        for (series, labels), (_, line) in scrape.values.items()
+        if series == name and dict(labels).get("model_name", "") == model
+    ]
     return min(lines) if lines else None
 
 
@@ -200,9 +222,10 @@ def _window(
         if positions != [str(i) for i in range(len(positions))]:
             raise DocumentError([Problem(later.file, None, "position", f"positions must be 0..K-1, got {positions}")])
         per_position = tuple(per_position_map[p] for p in positions)
-        if any(later_count > earlier_count for earlier_count, later_count in zip(per_position, per_position[1:], strict=False)) or (
-            per_position[0] > num_drafts
-        ):
+        if any(
+            later_count > earlier_count
+            for earlier_count, later_count in zip(per_position, per_position[1:], strict=False)
+        ) or (per_position[0] > num_drafts):
             raise DocumentError(
                 [
                     Problem(
@@ -228,11 +251,16 @@ def _window(
                         )
                     ]
                 )
-            source.notes.append(f"Per-position counters {where} sum to {sum(per_position)} vs {accepted} accepted; used the per-position sum.")
+            source.notes.append(
+                f"Per-position counters {where} sum to {sum(per_position)} vs {accepted} accepted; used the per-position sum."
+            )
             accepted = sum(per_position)
     if accepted > drafted:
         raise _counter_error(
-            later, model, "vllm:spec_decode_num_accepted_tokens", f"went up by {accepted}, more than draft tokens ({drafted}) {where}"
+            later,
+            model,
+            "vllm:spec_decode_num_accepted_tokens",
+            f"went up by {accepted}, more than draft tokens ({drafted}) {where}",
         )
     if per_position is not None and drafted > len(per_position) * num_drafts:
         raise _counter_error(

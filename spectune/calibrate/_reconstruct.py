@@ -55,7 +55,8 @@ def fit_position_counts(
         return None
     # The sum pins each count further: it cannot leave the others outside their ranges.
     bounds = [
-        (max(low, num_accepted - (high_total - high)), min(high, num_accepted - (low_total - low))) for low, high in bounds
+        (max(low, num_accepted - (high_total - high)), min(high, num_accepted - (low_total - low)))
+        for low, high in bounds
     ]
     targets = [rate * num_drafts for rate in rates]
     counts = [min(max(round(t), low), high) for t, (low, high) in zip(targets, bounds, strict=True)]
@@ -108,7 +109,9 @@ def reconstruct_window(
     candidates = _num_drafts_candidates(num_accepted, num_draft_tokens, num_positions, mean_length, length_half_step)
     if len(candidates) > _MAX_CANDIDATES or len(candidates) == 0:
         return None
-    feasible = {n: fit for n in candidates if n > 0 and (fit := fit_position_counts(rates, rate_half_step, n, num_accepted))}
+    feasible = {
+        n: fit for n in candidates if n > 0 and (fit := fit_position_counts(rates, rate_half_step, n, num_accepted))
+    }
     if not feasible:
         return None
     center = num_accepted / (mean_length - 1.0) if mean_length is not None and mean_length > 1.0 else candidates[0]

@@ -76,7 +76,11 @@ def read_vllm_log(path: Path, *, num_speculative_tokens: int | None = None) -> S
         else:
             source.count_windows.append(window)
         running = None
-    inferred = sum(1 for w in source.count_windows if w.num_drafts_bounds is not None and w.num_drafts_bounds[0] != w.num_drafts_bounds[1])
+    inferred = sum(
+        1
+        for w in source.count_windows
+        if w.num_drafts_bounds is not None and w.num_drafts_bounds[0] != w.num_drafts_bounds[1]
+    )
     if any(w.num_drafts * (w.num_positions or 0) != w.num_draft_tokens for w in source.count_windows):
         source.notes.append(
             "Some windows drafted fewer than K tokens per draft (ngram, dynamic K); their draft counts come from "
@@ -191,7 +195,9 @@ def _contradictions(
 ) -> list[Problem]:
     problems = []
     if accepted > drafted:
-        problems.append(Problem(file, line, "Accepted", f"must be <= Drafted ({drafted} tokens), got {accepted} tokens"))
+        problems.append(
+            Problem(file, line, "Accepted", f"must be <= Drafted ({drafted} tokens), got {accepted} tokens")
+        )
     if drafted == 0:
         problems.append(Problem(file, line, "Drafted", "must be > 0 tokens in a logged window, got 0"))
     if rates is not None and num_speculative_tokens is not None and len(rates[0]) != num_speculative_tokens:
@@ -208,7 +214,9 @@ def _contradictions(
         exact = 100.0 * accepted / drafted
         if abs(exact - percent) > half_step + 1e-9:
             problems.append(
-                Problem(file, line, "Avg Draft acceptance rate", f"{percent:g}% contradicts Accepted/Drafted = {exact:.3f}%")
+                Problem(
+                    file, line, "Avg Draft acceptance rate", f"{percent:g}% contradicts Accepted/Drafted = {exact:.3f}%"
+                )
             )
     return problems
 

@@ -11,9 +11,27 @@ from rich.console import Console
 from rich.table import Table
 
 from spectune._files import check_output_file, write_atomic
-from spectune.calibrate import DEFAULT_BIN_EDGES, BenchTable, read_engine_log, step_time_csv, LogFormat, AcceptanceEstimate, Calibration, calibrate, calibration_profile, profile_yaml
+from spectune.calibrate import (
+    DEFAULT_BIN_EDGES,
+    AcceptanceEstimate,
+    BenchTable,
+    Calibration,
+    LogFormat,
+    calibrate,
+    calibration_profile,
+    profile_yaml,
+    read_engine_log,
+    step_time_csv,
+)
 from spectune.cli._errors import handle_errors
-from spectune.config import AcceptanceProfile, default_drafter, load_document, parse_mapping_text, read_step_time_table, validate_source
+from spectune.config import (
+    AcceptanceProfile,
+    default_drafter,
+    load_document,
+    parse_mapping_text,
+    read_step_time_table,
+    validate_source,
+)
 from spectune.cost import StepSample, fit_roofline, fitted_cost_model
 from spectune.errors import SpectuneError
 
@@ -39,36 +57,55 @@ def calibrate_command(
             show_default=False,
         ),
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the acceptance profile (YAML).", show_default=False)],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Where to write the acceptance profile (YAML).", show_default=False)
+    ],
     name: Annotated[str | None, typer.Option(help="Profile name (default: the first file's name).")] = None,
     log_format: Annotated[
         LogFormat | None, typer.Option("--format", help="Force the input format; default: detected per file.")
     ] = None,
     num_speculative_tokens: Annotated[
         int | None,
-        typer.Option("--num-speculative-tokens", "-k", help="K, where the source does not state it (old vLLM logs, SGLang)."),
+        typer.Option(
+            "--num-speculative-tokens", "-k", help="K, where the source does not state it (old vLLM logs, SGLang)."
+        ),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Prometheus model_name label to calibrate, when scrapes hold several.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Prometheus model_name label to calibrate, when scrapes hold several.")
+    ] = None,
     method: Annotated[str | None, typer.Option(help="Drafting method to record in the profile (e.g. eagle3).")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature of the measured traffic, if known.")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature of the measured traffic, if known.")
+    ] = None,
     bin_edges: Annotated[
         str | None, typer.Option(help="Lower edges of running-request bins, e.g. 1,4,16,64 (default: powers of two).")
     ] = None,
     no_bins: Annotated[bool, typer.Option("--no-bins", help="Do not bin windows by running requests.")] = False,
     fit_roofline: Annotated[
         Path | None,
-        typer.Option(help="vLLM logs: also fit the roofline's bandwidth fraction and step overhead to the engine lines, for the "
-                     "deployment of this simulation or study document (hardware, target, drafter)."),
+        typer.Option(
+            help="vLLM logs: also fit the roofline's bandwidth fraction and step overhead to the engine lines, for the "
+            "deployment of this simulation or study document (hardware, target, drafter)."
+        ),
     ] = None,
     cost_model_out: Annotated[
-        Path | None, typer.Option("--cost-model", help="With --fit-roofline: where to write the cost_model section (default: cost-model.yaml beside --out).")
+        Path | None,
+        typer.Option(
+            "--cost-model",
+            help="With --fit-roofline: where to write the cost_model section (default: cost-model.yaml beside --out).",
+        ),
     ] = None,
     kv_cache_tokens: Annotated[
-        int | None, typer.Option(help="With --fit-roofline: the server's KV cache size in tokens, when the log lacks vLLM's startup line.")
+        int | None,
+        typer.Option(
+            help="With --fit-roofline: the server's KV cache size in tokens, when the log lacks vLLM's startup line."
+        ),
     ] = None,
     step_times: Annotated[
         Path | None,
-        typer.Option(help="vllm bench serve results: where to write the measured step-time table (default: step-times.csv beside --out)."),
+        typer.Option(
+            help="vllm bench serve results: where to write the measured step-time table (default: step-times.csv beside --out)."
+        ),
     ] = None,
 ) -> None:
     """Turn real speculative-decoding metrics into an acceptance profile for simulations and studies."""
@@ -104,13 +141,20 @@ def _write_profile(calibration: Calibration, profile: AcceptanceProfile, out: Pa
 
 
 def _write_bench_results(
-    calibration: Calibration, out: Path, step_times: Path | None, name: str, method: str | None, temperature: float | None
+    calibration: Calibration,
+    out: Path,
+    step_times: Path | None,
+    name: str,
+    method: str | None,
+    temperature: float | None,
 ) -> None:
     table = calibration.bench
     if table is None:
         return
     console = Console(width=110, highlight=False)
-    console.print(f"vllm-bench: {len(table.runs)} runs, K in {{{', '.join(map(str, sorted({r.num_speculative_tokens for r in table.runs})))}}}")
+    console.print(
+        f"vllm-bench: {len(table.runs)} runs, K in {{{', '.join(map(str, sorted({r.num_speculative_tokens for r in table.runs})))}}}"
+    )
     console.print(_step_table(table))
     for point in table.single_concurrency:
         typer.echo(
@@ -141,9 +185,13 @@ def _step_table(table: BenchTable) -> Table:
     for point in (*table.points, *table.single_concurrency):
         itl = "-" if point.mean_itl_ms is None else f"{point.mean_itl_ms / point.step_time_ms:.2f}"
         result.add_row(
-            str(point.concurrency), str(point.num_speculative_tokens), str(len(point.files)), f"{point.mean_batch_size:.1f}",
+            str(point.concurrency),
+            str(point.num_speculative_tokens),
+            str(len(point.files)),
+            f"{point.mean_batch_size:.1f}",
             f"{point.step_time_ms:.3f}",
-            f"{point.acceptance_length:.3f}", itl,
+            f"{point.acceptance_length:.3f}",
+            itl,
         )
     return result
 
@@ -154,7 +202,9 @@ def _plus_minus(value: float, error: float | None) -> str:
 
 def _position_table(estimate: AcceptanceEstimate) -> Table:
     measured = estimate.per_position_measured
-    table = Table(title="Per-position acceptance" + ("" if measured else " (assumed: only the mean length was measured)"))
+    table = Table(
+        title="Per-position acceptance" + ("" if measured else " (assumed: only the mean length was measured)")
+    )
     table.add_column("position", justify="right")
     table.add_column("conditional ± s.e.", justify="right")
     table.add_column("unconditional ± s.e.", justify="right")
@@ -174,18 +224,30 @@ def _bins_table(bins: tuple[AcceptanceEstimate, ...], by: str = "running") -> Ta
         span = str(b.min_running) if b.min_running == b.max_running else f"{b.min_running}-{b.max_running}"
         drafts = "-" if b.num_drafts is None else str(b.num_drafts)
         rates = ", ".join(f"{r:.3f}" for r in b.conditional_rates)
-        table.add_row(span, str(b.num_windows), drafts, _plus_minus(b.mean_acceptance_length, b.mean_acceptance_length_stderr), rates)
+        table.add_row(
+            span,
+            str(b.num_windows),
+            drafts,
+            _plus_minus(b.mean_acceptance_length, b.mean_acceptance_length_stderr),
+            rates,
+        )
     return table
 
 
 def _print_summary(calibration: Calibration, out: Path) -> None:
     console = Console(width=110, highlight=False)
     overall = calibration.overall
-    console.print(f"{calibration.log_format}: {overall.num_windows} windows from {len(calibration.files)} file(s), K={calibration.num_positions}")
+    console.print(
+        f"{calibration.log_format}: {overall.num_windows} windows from {len(calibration.files)} file(s), K={calibration.num_positions}"
+    )
     if overall.num_drafts is not None:
-        console.print(f"drafts {overall.num_drafts}, draft tokens {overall.num_draft_tokens}, accepted {overall.num_accepted_tokens}")
+        console.print(
+            f"drafts {overall.num_drafts}, draft tokens {overall.num_draft_tokens}, accepted {overall.num_accepted_tokens}"
+        )
     console.print(_position_table(overall))
-    console.print(f"mean acceptance length: {_plus_minus(overall.mean_acceptance_length, overall.mean_acceptance_length_stderr)} tokens/step")
+    console.print(
+        f"mean acceptance length: {_plus_minus(overall.mean_acceptance_length, overall.mean_acceptance_length_stderr)} tokens/step"
+    )
     if overall.unconditional_rounding_error is not None and max(overall.unconditional_rounding_error) == 0.0:
         console.print("rounding of the logged rates: none left (the rates pin every window's counts exactly)")
     elif overall.unconditional_rounding_error is not None:
@@ -194,7 +256,9 @@ def _print_summary(calibration: Calibration, out: Path) -> None:
             f"±{max(overall.conditional_rounding_error or (0.0,)):.5f} (conditional)"
         )
     if not overall.per_position_measured:
-        console.print("only the mean acceptance length was measured; per-position rates are assumed (see the profile's notes)")
+        console.print(
+            "only the mean acceptance length was measured; per-position rates are assumed (see the profile's notes)"
+        )
     if calibration.bins:
         console.print(_bins_table(calibration.bins))
     if calibration.skipped:
@@ -211,7 +275,9 @@ def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
         candidate = model.candidates[0]
         drafter = candidate.drafter or default_drafter(candidate.speculative.method, model.target_model)
         return model.hardware, model.target_model, drafter, model.cost_model
-    raise SpectuneError(f"--fit-roofline: {path} must be a simulation or study document, got kind {getattr(model, 'kind', None)!r}")
+    raise SpectuneError(
+        f"--fit-roofline: {path} must be a simulation or study document, got kind {getattr(model, 'kind', None)!r}"
+    )
 
 
 def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_tokens: int | None) -> None:
@@ -230,7 +296,9 @@ def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_
         f"# Fitted by 'spectune calibrate --fit-roofline {document}' to {fit.num_steps} decode windows of {', '.join(calibration.files)}.\n"
         f"# Paste into a simulation or study document of the same deployment ({target.name} on {hardware.gpu.name}).\n"
     )
-    data = {"cost_model": {"method": "roofline"} | config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)}
+    data = {
+        "cost_model": {"method": "roofline"} | config.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    }
     write_atomic(out, header + yaml.safe_dump(data, sort_keys=False))
     console = Console(width=110, highlight=False)
     console.print(

@@ -45,4 +45,3 @@ def handle_errors(command: F) -> F:
             ) from None
 
     return wrapper  # type: ignore[return-value]
-

@@ -15,7 +15,9 @@ from spectune.cli._study import StorageOption
 def export(
     study: Annotated[str, typer.Argument(help="A study document, or a study name.", show_default=False)],
     storage: StorageOption = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)
+    ] = None,
     vllm_synthetic_form: Annotated[
         Literal["current", "legacy"],
         typer.Option(

@@ -20,14 +20,21 @@ from spectune.cost import build_cost_model
 
 @handle_errors
 def simulate(
-    document_path: Annotated[Path, typer.Argument(metavar="FILE", help="A `kind: simulation` document.", show_default=False)],
+    document_path: Annotated[
+        Path, typer.Argument(metavar="FILE", help="A `kind: simulation` document.", show_default=False)
+    ],
     overrides: Annotated[
         list[str] | None,
-        typer.Option("--set", metavar="FIELD=VALUE", help="Override a field (repeatable), e.g. speculative.num_speculative_tokens=5."),
+        typer.Option(
+            "--set",
+            metavar="FIELD=VALUE",
+            help="Override a field (repeatable), e.g. speculative.num_speculative_tokens=5.",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     baseline: Annotated[
-        bool | None, typer.Option("--baseline/--no-baseline", help="Also simulate without speculation (default: the document's).")
+        bool | None,
+        typer.Option("--baseline/--no-baseline", help="Also simulate without speculation (default: the document's)."),
     ] = None,
     progress: Annotated[
         bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).")
@@ -45,11 +52,17 @@ def simulate(
     show_progress = sys.stderr.isatty() if progress is None else progress
     if show_progress:
         with Progress(
-            TextColumn("[bold]simulating[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=True,
+            TextColumn("[bold]simulating[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
         ) as bar:
             task = bar.add_task(document.name, total=document.workload.num_requests)
-            result = run_simulation(document, baseline=baseline, progress=lambda done, total: bar.update(task, completed=done))
+            result = run_simulation(
+                document, baseline=baseline, progress=lambda done, total: bar.update(task, completed=done)
+            )
     else:
         result = run_simulation(document, baseline=baseline)
     fit = _step_time_fit(document)
@@ -77,15 +90,19 @@ def _finite(values: dict[str, Any]) -> dict[str, Any]:
 
 def _table(document: Any, result: Any) -> Table:
     spec = document.speculative
-    config = ("no speculation" if spec is None else
-              f"{spec.method} K={spec.num_speculative_tokens} {spec.rejection_sample_method}/{spec.draft_sample_method}")
+    config = (
+        "no speculation"
+        if spec is None
+        else f"{spec.method} K={spec.num_speculative_tokens} {spec.rejection_sample_method}/{spec.draft_sample_method}"
+    )
     title = f"{document.name}: {config} · {document.target_model.name} on {document.hardware.num_gpus}× {document.hardware.gpu.name}"
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
     table.add_column("value")
     speedup = f"   speedup vs no speculation {result.speedup_vs_no_spec:.2f}×" if result.speedup_vs_no_spec else ""
     table.add_row(
-        "throughput", f"{result.throughput_tokens_per_s:,.0f} tok/s (± {result.throughput_stderr_tokens_per_s:,.0f}){speedup}"
+        "throughput",
+        f"{result.throughput_tokens_per_s:,.0f} tok/s (± {result.throughput_stderr_tokens_per_s:,.0f}){speedup}",
     )
     tpot_speedup = f"   TPOT speedup {result.tpot_speedup_vs_no_spec:.2f}×" if result.tpot_speedup_vs_no_spec else ""
     table.add_row("TPOT p50 / p99", f"{result.tpot_p50_ms:.2f} / {result.tpot_p99_ms:.2f} ms{tpot_speedup}")
@@ -99,9 +116,15 @@ def _table(document: Any, result: Any) -> Table:
     replicas = f" per replica, {result.num_replicas} replicas" if result.num_replicas > 1 else ""
     table.add_row("batch size (mean)", f"{result.mean_batch_size:.1f}{replicas}")
     if result.kv_cache_tokens is not None:
-        bound = (f"  [yellow]bound the batch in {result.kv_cache_bound_steps:,} steps, {result.num_preemptions:,} "
-                 "preemptions[/]" if result.kv_cache_bound_steps else "")
-        table.add_row("KV cache", f"{result.kv_cache_tokens:,} tokens, peak {result.kv_cache_peak_usage:.0%} used{bound}")
+        bound = (
+            f"  [yellow]bound the batch in {result.kv_cache_bound_steps:,} steps, {result.num_preemptions:,} "
+            "preemptions[/]"
+            if result.kv_cache_bound_steps
+            else ""
+        )
+        table.add_row(
+            "KV cache", f"{result.kv_cache_tokens:,} tokens, peak {result.kv_cache_peak_usage:.0%} used{bound}"
+        )
     truncated = "  [yellow]stopped at simulation.max_steps[/]" if result.truncated else ""
     table.add_row(
         "simulated",

@@ -70,16 +70,22 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
         console.print(f"note: {note}", markup=False)
     for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):
         console.print(f"mark: {note}", markup=False)
-    console.print(f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False)
+    console.print(
+        f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False
+    )
 
 
-def _progress_callback(enabled: bool, console: Console) -> tuple[Callable[[StudyProgress], None] | None, Callable[[], None]]:
+def _progress_callback(
+    enabled: bool, console: Console
+) -> tuple[Callable[[StudyProgress], None] | None, Callable[[], None]]:
     """(progress callback for run_study, function that removes the bar); no bar when not enabled."""
     if not enabled:
         return None, lambda: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+    bar = Progress(
+        TextColumn("trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+    )
     task = bar.add_task("trials", total=None)
     bar.start()
 
@@ -118,25 +124,45 @@ class _GracefulStop:
 def run(
     study: Annotated[Path, typer.Argument(help="The study document (kind: study).", show_default=False)],
     storage: StorageOption = None,
-    n_trials: Annotated[int | None, typer.Option("--n-trials", help="Complete trials the study ends with (overrides the document).", show_default=False)] = None,
+    n_trials: Annotated[
+        int | None,
+        typer.Option(
+            "--n-trials", help="Complete trials the study ends with (overrides the document).", show_default=False
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option("--workers", help="Worker processes on this machine.")] = 1,
-    out: Annotated[Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)
+    ] = None,
     sampler: Annotated[
         Literal["auto", "structured", "exhaustive", "tpe"] | None,
         typer.Option("--sampler", help="The search strategy (overrides the document).", show_default=False),
     ] = None,
-    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).", show_default=False)] = None,
+    progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress", help="Progress bar (default: when stderr is a terminal).", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
     import optuna
 
     from spectune.config import load_document
     from spectune.export import check_output_dir
-    from spectune.study import default_out_dir, resolve_storage, run_study
-    from spectune.study import SimulationEvaluator, document_fingerprint, space_from_document
+    from spectune.study import (
+        SimulationEvaluator,
+        default_out_dir,
+        document_fingerprint,
+        resolve_storage,
+        run_study,
+        space_from_document,
+    )
 
     if n_trials is not None and n_trials < 1:
-        raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')")
+        raise SpectuneError(
+            f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')"
+        )
     loaded = load_document(study, expect="study")
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
@@ -145,7 +171,9 @@ def run(
     chosen = sampler or document.trials.sampler
     out_dir = default_out_dir(document.name, out)
     check_output_dir(out_dir)  # before the study runs, not after
-    storage_url = resolve_storage(document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out)
+    storage_url = resolve_storage(
+        document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out
+    )
     space = space_from_document(document)
     console = _console()
     from spectune.study import describe_storage, resolve_strategy
@@ -173,7 +201,10 @@ def run(
         _report(console, storage_url, space.name, run.completed_trials, started, out_dir)
     except KeyboardInterrupt:
         close()
-        typer.echo("interrupted: a trial that was running is failed and re-run next time; run the same command to resume", err=True)
+        typer.echo(
+            "interrupted: a trial that was running is failed and re-run next time; run the same command to resume",
+            err=True,
+        )
         raise typer.Exit(code=130) from None
     finally:
         stop.restore()
@@ -203,7 +234,10 @@ def _report(console: Console, storage_url: str, name: str, new_trials: int, star
 def show(
     study: Annotated[str, typer.Argument(help="A study document, or a study name.", show_default=False)],
     storage: StorageOption = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Where the study's default journal lives (runs/<name>/).", show_default=False)] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Where the study's default journal lives (runs/<name>/).", show_default=False),
+    ] = None,
 ) -> None:
     """Print a study's trials so far and its recommendation (from its storage alone)."""
     from spectune.study import load_outcome, locate_study
@@ -215,7 +249,9 @@ def show(
         states[trial.state.lower()] = states.get(trial.state.lower(), 0) + 1
     console = _console()
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items())) or "no trials"
-    console.print(f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points")
+    console.print(
+        f"study {name} in {outcome.storage_label}: {counts}; {outcome.num_evaluations} simulations of {outcome.space.size} points"
+    )
     print_summary(console, outcome)
 
 

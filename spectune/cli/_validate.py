@@ -63,5 +63,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of spectune documents."""
     if kind is not None and kind not in DOCUMENT_KINDS:
-        raise DocumentError([Problem("--kind", None, "", f"must be one of {', '.join(sorted(DOCUMENT_KINDS))}, got {kind!r}")])
+        raise DocumentError(
+            [Problem("--kind", None, "", f"must be one of {', '.join(sorted(DOCUMENT_KINDS))}, got {kind!r}")]
+        )
     typer.echo(json.dumps(document_json_schema(kind), indent=2, sort_keys=True))

@@ -76,8 +76,8 @@ from spectune.config._speculative import (
 )
 from spectune.config._step_times import (
     STEP_TIME_COLUMNS,
-    RooflineFitRecord,
     CostModelConfig,
+    RooflineFitRecord,
     StepTimePoint,
     StepTimeTable,
     read_step_time_table,

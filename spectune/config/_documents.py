@@ -113,7 +113,9 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
         )
         # An unreadable profile leaves its acceptance without rates: its own problem says why.
         problems = [p for p in problems if not any(_within(p.field, where) for where in unread)]
-        raise DocumentError([p for ps in unread.values() for p in ps] + [_blame_override(source, p) for p in problems]) from None
+        raise DocumentError(
+            [p for ps in unread.values() for p in ps] + [_blame_override(source, p) for p in problems]
+        ) from None
     if unread:
         raise DocumentError([p for ps in unread.values() for p in ps])
     problems = []
@@ -143,7 +145,12 @@ def _read_profiles(
         inline = [key for key in PROFILE_RATE_KEYS if key in mapping]
         if inline:
             field = path + (inline[0],)
-            problem = Problem(source.file, source.positions.line_of(field), dotted_path(field), "give either profile or inline rates, not both")
+            problem = Problem(
+                source.file,
+                source.positions.line_of(field),
+                dotted_path(field),
+                "give either profile or inline rates, not both",
+            )
             unread[dotted_path(path)] = [_blame_override(source, problem)]
             continue
         file = Path(mapping["profile"])
@@ -168,7 +175,9 @@ def _read_profiles(
     return data, unread
 
 
-def _acceptance_paths(model: type[BaseModel], data: Any, path: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
+def _acceptance_paths(
+    model: type[BaseModel], data: Any, path: tuple[str | int, ...]
+) -> Iterator[tuple[str | int, ...]]:
     """Where ``data`` (validated as ``model``) holds an ``AcceptanceSource``, following the model's fields."""
     if not isinstance(data, dict):
         return
@@ -178,7 +187,9 @@ def _acceptance_paths(model: type[BaseModel], data: Any, path: tuple[str | int, 
             continue
         value = data[key]
         places: list[tuple[tuple[str | int, ...], Any]] = (
-            [((*path, key, i), item) for i, item in enumerate(value)] if isinstance(value, list) else [((*path, key), value)]
+            [((*path, key, i), item) for i, item in enumerate(value)]
+            if isinstance(value, list)
+            else [((*path, key), value)]
         )
         for nested in _nested_models(info.annotation):
             for where, item in places:
@@ -238,7 +249,11 @@ def _blame_override(source: SourceMapping, problem: Problem) -> Problem:
         dotted = dotted_path(path)
         # The override's value, what lies inside it, or a mapping the override created on its way there.
         created = [dotted_path(path[:end]) for end in range(1, len(path)) if path[:end] not in source.positions.values]
-        if problem.field == dotted or problem.field.startswith((dotted + ".", dotted + "[")) or problem.field in created:
+        if (
+            problem.field == dotted
+            or problem.field.startswith((dotted + ".", dotted + "["))
+            or problem.field in created
+        ):
             return Problem(f"--set {expression}", None, problem.field, problem.message, problem.severity)
     return problem
 
@@ -250,7 +265,9 @@ def _embedded_speculative_config(source: SourceMapping, key: str) -> Any:
             value = json.loads(value)
         except json.JSONDecodeError as err:
             line = source.positions.line_of((key,))
-            raise DocumentError([Problem(source.file, line, key, f"must be a JSON object or a mapping: {err.msg}")]) from None
+            raise DocumentError(
+                [Problem(source.file, line, key, f"must be a JSON object or a mapping: {err.msg}")]
+            ) from None
     if not isinstance(value, dict):
         line = source.positions.line_of((key,))
         raise DocumentError([Problem(source.file, line, key, f"must be a mapping, got {type(value).__name__}")])
@@ -261,7 +278,7 @@ def _locate_notice(source: SourceMapping, path: tuple[str | int, ...]) -> tuple[
     """Notices carry the path inside the model that raised them; find where that sits in the document."""
     if path in source.positions.values:
         return path
-    candidates = [p for p in source.positions.values if p[-len(path):] == path] if path else []
+    candidates = [p for p in source.positions.values if p[-len(path) :] == path] if path else []
     return min(candidates, key=len) if candidates else path
 
 
@@ -278,7 +295,9 @@ def find_documents(paths: Iterable[Path]) -> tuple[list[Path], list[Problem]]:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES)
             if not found:
-                problems.append(Problem(str(path), None, "", f"directory holds no {', '.join(DOCUMENT_SUFFIXES)} files"))
+                problems.append(
+                    Problem(str(path), None, "", f"directory holds no {', '.join(DOCUMENT_SUFFIXES)} files")
+                )
             files.extend(found)
         elif path.exists():
             files.append(path)

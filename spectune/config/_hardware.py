@@ -144,14 +144,18 @@ class HardwareConfig(SpectuneModel):
 
     gpu: GpuSpec = Field(description="The GPU model (a preset name, a preset with overrides, or explicit).")
     num_gpus: int = Field(
-        default=1, ge=1, le=4096,
+        default=1,
+        ge=1,
+        le=4096,
         description="GPUs serving the deployment (GPUs); a multiple of the target's tensor_parallel_size.",
     )
     allreduce_latency_s: float = Field(
         default=5e-6, ge=0, le=1e-2, description="Fixed latency of one tensor-parallel all-reduce (seconds)."
     )
     gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1,
+        default=0.9,
+        gt=0,
+        le=1,
         description="vLLM's --gpu-memory-utilization: the fraction of each GPU's memory vLLM may use; what "
         "weights leave of it holds the KV cache (fraction).",
     )
@@ -184,23 +188,35 @@ class TargetModelSpec(SpectuneModel):
     tie_word_embeddings: bool = Field(
         description="The LM head shares the input embedding; if not, the embedding table is gathered, not read whole."
     )
-    bytes_per_parameter: float = Field(default=2.0, gt=0, le=8, description="Weight storage (bytes/parameter; bf16 = 2).")
+    bytes_per_parameter: float = Field(
+        default=2.0, gt=0, le=8, description="Weight storage (bytes/parameter; bf16 = 2)."
+    )
     kv_cache_bytes_per_element: float = Field(
         default=2.0, gt=0, le=8, description="KV-cache storage (bytes/element; bf16 = 2, fp8 = 1)."
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=1024, description="GPUs one model replica spans (GPUs).")
     num_experts: int = Field(
-        default=0, ge=0, le=65536,
+        default=0,
+        ge=0,
+        le=65536,
         description="MoE: routed experts per MoE layer ('num_experts' / 'n_routed_experts'; count, 0 = dense model).",
     )
-    num_experts_per_tok: int = Field(default=0, ge=0, le=1024, description="MoE: routed experts each token runs through (count).")
-    moe_intermediate_size: int = Field(default=0, ge=0, le=10_000_000, description="MoE: width of one routed expert (elements).")
+    num_experts_per_tok: int = Field(
+        default=0, ge=0, le=1024, description="MoE: routed experts each token runs through (count)."
+    )
+    moe_intermediate_size: int = Field(
+        default=0, ge=0, le=10_000_000, description="MoE: width of one routed expert (elements)."
+    )
     shared_expert_intermediate_size: int = Field(
-        default=0, ge=0, le=10_000_000,
+        default=0,
+        ge=0,
+        le=10_000_000,
         description="MoE: total width of the shared experts every token runs through, per MoE layer (elements).",
     )
     first_k_dense_replace: int = Field(
-        default=0, ge=0, le=1024,
+        default=0,
+        ge=0,
+        le=1024,
         description="MoE: leading layers with a dense MLP of intermediate_size instead of experts (count).",
     )
 
@@ -237,22 +253,48 @@ class TargetModelSpec(SpectuneModel):
 
     def _moe_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         if self.num_experts == 0:
-            given = [name for name in ("num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
-                                       "first_k_dense_replace") if getattr(self, name)]
-            return [((name,), f"only for an MoE model (num_experts > 0), got {getattr(self, name)} with "
-                     "num_experts 0") for name in given]
+            given = [
+                name
+                for name in (
+                    "num_experts_per_tok",
+                    "moe_intermediate_size",
+                    "shared_expert_intermediate_size",
+                    "first_k_dense_replace",
+                )
+                if getattr(self, name)
+            ]
+            return [
+                ((name,), f"only for an MoE model (num_experts > 0), got {getattr(self, name)} with num_experts 0")
+                for name in given
+            ]
         problems: list[tuple[tuple[str | int, ...], str]] = []
         if not 1 <= self.num_experts_per_tok <= self.num_experts:
-            problems.append((("num_experts_per_tok",), f"must be in [1, num_experts] = [1, {self.num_experts}] for an "
-                             f"MoE model, got {self.num_experts_per_tok}"))
+            problems.append(
+                (
+                    ("num_experts_per_tok",),
+                    f"must be in [1, num_experts] = [1, {self.num_experts}] for an "
+                    f"MoE model, got {self.num_experts_per_tok}",
+                )
+            )
         if self.moe_intermediate_size < 1:
-            problems.append((("moe_intermediate_size",), f"must be >= 1 for an MoE model, got {self.moe_intermediate_size}"))
+            problems.append(
+                (("moe_intermediate_size",), f"must be >= 1 for an MoE model, got {self.moe_intermediate_size}")
+            )
         if self.first_k_dense_replace >= self.num_hidden_layers:
-            problems.append((("first_k_dense_replace",), f"must be < num_hidden_layers ({self.num_hidden_layers}), "
-                             f"got {self.first_k_dense_replace}"))
+            problems.append(
+                (
+                    ("first_k_dense_replace",),
+                    f"must be < num_hidden_layers ({self.num_hidden_layers}), got {self.first_k_dense_replace}",
+                )
+            )
         if not problems and self.routed_expert_parameters >= self.num_parameters:
-            problems.append((("num_parameters",), f"must exceed the routed experts' {self.routed_expert_parameters:.3g} "
-                             f"parameters that the MoE shape implies, got {self.num_parameters:.3g}"))
+            problems.append(
+                (
+                    ("num_parameters",),
+                    f"must exceed the routed experts' {self.routed_expert_parameters:.3g} "
+                    f"parameters that the MoE shape implies, got {self.num_parameters:.3g}",
+                )
+            )
         return problems
 
     @property
@@ -289,7 +331,9 @@ class TargetModelSpec(SpectuneModel):
         dense_layers = self.num_hidden_layers - self.num_moe_layers
         mlp = dense_layers * 3 * self.hidden_size * self.intermediate_size + self.routed_expert_parameters
         if self.is_moe:  # shared experts and the router
-            mlp += self.num_moe_layers * self.hidden_size * (3 * self.shared_expert_intermediate_size + self.num_experts)
+            mlp += (
+                self.num_moe_layers * self.hidden_size * (3 * self.shared_expert_intermediate_size + self.num_experts)
+            )
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
         return self.num_hidden_layers * attention + mlp + embeddings
 
@@ -327,7 +371,9 @@ class DrafterSpec(SpectuneModel):
         "drafts all K (dflash, dspark); lookup: no neural pass (ngram, ngram_gpu, suffix). Default: from method.",
     )
     num_parameters: float = Field(
-        ge=0, le=1e14, description="Parameters one draft pass reads from HBM: layers and LM head, not embedding "
+        ge=0,
+        le=1e14,
+        description="Parameters one draft pass reads from HBM: layers and LM head, not embedding "
         "gathers (count; 0 for lookup drafters).",
     )
     num_hidden_layers: int = Field(default=0, ge=0, le=1024, description="Decoder layers with a KV cache (count).")
@@ -369,21 +415,33 @@ class DrafterSpec(SpectuneModel):
         allowed = (expected, "parallel") if expected == "sequential" else (expected,)
         if self.drafting not in allowed:
             problems.append(
-                (("drafting",), f"method '{self.method}' drafts as {' or '.join(map(repr, allowed))}, got '{self.drafting}'")
+                (
+                    ("drafting",),
+                    f"method '{self.method}' drafts as {' or '.join(map(repr, allowed))}, got '{self.drafting}'",
+                )
             )
         if self.drafting == "lookup":
             if self.num_parameters != 0:
                 problems.append((("num_parameters",), f"must be 0 for a lookup drafter, got {self.num_parameters:g}"))
         else:
-            for name in ("num_parameters", "num_hidden_layers", "hidden_size", "num_attention_heads",
-                         "num_key_value_heads", "head_dim", "vocab_size"):
+            for name in (
+                "num_parameters",
+                "num_hidden_layers",
+                "hidden_size",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "vocab_size",
+            ):
                 if getattr(self, name) <= 0:
                     value = getattr(self, name)
                     problems.append(((name,), f"must be > 0 for a {self.drafting} (neural) drafter, got {value}"))
             if self.num_key_value_heads > 0 and self.num_attention_heads % self.num_key_value_heads:
                 problems.append(
-                    (("num_key_value_heads",), f"must divide num_attention_heads ({self.num_attention_heads}), "
-                     f"got {self.num_key_value_heads}")
+                    (
+                        ("num_key_value_heads",),
+                        f"must divide num_attention_heads ({self.num_attention_heads}), got {self.num_key_value_heads}",
+                    )
                 )
         check_rules(problems)
         return self
@@ -394,8 +452,14 @@ class DrafterSpec(SpectuneModel):
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * self.kv_cache_bytes_per_element
 
 
-
-_SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")
+_SHAPE_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+)
 
 
 def default_drafter(method: str, target_model: TargetModelSpec) -> DrafterSpec:
@@ -412,7 +476,11 @@ def default_drafter(method: str, target_model: TargetModelSpec) -> DrafterSpec:
     if mode == "lookup":
         return DrafterSpec.model_validate(method)
     preset = target_model.preset
-    if preset is not None and _has_preset_shape(target_model, preset) and (method != "draft_model" or preset in _DRAFT_LLM_TARGETS):
+    if (
+        preset is not None
+        and _has_preset_shape(target_model, preset)
+        and (method != "draft_model" or preset in _DRAFT_LLM_TARGETS)
+    ):
         return DrafterSpec.model_validate(default_drafter_preset(method, preset))
     if method != "draft_model":
         return DrafterSpec.model_validate(head_drafter_fields(method, target_model.model_dump()))
@@ -426,7 +494,8 @@ def default_drafter(method: str, target_model: TargetModelSpec) -> DrafterSpec:
 def _has_preset_shape(target_model: TargetModelSpec, preset: str) -> bool:
     fields = TARGET_MODEL_PRESETS[preset]
     return all(getattr(target_model, name) == fields[name] for name in _SHAPE_FIELDS) and active_mlp_width(
-        target_model.model_dump()) == active_mlp_width(fields)
+        target_model.model_dump()
+    ) == active_mlp_width(fields)
 
 
 _DRAFT_LLM_TARGETS = tuple(name for name in TARGET_MODEL_PRESETS if name != "deepseek-v3")
@@ -451,7 +520,10 @@ def deployment_problems(
     tp = target_model.tensor_parallel_size
     if hardware.num_gpus % tp:
         problems.append(
-            (hw + ("num_gpus",), f"must be a multiple of target_model.tensor_parallel_size ({tp}), got {hardware.num_gpus}")
+            (
+                hw + ("num_gpus",),
+                f"must be a multiple of target_model.tensor_parallel_size ({tp}), got {hardware.num_gpus}",
+            )
         )
     memory = hardware.gpu.memory_bytes
     target_bytes = target_model.num_parameters * target_model.bytes_per_parameter / tp
@@ -461,26 +533,37 @@ def deployment_problems(
         draft_bytes = drafter.num_parameters * drafter.bytes_per_parameter / draft_tp
         if draft_tp not in (1, tp):
             problems.append(
-                (dft + ("tensor_parallel_size",), f"must be 1 or the target's tensor_parallel_size ({tp}) as vLLM "
-                 f"requires, got {draft_tp}")
+                (
+                    dft + ("tensor_parallel_size",),
+                    f"must be 1 or the target's tensor_parallel_size ({tp}) as vLLM requires, got {draft_tp}",
+                )
             )
         if drafter.method in _HEAD_METHODS_NEEDING_TARGET_WIDTH and drafter.hidden_size != target_model.hidden_size:
             problems.append(
-                (dft + ("hidden_size",), f"a {drafter.method} drafter reads the target's hidden states, so it must "
-                 f"be the target's hidden_size ({target_model.hidden_size}), got {drafter.hidden_size}")
+                (
+                    dft + ("hidden_size",),
+                    f"a {drafter.method} drafter reads the target's hidden states, so it must "
+                    f"be the target's hidden_size ({target_model.hidden_size}), got {drafter.hidden_size}",
+                )
             )
     if target_bytes + draft_bytes > memory:
         problems.append(
-            (tgt + ("tensor_parallel_size",), f"weights need {(target_bytes + draft_bytes) / _GB:.1f} GB per GPU "
-             f"(target at TP {tp}{' plus drafter' if draft_bytes else ''}), more than the {memory / _GB:.0f} GB of "
-             f"{hardware.gpu.name}; raise tensor_parallel_size, got {tp}")
+            (
+                tgt + ("tensor_parallel_size",),
+                f"weights need {(target_bytes + draft_bytes) / _GB:.1f} GB per GPU "
+                f"(target at TP {tp}{' plus drafter' if draft_bytes else ''}), more than the {memory / _GB:.0f} GB of "
+                f"{hardware.gpu.name}; raise tensor_parallel_size, got {tp}",
+            )
         )
     elif kv_cache_capacity_tokens(hardware, target_model, drafter) < 1:
         usable = hardware.gpu_memory_utilization * memory
         problems.append(
-            (hw + ("gpu_memory_utilization",), f"leaves no KV cache: {usable / _GB:.1f} GB per GPU usable, weights "
-             f"take {(target_bytes + draft_bytes) / _GB:.1f} GB (vLLM refuses to start); raise it or "
-             f"target_model.tensor_parallel_size, got {hardware.gpu_memory_utilization}")
+            (
+                hw + ("gpu_memory_utilization",),
+                f"leaves no KV cache: {usable / _GB:.1f} GB per GPU usable, weights "
+                f"take {(target_bytes + draft_bytes) / _GB:.1f} GB (vLLM refuses to start); raise it or "
+                f"target_model.tensor_parallel_size, got {hardware.gpu_memory_utilization}",
+            )
         )
     return problems
 
@@ -497,13 +580,21 @@ def kv_cache_capacity_tokens(
     """
     tp = target_model.tensor_parallel_size
     weights = target_model.num_parameters * target_model.bytes_per_parameter / tp
-    per_token = 2 * target_model.num_hidden_layers * math.ceil(target_model.num_key_value_heads / tp) * (
-        target_model.head_dim * target_model.kv_cache_bytes_per_element)
+    per_token = (
+        2
+        * target_model.num_hidden_layers
+        * math.ceil(target_model.num_key_value_heads / tp)
+        * (target_model.head_dim * target_model.kv_cache_bytes_per_element)
+    )
     if drafter is not None and drafter.drafting != "lookup":
         draft_tp = drafter.tensor_parallel_size or tp
         weights += drafter.num_parameters * drafter.bytes_per_parameter / draft_tp
-        per_token += 2 * drafter.num_hidden_layers * math.ceil(drafter.num_key_value_heads / draft_tp) * (
-            drafter.head_dim * drafter.kv_cache_bytes_per_element)
+        per_token += (
+            2
+            * drafter.num_hidden_layers
+            * math.ceil(drafter.num_key_value_heads / draft_tp)
+            * (drafter.head_dim * drafter.kv_cache_bytes_per_element)
+        )
     free = hardware.gpu_memory_utilization * hardware.gpu.memory_bytes - weights
     return max(int(free // per_token), 0)
 

@@ -94,40 +94,92 @@ TARGET_MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-32b": _target("Qwen3-32B", 32.76e9, 64, 5120, 25600, 64, 151936, 2),
     # MoE: 128 routed experts of width 768, 8 per token, in every layer; 4 KV heads.
     "qwen3-30b-a3b": _target(
-        "Qwen3-30B-A3B", 30.53e9, 48, 2048, 6144, 32, 151936, 1,
-        num_key_value_heads=4, num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+        "Qwen3-30B-A3B",
+        30.53e9,
+        48,
+        2048,
+        6144,
+        32,
+        151936,
+        1,
+        num_key_value_heads=4,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
     ),
     # MoE: 256 routed experts of width 2048, 8 per token, plus one shared expert, in all but the first 3
     # layers (dense, width 18432); FP8 weights as released. MLA caches one 576-wide latent per token and
     # layer, written here as a single K/V head of 288; TP 8 as served on 8 H200s.
     "deepseek-v3": _target(
-        "DeepSeek-V3", 671e9, 61, 7168, 18432, 128, 129280, 8,
-        num_key_value_heads=1, head_dim=288, bytes_per_parameter=1.0, num_experts=256, num_experts_per_tok=8,
-        moe_intermediate_size=2048, shared_expert_intermediate_size=2048, first_k_dense_replace=3,
+        "DeepSeek-V3",
+        671e9,
+        61,
+        7168,
+        18432,
+        128,
+        129280,
+        8,
+        num_key_value_heads=1,
+        head_dim=288,
+        bytes_per_parameter=1.0,
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=2048,
+        shared_expert_intermediate_size=2048,
+        first_k_dense_replace=3,
     ),
 }
 
 _DRAFT_LLMS: dict[str, dict[str, Any]] = {
     "llama-3.2-1b": {
-        "name": "Llama-3.2-1B", "num_parameters": 1.236e9, "num_hidden_layers": 16, "hidden_size": 2048,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
+        "name": "Llama-3.2-1B",
+        "num_parameters": 1.236e9,
+        "num_hidden_layers": 16,
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "vocab_size": 128256,
     },
     "qwen3-0.6b": {
-        "name": "Qwen3-0.6B", "num_parameters": 0.596e9, "num_hidden_layers": 28, "hidden_size": 1024,
-        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "name": "Qwen3-0.6B",
+        "num_parameters": 0.596e9,
+        "num_hidden_layers": 28,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
     },
     "qwen3-1.7b": {
-        "name": "Qwen3-1.7B", "num_parameters": 1.72e9, "num_hidden_layers": 28, "hidden_size": 2048,
-        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "name": "Qwen3-1.7B",
+        "num_parameters": 1.72e9,
+        "num_hidden_layers": 28,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
     },
 }
-_DEFAULT_DRAFT_LLM = {"llama-3.1-8b": "llama-3.2-1b", "llama-3.1-70b": "llama-3.2-1b", "qwen3-8b": "qwen3-0.6b",
-                      "qwen3-32b": "qwen3-1.7b", "qwen3-30b-a3b": "qwen3-0.6b"}
+_DEFAULT_DRAFT_LLM = {
+    "llama-3.1-8b": "llama-3.2-1b",
+    "llama-3.1-70b": "llama-3.2-1b",
+    "qwen3-8b": "qwen3-0.6b",
+    "qwen3-32b": "qwen3-1.7b",
+    "qwen3-30b-a3b": "qwen3-0.6b",
+}
 
 _MODES = {
-    "eagle": "sequential", "eagle3": "sequential", "mtp": "sequential", "draft_model": "sequential",
-    "dflash": "parallel", "dspark": "parallel",
-    "ngram": "lookup", "ngram_gpu": "lookup", "suffix": "lookup",
+    "eagle": "sequential",
+    "eagle3": "sequential",
+    "mtp": "sequential",
+    "draft_model": "sequential",
+    "dflash": "parallel",
+    "dspark": "parallel",
+    "ngram": "lookup",
+    "ngram_gpu": "lookup",
+    "suffix": "lookup",
 }
 _HEAD_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
 _EAGLE3_DRAFT_VOCAB = 32000
@@ -154,8 +206,9 @@ def layer_parameters(
 def active_mlp_width(target: dict[str, Any]) -> int:
     """Width of the MLP one token runs through: the dense MLP, or for MoE its routed and shared experts."""
     if target.get("num_experts", 0):
-        return (target["num_experts_per_tok"] * target["moe_intermediate_size"]
-                + target.get("shared_expert_intermediate_size", 0))
+        return target["num_experts_per_tok"] * target["moe_intermediate_size"] + target.get(
+            "shared_expert_intermediate_size", 0
+        )
     return int(target["intermediate_size"])
 
 
@@ -166,8 +219,13 @@ def head_drafter_fields(method: str, target: dict[str, Any]) -> dict[str, Any]:
     token runs through); heads carry no expert routing of their own.
     """
     hidden, vocab = target["hidden_size"], target["vocab_size"]
-    shape = (hidden, active_mlp_width(target), target["num_attention_heads"], target["num_key_value_heads"],
-             target["head_dim"])
+    shape = (
+        hidden,
+        active_mlp_width(target),
+        target["num_attention_heads"],
+        target["num_key_value_heads"],
+        target["head_dim"],
+    )
     if method == "eagle3":
         layers, head_vocab = 1, _EAGLE3_DRAFT_VOCAB
         params = layer_parameters(*shape, input_width=2 * hidden) + 3 * hidden * hidden + head_vocab * hidden
@@ -207,7 +265,9 @@ def _drafter_presets() -> dict[str, dict[str, Any]]:
 DRAFTER_PRESETS: dict[str, dict[str, Any]] = _drafter_presets()
 
 GpuPresetName = Literal["h100-sxm", "h200", "a100-80gb", "l40s", "b200"]
-TargetModelPresetName = Literal["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "deepseek-v3"]
+TargetModelPresetName = Literal[
+    "llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "deepseek-v3"
+]
 if TYPE_CHECKING:
     DrafterPresetName = str  # the names are data (DRAFTER_PRESETS): a type checker sees strings
 else:

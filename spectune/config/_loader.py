@@ -100,8 +100,12 @@ class _Walker:
                 if not isinstance(key, str):
                     key = str(key)
                 if key in result:
-                    self.fail(key_node, path + (key,), f"duplicate key '{key}' (first on line "
-                              f"{self.positions.keys[path + (key,)]}); YAML would silently keep the last")
+                    self.fail(
+                        key_node,
+                        path + (key,),
+                        f"duplicate key '{key}' (first on line "
+                        f"{self.positions.keys[path + (key,)]}); YAML would silently keep the last",
+                    )
                     continue
                 self.positions.keys[path + (key,)] = key_node.start_mark.line + 1
                 result[key] = self.walk(value_node, path + (key,), depth + 1)

@@ -65,7 +65,9 @@ def _message(error: ErrorDetails, known_fields: set[str]) -> str:
         return "required field is missing"
     if kind == "extra_forbidden":
         name = str(error["loc"][-1])
-        close = difflib.get_close_matches(name, sorted(known_fields - {name}), n=1, cutoff=0.75)  # a field of another kind is no hint
+        close = difflib.get_close_matches(
+            name, sorted(known_fields - {name}), n=1, cutoff=0.75
+        )  # a field of another kind is no hint
         hint = f"; did you mean '{close[0]}'?" if close else ""
         return f"unknown field{hint} (got '{name}')"
     if kind in ("literal_error", "enum"):

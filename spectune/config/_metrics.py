@@ -67,7 +67,9 @@ def _metric(
     objective: Objective | None = None,
     step_scaling: StepScaling | None = None,
 ) -> Any:
-    return dataclasses.field(default=None, metadata={"metric": MetricInfo(unit, kind, csv, bound, objective, step_scaling)})
+    return dataclasses.field(
+        default=None, metadata={"metric": MetricInfo(unit, kind, csv, bound, objective, step_scaling)}
+    )
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,9 @@ class StudyMetrics:
     ``acceptance_per_position`` is unconditional).
     """
 
-    throughput_tokens_per_s: float | None = _metric("tokens/s", csv=True, bound=True, objective="throughput", step_scaling="rate")
+    throughput_tokens_per_s: float | None = _metric(
+        "tokens/s", csv=True, bound=True, objective="throughput", step_scaling="rate"
+    )
     throughput_stderr_tokens_per_s: float | None = _metric("tokens/s", csv=True, step_scaling="rate")
     tpot_p50_ms: float | None = _metric("ms", csv=True, bound=True, step_scaling="time")
     tpot_p99_ms: float | None = _metric("ms", csv=True, bound=True, objective="tpot_p99", step_scaling="time")
@@ -164,8 +168,12 @@ _KINDS = tuple((name, info.kind) for name, info in STUDY_METRICS.items())
 NUMERIC_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.kind != "floats")
 CSV_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.csv)
 BOUND_METRICS = tuple(name for name, info in STUDY_METRICS.items() if info.bound)
-OBJECTIVE_METRICS: dict[Objective, str] = {info.objective: name for name, info in STUDY_METRICS.items() if info.objective}
-STEP_SCALED_METRICS: dict[str, StepScaling] = {name: info.step_scaling for name, info in STUDY_METRICS.items() if info.step_scaling}
+OBJECTIVE_METRICS: dict[Objective, str] = {
+    info.objective: name for name, info in STUDY_METRICS.items() if info.objective
+}
+STEP_SCALED_METRICS: dict[str, StepScaling] = {
+    name: info.step_scaling for name, info in STUDY_METRICS.items() if info.step_scaling
+}
 
 _OPERATORS: dict[str, Literal["<=", ">="]] = {"<=": "<=", ">=": ">="}
 _CONSTRAINT = re.compile(r"^\s*([^\s<>=!]+)\s*(<=|>=|==|!=|<|>|=)\s*(\S+)\s*$")

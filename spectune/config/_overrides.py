@@ -28,13 +28,17 @@ def parse_override(expression: str) -> tuple[tuple[str | int, ...], Any]:
     for part in path_text.strip().split("."):
         segments = list(_SEGMENT.finditer(part))
         if not segments or "".join(m.group(0) for m in segments) != part:
-            raise DocumentError([Problem(where, None, "", f"bad field path {path_text!r}: use names, dots and [index]")])
+            raise DocumentError(
+                [Problem(where, None, "", f"bad field path {path_text!r}: use names, dots and [index]")]
+            )
         for match in segments:
             path.append(match.group(1) if match.group(1) is not None else int(match.group(2)))
     if not isinstance(path[0], str):
         raise DocumentError([Problem(where, None, "", "the path must start with a field name")])
     try:
-        value = parse_mapping_text(f"value: {value_text}\n" if value_text.strip() else "value: ''\n", where).data["value"]
+        value = parse_mapping_text(f"value: {value_text}\n" if value_text.strip() else "value: ''\n", where).data[
+            "value"
+        ]
     except DocumentError as err:
         raise DocumentError([Problem(where, None, "", p.message) for p in err.problems]) from None
     return tuple(path), value
@@ -55,7 +59,9 @@ def apply_overrides(source: SourceMapping, expressions: list[str]) -> SourceMapp
                 target = target[key]
                 continue
             if not isinstance(target, dict):
-                raise DocumentError([Problem(f"--set {expression}", None, "", f"'{key}' is inside a value that is not a mapping")])
+                raise DocumentError(
+                    [Problem(f"--set {expression}", None, "", f"'{key}' is inside a value that is not a mapping")]
+                )
             if key not in target:
                 target[key] = [] if isinstance(nxt, int) else {}
             target = target[key]
@@ -70,7 +76,9 @@ def apply_overrides(source: SourceMapping, expressions: list[str]) -> SourceMapp
         elif isinstance(target, dict):
             target[last] = value
         else:
-            raise DocumentError([Problem(f"--set {expression}", None, "", f"'{last}' is inside a value that is not a mapping")])
+            raise DocumentError(
+                [Problem(f"--set {expression}", None, "", f"'{last}' is inside a value that is not a mapping")]
+            )
         overrides[path] = expression
     return SourceMapping(file=source.file, data=data, positions=source.positions, overrides=overrides)
 

@@ -41,16 +41,24 @@ class AcceptanceCounts(SpectuneModel):
         problems: list[tuple[tuple[str | int, ...], str]] = []
         if self.num_accepted_tokens > self.num_draft_tokens:
             problems.append(
-                (("num_accepted_tokens",), f"must be <= num_draft_tokens ({self.num_draft_tokens}), got {self.num_accepted_tokens}")
+                (
+                    ("num_accepted_tokens",),
+                    f"must be <= num_draft_tokens ({self.num_draft_tokens}), got {self.num_accepted_tokens}",
+                )
             )
         per_position = self.accepted_per_position
         if per_position is not None:
             for i, count in enumerate(per_position):
                 if count < 0 or count > self.num_drafts:
-                    problems.append((("accepted_per_position", i), f"must be in [0, num_drafts={self.num_drafts}], got {count}"))
+                    problems.append(
+                        (("accepted_per_position", i), f"must be in [0, num_drafts={self.num_drafts}], got {count}")
+                    )
                 if i > 0 and count > per_position[i - 1]:
                     problems.append(
-                        (("accepted_per_position", i), f"must be non-increasing, got {count} after {per_position[i - 1]}")
+                        (
+                            ("accepted_per_position", i),
+                            f"must be non-increasing, got {count} after {per_position[i - 1]}",
+                        )
                     )
             if sum(per_position) != self.num_accepted_tokens:
                 problems.append(
@@ -91,7 +99,12 @@ class AcceptanceRates(SpectuneModel):
         given = [name for name in ("conditional_rates", "unconditional_rates") if getattr(self, name) is not None]
         if len(given) != 1:
             got = " and ".join(given) if given else "neither"
-            problems.append(((given[-1] if given else "conditional_rates",), f"give exactly one of conditional_rates, unconditional_rates; got {got}"))
+            problems.append(
+                (
+                    (given[-1] if given else "conditional_rates",),
+                    f"give exactly one of conditional_rates, unconditional_rates; got {got}",
+                )
+            )
         for name in given:
             rates = getattr(self, name)
             for i, rate in enumerate(rates):
@@ -100,13 +113,22 @@ class AcceptanceRates(SpectuneModel):
             if name == "unconditional_rates":
                 for i in range(1, len(rates)):
                     if rates[i] > rates[i - 1] + 1e-9:
-                        problems.append(((name, i), f"unconditional rates must be non-increasing, got {rates[i]} after {rates[i - 1]}"))
+                        problems.append(
+                            (
+                                (name, i),
+                                f"unconditional rates must be non-increasing, got {rates[i]} after {rates[i - 1]}",
+                            )
+                        )
         check_rules(problems)
         return self
 
     def conditional(self, num_positions: int | None = None) -> list[float]:
         """Conditional rates, extended to ``num_positions`` by the extrapolation rule (or cut to it)."""
-        rates = self.conditional_rates if self.conditional_rates is not None else unconditional_to_conditional(self.unconditional_rates or [])
+        rates = (
+            self.conditional_rates
+            if self.conditional_rates is not None
+            else unconditional_to_conditional(self.unconditional_rates or [])
+        )
         if num_positions is None:
             return list(rates)
         return extend_conditional(rates, num_positions, self.extrapolation)
@@ -152,10 +174,13 @@ class MeasuredAcceptance(AcceptanceRates):
         default=None, description="Standard error of each measured unconditional rate (fractions)."
     )
     unconditional_rates_rounding_error: list[_Fraction] | None = Field(
-        default=None, description="Worst-case error of each measured unconditional rate from the source's rounding (fractions)."
+        default=None,
+        description="Worst-case error of each measured unconditional rate from the source's rounding (fractions).",
     )
     mean_acceptance_length_measured: float | None = Field(
-        default=None, ge=1.0, description="Mean acceptance length the source reported (tokens per step, bonus included)."
+        default=None,
+        ge=1.0,
+        description="Mean acceptance length the source reported (tokens per step, bonus included).",
     )
     mean_acceptance_length_stderr: float | None = Field(
         default=None, ge=0.0, description="Standard error of the measured mean acceptance length (tokens per step)."
@@ -179,7 +204,10 @@ class MeasuredAcceptance(AcceptanceRates):
         per_position = self.counts.accepted_per_position if self.counts is not None else None
         if per_position is not None and len(per_position) != num_positions:
             problems.append(
-                (("counts", "accepted_per_position"), f"must have one entry per rate ({num_positions}), got {len(per_position)}")
+                (
+                    ("counts", "accepted_per_position"),
+                    f"must have one entry per rate ({num_positions}), got {len(per_position)}",
+                )
             )
         check_rules(problems)
         measured = self.unconditional_rates_measured
@@ -227,4 +255,6 @@ class AcceptanceProfile(MeasuredAcceptance):
     bins: list[BatchSizeBin] | None = Field(
         default=None, description="Profiles per running-request range, when the source logged batch sizes."
     )
-    notes: str | None = Field(default=None, max_length=4000, description="Free text (e.g. only the mean length was known).")
+    notes: str | None = Field(
+        default=None, max_length=4000, description="Free text (e.g. only the mean length was known)."
+    )

@@ -47,7 +47,10 @@ class AcceptanceSource(AcceptanceRates):
         default="greedy", description="Draft sampling under which the rates were measured (a profile says its own)."
     )
     measured_temperature: float | None = Field(
-        default=None, ge=0.0, le=10.0, description="Sampling temperature of the measured traffic, if known (a profile says its own)."
+        default=None,
+        ge=0.0,
+        le=10.0,
+        description="Sampling temperature of the measured traffic, if known (a profile says its own).",
     )
     bins: list[BatchSizeBin] | None = Field(
         default=None, description="Rates per range of running requests, used when the batch falls in one."
@@ -59,9 +62,16 @@ class AcceptanceSource(AcceptanceRates):
         # The loader reads a referenced profile into the rates before validation (``_documents``); a
         # mapping validated directly cannot name one without its rates.
         if isinstance(data, dict) and isinstance(data.get("profile"), str) and not _RATE_KEYS & data.keys():
-            raise RuleViolations([(("profile",), "a profile is read when its document is loaded from a file "
-                                   "(spectune.config.load_document); a mapping validated directly needs its rates inline, "
-                                   f"got profile {data['profile']!r} alone")])
+            raise RuleViolations(
+                [
+                    (
+                        ("profile",),
+                        "a profile is read when its document is loaded from a file "
+                        "(spectune.config.load_document); a mapping validated directly needs its rates inline, "
+                        f"got profile {data['profile']!r} alone",
+                    )
+                ]
+            )
         return data
 
     def bin_index(self, batch_size: int) -> int | None:
@@ -88,7 +98,11 @@ class AcceptanceSource(AcceptanceRates):
             return self
         chosen = self.bins[index]
         # a bin extrapolates past its positions by the source's rule
-        return chosen if chosen.extrapolation == self.extrapolation else chosen.model_copy(update={"extrapolation": self.extrapolation})
+        return (
+            chosen
+            if chosen.extrapolation == self.extrapolation
+            else chosen.model_copy(update={"extrapolation": self.extrapolation})
+        )
 
 
 class SimulationOptions(SpectuneModel):
@@ -101,7 +115,9 @@ class SimulationOptions(SpectuneModel):
     )
     device: str = Field(default="auto", description="'auto', 'cpu', 'cuda' or 'cuda:N' for logits and kernels.")
     cpu_threads: int = Field(
-        default=1, ge=1, le=1024,
+        default=1,
+        ge=1,
+        le=1024,
         description="PyTorch intra-op threads while simulating on the CPU (threads). One is fastest for the "
         "simulator's small per-step tensors and leaves the other cores to parallel study workers.",
     )
@@ -113,11 +129,15 @@ class SimulationOptions(SpectuneModel):
         "as vLLM does before PR #51466: shows whether a table threshold near the batch size makes K thrash.",
     )
     bank_rows: int = Field(
-        default=512, ge=16, le=65536,
+        default=512,
+        ge=16,
+        le=65536,
         description="Calibrated logit rows per (position, temperature); greedy rates are reproduced to 1/bank_rows.",
     )
     lockstep_memory_gib: float | None = Field(
-        default=None, gt=0, le=1_000_000,
+        default=None,
+        gt=0,
+        le=1_000_000,
         description="Memory (GiB) that simulations run side by side (lockstep: one rejection-sampling call a step "
         "over all their rows) may hold together: logit banks and step buffers. Default: half the device's free "
         "memory when the study starts (on the CPU, a quarter of the available RAM). A smaller budget runs the "
@@ -146,7 +166,7 @@ class SimulationDocument(SpectuneModel):
     acceptance: AcceptanceSource | None = Field(
         default=None,
         description="The drafter's acceptance; not needed with rejection_sample_method: synthetic, not allowed with "
-        "speculative: null."
+        "speculative: null.",
     )
     workload: WorkloadConfig = Field(description="The traffic: arrivals, lengths, temperatures.")
     hardware: HardwareConfig = Field(description="The GPUs.")
@@ -154,7 +174,7 @@ class SimulationDocument(SpectuneModel):
     drafter: DrafterSpec | None = Field(
         default=None,
         description="The drafter's size and shape; default: the preset for the method and target. Not allowed "
-        "with speculative: null."
+        "with speculative: null.",
     )
     cost_model: CostModelConfig = Field(default_factory=CostModelConfig, description="How step times are computed.")
     simulation: SimulationOptions = Field(default_factory=SimulationOptions, description="How the simulation runs.")
@@ -165,20 +185,30 @@ class SimulationDocument(SpectuneModel):
         spec = self.speculative
         if spec is None:
             problems += [
-                ((field,), "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove "
-                 f"{field} or give a speculative config")
-                for field in ("acceptance", "drafter") if getattr(self, field) is not None
+                (
+                    (field,),
+                    "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove "
+                    f"{field} or give a speculative config",
+                )
+                for field in ("acceptance", "drafter")
+                if getattr(self, field) is not None
             ]
         else:
             problems += drafter_override_problems(spec, self.drafter, self.target_model.tensor_parallel_size)
             if self.acceptance is None and spec.rejection_sample_method != "synthetic":
                 problems.append(
-                    (("acceptance",), "required (a profile or per-position rates) unless speculative.rejection_sample_method "
-                     "is 'synthetic'")
+                    (
+                        ("acceptance",),
+                        "required (a profile or per-position rates) unless speculative.rejection_sample_method "
+                        "is 'synthetic'",
+                    )
                 )
             if self.drafter is not None and self.drafter.method != spec.method:
                 problems.append(
-                    (("drafter", "method"), f"must match speculative.method ('{spec.method}'), got '{self.drafter.method}'")
+                    (
+                        ("drafter", "method"),
+                        f"must match speculative.method ('{spec.method}'), got '{self.drafter.method}'",
+                    )
                 )
         if not problems:
             problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
@@ -190,13 +220,24 @@ class SimulationDocument(SpectuneModel):
                 needed |= {0} if self.simulation.baseline else set()
             gap = self.cost_model.step_times.k_coverage_problem(needed)
             if gap is not None:
-                baseline_gap = (spec is not None and 0 in needed
-                                and self.cost_model.step_times.num_speculative_tokens_measured()[0] > 0)
-                problems.append((("cost_model", "step_times"), gap + (" (K = 0 is the baseline; simulation.baseline: false skips it)" if baseline_gap else "")))
+                baseline_gap = (
+                    spec is not None
+                    and 0 in needed
+                    and self.cost_model.step_times.num_speculative_tokens_measured()[0] > 0
+                )
+                problems.append(
+                    (
+                        ("cost_model", "step_times"),
+                        gap + (" (K = 0 is the baseline; simulation.baseline: false skips it)" if baseline_gap else ""),
+                    )
+                )
         check_rules(problems)
         if self.num_replicas > 1 and spec is not None and spec.num_speculative_tokens_per_batch_size:
-            notify(info, ("speculative", "num_speculative_tokens_per_batch_size"), dynamic_speculation_off_notice(
-                self.num_replicas, spec.num_speculative_tokens))
+            notify(
+                info,
+                ("speculative", "num_speculative_tokens_per_batch_size"),
+                dynamic_speculation_off_notice(self.num_replicas, spec.num_speculative_tokens),
+            )
         return self
 
     @property
@@ -209,7 +250,9 @@ class SimulationDocument(SpectuneModel):
         with speculation off."""
         if self.speculative is None:
             return None
-        drafter = self.drafter if self.drafter is not None else default_drafter(self.speculative.method, self.target_model)
+        drafter = (
+            self.drafter if self.drafter is not None else default_drafter(self.speculative.method, self.target_model)
+        )
         return drafter_as_configured(self.speculative, drafter)
 
 
@@ -224,8 +267,11 @@ def drafter_as_configured(speculative: SpeculativeConfig, drafter: DrafterSpec) 
 
 
 def drafter_override_problems(
-    speculative: SpeculativeFields, drafter: DrafterSpec | None, target_tp: int,
-    *, paths: tuple[str, str] = ("speculative", "drafter"),
+    speculative: SpeculativeFields,
+    drafter: DrafterSpec | None,
+    target_tp: int,
+    *,
+    paths: tuple[str, str] = ("speculative", "drafter"),
 ) -> list[tuple[tuple[str | int, ...], str]]:
     """The speculative config's draft_tensor_parallel_size: 1 or the target's (vLLM's rule), and not at odds
     with an explicit drafter's tensor_parallel_size."""
@@ -237,10 +283,16 @@ def drafter_override_problems(
         return [(field, f"must be 1 or the target's tensor_parallel_size ({target_tp}) as vLLM requires, got {given}")]
     if drafter is None or drafter.tensor_parallel_size in (None, given):
         return []
-    return [(field, f"disagrees with {paths[1]}.tensor_parallel_size ({drafter.tensor_parallel_size}); give one, "
-             f"got {given}")]
+    return [
+        (
+            field,
+            f"disagrees with {paths[1]}.tensor_parallel_size ({drafter.tensor_parallel_size}); give one, got {given}",
+        )
+    ]
 
 
 def dynamic_speculation_off_notice(replicas: int, k: int) -> str:
-    return (f"vLLM disables dynamic speculation under data parallelism ({replicas} replicas): every batch is "
-            f"served, and simulated, with num_speculative_tokens = {k}")
+    return (
+        f"vLLM disables dynamic speculation under data parallelism ({replicas} replicas): every batch is "
+        f"served, and simulated, with num_speculative_tokens = {k}"
+    )

@@ -169,7 +169,9 @@ class SpeculativeFields(SpectuneModel):
     )
     disable_padded_drafter_batch: bool | None = Field(default=None, description="vLLM drafter batching knob.")
     use_local_argmax_reduction: bool | None = Field(default=None, description="vLLM TP argmax knob.")
-    use_heterogeneous_vocab: bool | None = Field(default=None, description="Drafter vocabulary differs from the target's.")
+    use_heterogeneous_vocab: bool | None = Field(
+        default=None, description="Drafter vocabulary differs from the target's."
+    )
     attention_backend: str | None = Field(default=None, description="Drafter attention backend (vLLM name).")
     kv_cache_dtype: str | None = Field(default=None, description="Drafter KV-cache dtype (vLLM name).")
     moe_backend: str | None = Field(default=None, description="Drafter MoE backend (vLLM name).")
@@ -218,8 +220,10 @@ class SpeculativeFields(SpectuneModel):
             )
         if isinstance(rule, str) and rule == "fly":
             problems.append(
-                (("rejection_sample_method",), "'fly' is lossy and not simulated; allowed: standard, block, "
-                 "synthetic, got 'fly'")
+                (
+                    ("rejection_sample_method",),
+                    "'fly' is lossy and not simulated; allowed: standard, block, synthetic, got 'fly'",
+                )
             )
         check_rules(problems)
         return data
@@ -243,9 +247,7 @@ class SpeculativeFields(SpectuneModel):
                 )
             elif len(synthetic_fields) > 1:
                 for name in synthetic_fields[1:]:
-                    problems.append(
-                        ((name,), f"give exactly one synthetic form; got {' and '.join(synthetic_fields)}")
-                    )
+                    problems.append(((name,), f"give exactly one synthetic form; got {' and '.join(synthetic_fields)}"))
         else:
             for name in synthetic_fields:
                 problems.append(
@@ -293,7 +295,10 @@ class SpeculativeFields(SpectuneModel):
         if rates is not None:
             if len(rates) != k:
                 problems.append(
-                    (("synthetic_acceptance_rates",), f"must have num_speculative_tokens ({k}) entries, got {len(rates)}")
+                    (
+                        ("synthetic_acceptance_rates",),
+                        f"must have num_speculative_tokens ({k}) entries, got {len(rates)}",
+                    )
                 )
             for i, rate in enumerate(rates):
                 if not 0.0 <= rate <= 1.0:
@@ -408,7 +413,9 @@ class SpeculativeFields(SpectuneModel):
             )
         if self.prompt_lookup_min is not None or self.prompt_lookup_max is not None:
             if self.method not in _PROMPT_LOOKUP_METHODS:
-                notify(info, ("prompt_lookup_max",), f"prompt lookup only applies to ngram, ignored for '{self.method}'")
+                notify(
+                    info, ("prompt_lookup_max",), f"prompt lookup only applies to ngram, ignored for '{self.method}'"
+                )
 
 
 class SpeculativeConfig(SpeculativeFields):

@@ -27,7 +27,14 @@ from spectune.config._loader import MAX_DOCUMENT_BYTES, read_mapping
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem
 
-__all__ = ["STEP_TIME_COLUMNS", "CostModelConfig", "RooflineFitRecord", "StepTimePoint", "StepTimeTable", "read_step_time_table"]
+__all__ = [
+    "STEP_TIME_COLUMNS",
+    "CostModelConfig",
+    "RooflineFitRecord",
+    "StepTimePoint",
+    "StepTimeTable",
+    "read_step_time_table",
+]
 
 STEP_TIME_COLUMNS = ("batch_size", "num_speculative_tokens", "step_time_ms")
 _MAX_BATCH_SIZE = 1_000_000
@@ -91,15 +98,25 @@ def _point_problems(keys: list[tuple[int, int]], where: Callable[[int], str]) ->
     by_k: dict[int, list[int]] = {}
     for index, key in enumerate(keys):
         if key in first:
-            problems.append((index, f"duplicate point batch_size {key[0]}, num_speculative_tokens {key[1]} "
-                                    f"(first at {where(first[key])}); give each point once"))
+            problems.append(
+                (
+                    index,
+                    f"duplicate point batch_size {key[0]}, num_speculative_tokens {key[1]} "
+                    f"(first at {where(first[key])}); give each point once",
+                )
+            )
             continue
         first[key] = index
         by_k.setdefault(key[1], []).append(index)
     for k, indices in sorted(by_k.items()):
         if len(indices) < 2:
-            problems.append((indices[0], f"num_speculative_tokens {k} has 1 point (batch_size {keys[indices[0]][0]}); "
-                                         "each K needs >= 2 batch sizes to interpolate between"))
+            problems.append(
+                (
+                    indices[0],
+                    f"num_speculative_tokens {k} has 1 point (batch_size {keys[indices[0]][0]}); "
+                    "each K needs >= 2 batch sizes to interpolate between",
+                )
+            )
     return problems
 
 
@@ -134,8 +151,11 @@ def _parse_value(column: str, raw: Any) -> tuple[Any, str | None]:
 
 
 def _read_csv(text: str, file: str) -> tuple[list[tuple[int, dict[str, Any]]], list[Problem]]:
-    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1)
-             if line.strip() and not line.lstrip().startswith("#")]
+    lines = [
+        (number, line)
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     wanted = ", ".join(STEP_TIME_COLUMNS)
     if not lines:
         return [], [Problem(file, None, "", f"no header line; expected the columns {wanted}")]
@@ -144,13 +164,22 @@ def _read_csv(text: str, file: str) -> tuple[list[tuple[int, dict[str, Any]]], l
     problems = []
     for position, name in enumerate(names, start=1):
         if name not in STEP_TIME_COLUMNS:
-            problems.append(Problem(file, header_line, f"column {position}", f"unknown column {name!r}; allowed: {wanted}"))
+            problems.append(
+                Problem(file, header_line, f"column {position}", f"unknown column {name!r}; allowed: {wanted}")
+            )
         elif names.index(name) != position - 1:
             problems.append(Problem(file, header_line, f"column {position}", f"column {name!r} appears twice"))
     missing = [name for name in STEP_TIME_COLUMNS if name not in names]
     if missing:
-        problems.append(Problem(file, header_line, "", f"missing column(s) {', '.join(missing)}; the header must name "
-                                                       f"{wanted}, got {', '.join(names) or 'nothing'}"))
+        problems.append(
+            Problem(
+                file,
+                header_line,
+                "",
+                f"missing column(s) {', '.join(missing)}; the header must name "
+                f"{wanted}, got {', '.join(names) or 'nothing'}",
+            )
+        )
     if problems:
         return [], problems
     rows = []
@@ -158,7 +187,9 @@ def _read_csv(text: str, file: str) -> tuple[list[tuple[int, dict[str, Any]]], l
         cells = next(csv.reader([line]))
         if len(cells) != len(names):
             header_names = ", ".join(names)
-            problems.append(Problem(file, number, "", f"has {len(cells)} fields, the header has {len(names)} ({header_names})"))
+            problems.append(
+                Problem(file, number, "", f"has {len(cells)} fields, the header has {len(names)} ({header_names})")
+            )
             continue
         row = {}
         for position, (name, cell) in enumerate(zip(names, cells, strict=True), start=1):
@@ -173,16 +204,25 @@ def _read_csv(text: str, file: str) -> tuple[list[tuple[int, dict[str, Any]]], l
 def _read_yaml(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Any], list[Problem]]:
     source = read_mapping(path)
     file, data, positions = source.file, source.data, source.positions
-    problems = [Problem(file, positions.line_of((key,), key=True), key, f"unknown field; allowed: {', '.join(_YAML_KEYS)}")
-                for key in data if key not in _YAML_KEYS]
+    problems = [
+        Problem(file, positions.line_of((key,), key=True), key, f"unknown field; allowed: {', '.join(_YAML_KEYS)}")
+        for key in data
+        if key not in _YAML_KEYS
+    ]
     if data.get("kind", "step_time_table") != "step_time_table":
         line = positions.line_of(("kind",))
         problems.append(Problem(file, line, "kind", f"must be step_time_table, got {data['kind']!r}"))
     points = data.get("points")
     if not isinstance(points, list):
         got = "nothing" if points is None else type(points).__name__
-        problems.append(Problem(file, positions.line_of(("points",)), "points",
-                                f"must be a list of {{{', '.join(STEP_TIME_COLUMNS)}}} mappings, got {got}"))
+        problems.append(
+            Problem(
+                file,
+                positions.line_of(("points",)),
+                "points",
+                f"must be a list of {{{', '.join(STEP_TIME_COLUMNS)}}} mappings, got {got}",
+            )
+        )
         points = []
     rows = []
     for index, item in enumerate(points):
@@ -194,8 +234,14 @@ def _read_yaml(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, 
             continue
         for key in item:
             if key not in STEP_TIME_COLUMNS:
-                problems.append(Problem(file, positions.line_of(("points", index, key), key=True), f"{where}.{key}",
-                                        f"unknown column; allowed: {', '.join(STEP_TIME_COLUMNS)}"))
+                problems.append(
+                    Problem(
+                        file,
+                        positions.line_of(("points", index, key), key=True),
+                        f"{where}.{key}",
+                        f"unknown column; allowed: {', '.join(STEP_TIME_COLUMNS)}",
+                    )
+                )
         row = {}
         for name in STEP_TIME_COLUMNS:
             if name not in item:
@@ -215,7 +261,9 @@ def read_step_time_table(path: Path) -> StepTimeTable:
     file = str(path)
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".yaml", ".yml"):
-        raise DocumentError([Problem(file, None, "", f"must be a .csv, .yaml or .yml file, got {suffix or 'no suffix'!r}")])
+        raise DocumentError(
+            [Problem(file, None, "", f"must be a .csv, .yaml or .yml file, got {suffix or 'no suffix'!r}")]
+        )
     extras: dict[str, Any] = {}
     if suffix == ".csv":
         try:
@@ -259,20 +307,26 @@ class CostModelConfig(SpectuneModel):
         description="measured: a path to a CSV/YAML table (relative to this document) or the table inline.",
     )
     step_times_context_tokens: float | None = Field(
-        default=None, ge=0, le=1e8,
+        default=None,
+        ge=0,
+        le=1e8,
         description="measured: mean tokens per request in the KV cache while the table was measured (tokens); "
         "when given, the roofline's change with context is added to the table; otherwise the table holds at "
         "every context.",
     )
     overhead_s: float = Field(
-        default=1e-3, ge=0, le=10, description="roofline: fixed time per step -- scheduling, input preparation, "
-        "launches (seconds).",
+        default=1e-3,
+        ge=0,
+        le=10,
+        description="roofline: fixed time per step -- scheduling, input preparation, launches (seconds).",
     )
     draft_pass_overhead_s: float = Field(
         default=1e-4, ge=0, le=1, description="roofline: fixed time per neural draft pass (seconds)."
     )
     achievable_bandwidth_fraction: float | None = Field(
-        default=None, gt=0, le=1,
+        default=None,
+        gt=0,
+        le=1,
         description="Fraction of peak HBM bandwidth the deployment's decode kernels reach, overriding the GPU's "
         "(fraction); fitted to a server log by 'spectune calibrate --fit-roofline'.",
     )
@@ -328,9 +382,16 @@ class CostModelConfig(SpectuneModel):
         if self.method == "measured":
             for name in ("overhead_s", "draft_pass_overhead_s"):
                 if name in self.model_fields_set:
-                    notify(info, (name,), "does not change measured step times (they include it); it only shapes "
-                           "the split into phases")
+                    notify(
+                        info,
+                        (name,),
+                        "does not change measured step times (they include it); it only shapes the split into phases",
+                    )
             if self.step_times is not None and 0 not in self.step_times.num_speculative_tokens_measured():
-                notify(info, ("step_times",), "the table has no num_speculative_tokens 0 points, so plain decoding "
-                       "(speculation off) cannot be costed")
+                notify(
+                    info,
+                    ("step_times",),
+                    "the table has no num_speculative_tokens 0 points, so plain decoding "
+                    "(speculation off) cannot be costed",
+                )
         return self

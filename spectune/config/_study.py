@@ -57,7 +57,9 @@ class SpeculativeBase(SpeculativeFields):
         default=None, description="Not allowed here: K is searched (search.num_speculative_tokens)."
     )
 
-    def config(self, num_speculative_tokens: int, rejection_sample_method: str, draft_sample_method: str) -> SpeculativeConfig:
+    def config(
+        self, num_speculative_tokens: int, rejection_sample_method: str, draft_sample_method: str
+    ) -> SpeculativeConfig:
         """The config one point serves: these fields with K, the rule and the draft sampling.
 
         Built, not validated again: the study document checked every combination it tries (K within
@@ -81,8 +83,11 @@ class SpeculativeBase(SpeculativeFields):
         ]
         if data.get("rejection_sample_method") == "synthetic":
             problems.append(
-                (("rejection_sample_method",), "must be 'standard' or 'block' in a study (or left out to search "
-                 "search.rejection_sample_methods), got 'synthetic'")
+                (
+                    ("rejection_sample_method",),
+                    "must be 'standard' or 'block' in a study (or left out to search "
+                    "search.rejection_sample_methods), got 'synthetic'",
+                )
             )
         check_rules(problems)
         return data
@@ -184,10 +189,17 @@ class ScheduleBuckets(SpectuneModel):
             if size < 1:
                 problems.append((("batch_sizes", i), f"must be >= 1, got {size}"))
             if i and size <= self.batch_sizes[i - 1]:
-                problems.append((("batch_sizes", i), f"must be > {self.batch_sizes[i - 1]} (strictly increasing), got {size}"))
+                problems.append(
+                    (("batch_sizes", i), f"must be > {self.batch_sizes[i - 1]} (strictly increasing), got {size}")
+                )
         if self.weights is not None:
             if len(self.weights) != len(self.batch_sizes):
-                problems.append((("weights",), f"must have one weight per batch size ({len(self.batch_sizes)}), got {len(self.weights)}"))
+                problems.append(
+                    (
+                        ("weights",),
+                        f"must have one weight per batch size ({len(self.batch_sizes)}), got {len(self.weights)}",
+                    )
+                )
             problems += [(("weights", i), f"must be > 0, got {w}") for i, w in enumerate(self.weights) if not w > 0]
         check_rules(problems)
         return self
@@ -273,8 +285,14 @@ class StudyDocument(SpectuneModel):
         given = [key for key in ("concurrency", "arrival_rate_per_s") if key in workload]
         if given:
             raise RuleViolations(
-                [(("workload", key), f"set by the study: each of schedule.batch_sizes is simulated as a closed "
-                  f"loop at that concurrency; remove it, got {workload[key]!r}") for key in given]
+                [
+                    (
+                        ("workload", key),
+                        f"set by the study: each of schedule.batch_sizes is simulated as a closed "
+                        f"loop at that concurrency; remove it, got {workload[key]!r}",
+                    )
+                    for key in given
+                ]
             )
         return {**data, "workload": {**workload, "concurrency": 1}}
 
@@ -308,23 +326,35 @@ class StudyDocument(SpectuneModel):
         labels = [c.label for c in self.candidates]
         for i, label in enumerate(labels):
             if label in labels[:i]:
-                problems.append((("candidates", i, "name"), f"names must be distinct (give each a name), got {label!r} twice"))
+                problems.append(
+                    (("candidates", i, "name"), f"names must be distinct (give each a name), got {label!r} twice")
+                )
         for i, size in enumerate(self.schedule.batch_sizes):
             if size > self.workload.max_num_seqs:
                 problems.append(
-                    (("schedule", "batch_sizes", i), f"must be <= workload.max_num_seqs ({self.workload.max_num_seqs}), got {size}")
+                    (
+                        ("schedule", "batch_sizes", i),
+                        f"must be <= workload.max_num_seqs ({self.workload.max_num_seqs}), got {size}",
+                    )
                 )
         tp = self.target_model.tensor_parallel_size
         if self.hardware.num_gpus > tp and self.hardware.num_gpus % tp == 0:
             # A study's batch sizes and K table are one engine's; vLLM turns the per-batch-size K table off
             # under data parallelism, and replicas would split each batch size among themselves.
-            problems.append((("hardware", "num_gpus"), f"a study tunes one engine: must equal target_model."
-                             f"tensor_parallel_size ({tp}) (replicas serve the same table each, and vLLM disables the "
-                             f"per-batch-size K table under data parallelism), got {self.hardware.num_gpus}"))
+            problems.append(
+                (
+                    ("hardware", "num_gpus"),
+                    f"a study tunes one engine: must equal target_model."
+                    f"tensor_parallel_size ({tp}) (replicas serve the same table each, and vLLM disables the "
+                    f"per-batch-size K table under data parallelism), got {self.hardware.num_gpus}",
+                )
+            )
         for i, candidate in enumerate(self.candidates):
             problems += self._candidate_problems(i, candidate)
         if not self.combinations():
-            problems.append((("search",), "no valid (method, rule, draft sampling) combination is left; see the skipped ones"))
+            problems.append(
+                (("search",), "no valid (method, rule, draft sampling) combination is left; see the skipped ones")
+            )
         if self.cost_model.method == "measured" and self.cost_model.step_times is not None:
             k_range = self.search.num_speculative_tokens
             gap = self.cost_model.step_times.k_coverage_problem([0, *range(k_range.min, k_range.max + 1)])
@@ -334,21 +364,33 @@ class StudyDocument(SpectuneModel):
         largest = self.schedule.batch_sizes[-1]
         requests = self.schedule.num_requests(largest, self.workload.num_requests)
         if requests < 2 * largest:
-            notify(info, ("workload", "num_requests"), f"{requests} requests are few for batch size {largest} (the "
-                   f"closed loop barely reaches a steady state); simulate >= {2 * largest}")
+            notify(
+                info,
+                ("workload", "num_requests"),
+                f"{requests} requests are few for batch size {largest} (the "
+                f"closed loop barely reaches a steady state); simulate >= {2 * largest}",
+            )
         return self
 
     def _candidate_problems(self, i: int, candidate: StudyCandidate) -> list[tuple[FieldPath, str]]:
         at: FieldPath = ("candidates", i)
         method = candidate.speculative.method
         if candidate.drafter is not None and candidate.drafter.method != method:
-            return [(at + ("drafter", "method"), f"must match speculative.method ('{method}'), got '{candidate.drafter.method}'")]
+            return [
+                (
+                    at + ("drafter", "method"),
+                    f"must match speculative.method ('{method}'), got '{candidate.drafter.method}'",
+                )
+            ]
         try:
             drafter = candidate.drafter if candidate.drafter is not None else default_drafter(method, self.target_model)
         except SpectuneError as err:
             return [(at + ("drafter",), f"required here: {err}")]
         tp = self.target_model.tensor_parallel_size
-        problems = [(at + path, message) for path, message in drafter_override_problems(candidate.speculative, candidate.drafter, tp)]
+        problems = [
+            (at + path, message)
+            for path, message in drafter_override_problems(candidate.speculative, candidate.drafter, tp)
+        ]
         for path, message in deployment_problems(self.hardware, self.target_model, drafter):
             problems.append((at + path if path[0] == "drafter" else path, message))
         return problems
@@ -357,8 +399,16 @@ class StudyDocument(SpectuneModel):
 
     def _combination_choices(self, candidate: StudyCandidate) -> tuple[list[str], list[str]]:
         pinned = candidate.speculative.model_fields_set
-        rules = [candidate.speculative.rejection_sample_method] if "rejection_sample_method" in pinned else self.search.rejection_sample_methods
-        samplings = [candidate.speculative.draft_sample_method] if "draft_sample_method" in pinned else self.search.draft_sample_methods
+        rules = (
+            [candidate.speculative.rejection_sample_method]
+            if "rejection_sample_method" in pinned
+            else self.search.rejection_sample_methods
+        )
+        samplings = (
+            [candidate.speculative.draft_sample_method]
+            if "draft_sample_method" in pinned
+            else self.search.draft_sample_methods
+        )
         return list(rules), list(samplings)
 
     def combinations(self) -> list[tuple[StudyCandidate, str, str]]:
@@ -367,7 +417,11 @@ class StudyDocument(SpectuneModel):
 
     def skipped_combinations(self) -> list[tuple[str, str]]:
         """('candidate/rule/sampling', why) for the combinations that cannot differ from another one."""
-        return [(f"{c.label}/{rule}/{sampling}", reason) for (c, rule, sampling), reason in self._all_combinations() if reason]
+        return [
+            (f"{c.label}/{rule}/{sampling}", reason)
+            for (c, rule, sampling), reason in self._all_combinations()
+            if reason
+        ]
 
     def _all_combinations(self) -> list[tuple[tuple[StudyCandidate, str, str], str | None]]:
         out = []

@@ -84,8 +84,11 @@ class LengthDistribution(SpectuneModel):
                 problems.append(((name,), f"required for distribution '{self.distribution}'"))
             if not shaped and getattr(self, name) is not None:
                 problems.append(
-                    ((name,), f"only for distribution normal or lognormal (uniform is set by min_tokens and "
-                     f"max_tokens), got {getattr(self, name)}")
+                    (
+                        (name,),
+                        f"only for distribution normal or lognormal (uniform is set by min_tokens and "
+                        f"max_tokens), got {getattr(self, name)}",
+                    )
                 )
         if self.distribution == "uniform" and self.max_tokens is None:
             problems.append((("max_tokens",), "required for distribution 'uniform'"))
@@ -94,8 +97,10 @@ class LengthDistribution(SpectuneModel):
             problems.append((("max_tokens",), f"must be >= min_tokens ({self.min_tokens}), got {upper}"))
         elif self.mean_tokens is not None and not self.min_tokens <= self.mean_tokens <= upper:
             problems.append(
-                (("mean_tokens",), f"must be in [min_tokens, max_tokens] = [{self.min_tokens}, {upper}], "
-                 f"got {self.mean_tokens}")
+                (
+                    ("mean_tokens",),
+                    f"must be in [min_tokens, max_tokens] = [{self.min_tokens}, {upper}], got {self.mean_tokens}",
+                )
             )
         check_rules(problems)
         return self
@@ -167,8 +172,10 @@ def _parse_trace(text: str, file: str) -> tuple[tuple[tuple[int, int], ...], lis
     if has_header:
         missing = [name for name in _TRACE_COLUMNS if name not in header]
         if missing:
-            return (), [f"{file}:{rows[0][0]}: header must name columns {', '.join(_TRACE_COLUMNS)}; "
-                        f"missing {', '.join(missing)}, got {', '.join(header)}"]
+            return (), [
+                f"{file}:{rows[0][0]}: header must name columns {', '.join(_TRACE_COLUMNS)}; "
+                f"missing {', '.join(missing)}, got {', '.join(header)}"
+            ]
         columns = (header.index(_TRACE_COLUMNS[0]), header.index(_TRACE_COLUMNS[1]))
         rows = rows[1:]
     if len(rows) > MAX_TRACE_ROWS:
@@ -186,8 +193,10 @@ def _parse_trace(text: str, file: str) -> tuple[tuple[tuple[int, int], ...], lis
         values = [_token_count(row[column]) for column in columns]
         for name, column, value in zip(_TRACE_COLUMNS, columns, values, strict=True):
             if value is None:
-                problems.append(f"{file}:{number}: {name} must be a whole number in [1, {MAX_SEQUENCE_TOKENS}], "
-                                f"got {row[column].strip()!r}")
+                problems.append(
+                    f"{file}:{number}: {name} must be a whole number in [1, {MAX_SEQUENCE_TOKENS}], "
+                    f"got {row[column].strip()!r}"
+                )
         if None not in values:
             pairs.append((values[0], values[1]))  # type: ignore[arg-type]
     if len(problems) > _MAX_REPORTED_ROW_PROBLEMS:
@@ -211,8 +220,10 @@ class TemperatureShare(SpectuneModel):
         ge=0.0, le=10.0, description="Sampling temperature (dimensionless; 0 = greedy decoding)."
     )
     weight: StrictFloat = Field(
-        gt=0.0, le=1e6, description="Relative share of requests at this temperature (any positive number; "
-        "shares are divided by their sum)."
+        gt=0.0,
+        le=1e6,
+        description="Relative share of requests at this temperature (any positive number; "
+        "shares are divided by their sum).",
     )
 
 
@@ -304,14 +315,15 @@ class WorkloadConfig(SpectuneModel):
         if (self.concurrency is None) == (self.arrival_rate_per_s is None):
             got = "both" if self.concurrency is not None else "neither"
             problems.append(
-                (("concurrency",), f"give exactly one of concurrency (closed loop), arrival_rate_per_s "
-                 f"(open loop); got {got}")
+                (
+                    ("concurrency",),
+                    f"give exactly one of concurrency (closed loop), arrival_rate_per_s (open loop); got {got}",
+                )
             )
         if self.lengths_csv is not None:
             for name in ("prompt_tokens", "output_tokens"):
                 if getattr(self, name) is not None:
-                    problems.append(((name,), "give either lengths_csv or prompt_tokens and output_tokens, "
-                                     "not both"))
+                    problems.append(((name,), "give either lengths_csv or prompt_tokens and output_tokens, not both"))
         else:
             for name in ("prompt_tokens", "output_tokens"):
                 if getattr(self, name) is None:
@@ -321,8 +333,10 @@ class WorkloadConfig(SpectuneModel):
             for i, share in enumerate(self.temperature):
                 if share.temperature in seen:
                     problems.append(
-                        (("temperature", i, "temperature"), f"each temperature once; {share.temperature} is "
-                         f"already entry {seen[share.temperature]}")
+                        (
+                            ("temperature", i, "temperature"),
+                            f"each temperature once; {share.temperature} is already entry {seen[share.temperature]}",
+                        )
                     )
                 seen.setdefault(share.temperature, i)
         check_rules(problems)
@@ -331,15 +345,22 @@ class WorkloadConfig(SpectuneModel):
 
     def _advise(self, info: ValidationInfo) -> None:
         if self.concurrency is not None and self.concurrency > self.max_num_seqs:
-            notify(info, ("concurrency",), f"{self.concurrency} exceeds max_num_seqs ({self.max_num_seqs}); "
-                   f"at most {self.max_num_seqs} run at once, the rest wait in the queue")
+            notify(
+                info,
+                ("concurrency",),
+                f"{self.concurrency} exceeds max_num_seqs ({self.max_num_seqs}); "
+                f"at most {self.max_num_seqs} run at once, the rest wait in the queue",
+            )
         if self.concurrency is not None and self.num_requests < self.concurrency:
-            notify(info, ("num_requests",), f"{self.num_requests} requests never reach concurrency "
-                   f"{self.concurrency}")
+            notify(info, ("num_requests",), f"{self.num_requests} requests never reach concurrency {self.concurrency}")
         csv_trace = self.lengths_csv
         if csv_trace is not None and csv_trace.order == "sequential" and self.num_requests > len(csv_trace.pairs):
-            notify(info, ("lengths_csv", "path"), f"the trace has {len(csv_trace.pairs)} rows for "
-                   f"{self.num_requests} requests; rows are reused from the top")
+            notify(
+                info,
+                ("lengths_csv", "path"),
+                f"the trace has {len(csv_trace.pairs)} rows for "
+                f"{self.num_requests} requests; rows are reused from the top",
+            )
 
     @property
     def temperature_mix(self) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -148,8 +148,10 @@ def check_step_arguments(batch_size: int, num_speculative_tokens: int, context_t
     k = num_speculative_tokens
     if not _is_integer(k) or not 0 <= k <= MAX_NUM_SPECULATIVE_TOKENS:
         raise ValueError(f"num_speculative_tokens must be an integer in [0, {MAX_NUM_SPECULATIVE_TOKENS}], got {k!r}")
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, Real) or not (
-        math.isfinite(context_tokens) and context_tokens >= 0
+    if (
+        isinstance(context_tokens, bool)
+        or not isinstance(context_tokens, Real)
+        or not (math.isfinite(context_tokens) and context_tokens >= 0)
     ):
         raise ValueError(f"context_tokens must be a finite number >= 0, got {context_tokens!r}")
 
@@ -159,7 +161,9 @@ def check_prompt_tokens(num_prompt_tokens: int, num_prompts: int = 1) -> None:
     if not _is_integer(num_prompts) or num_prompts < 1:
         raise ValueError(f"num_prompts must be an integer >= 1, got {num_prompts!r}")
     if not _is_integer(num_prompt_tokens) or num_prompt_tokens < num_prompts:
-        raise ValueError(f"num_prompt_tokens must be an integer >= num_prompts ({num_prompts}), got {num_prompt_tokens!r}")
+        raise ValueError(
+            f"num_prompt_tokens must be an integer >= num_prompts ({num_prompts}), got {num_prompt_tokens!r}"
+        )
 
 
 def _is_integer(value: object) -> bool:

@@ -48,7 +48,9 @@ class LogFit:
     worst: str
 
 
-def _model(hardware: HardwareConfig, target: TargetModelSpec, drafter: DrafterSpec | None, fraction: float) -> RooflineCostModel:
+def _model(
+    hardware: HardwareConfig, target: TargetModelSpec, drafter: DrafterSpec | None, fraction: float
+) -> RooflineCostModel:
     gpu = hardware.gpu.model_copy(update={"achievable_bandwidth_fraction": fraction})
     return RooflineCostModel(hardware.model_copy(update={"gpu": gpu}), target, drafter, CostModelConfig(overhead_s=0.0))
 
@@ -82,7 +84,9 @@ def fit_roofline(
             f"{sorted({s.batch_size for s in steps}) or 'none'}; log a period with varied load"
         )
     if drafter is None and any(s.num_speculative_tokens for s in steps):
-        raise SpectuneError("the steps drafted tokens, but the deployment has no drafter; give the document that served them")
+        raise SpectuneError(
+            "the steps drafted tokens, but the deployment has no drafter; give the document that served them"
+        )
     grid = [_LOW + i * _GRID for i in range(int(round((_HIGH - _LOW) / _GRID)) + 1)]
     losses = [_loss(f, steps, hardware, target, drafter)[0] for f in grid]
     best = min(range(len(grid)), key=losses.__getitem__)

@@ -78,8 +78,17 @@ def expected_experts_touched(num_experts: int, experts_per_token: int, tokens: f
 
 
 def _pass_shape(
-    *, params_read: float, head_params: float, bytes_per_param: float, layers: int, heads: int, kv_heads: int,
-    head_dim: int, hidden: int, kv_bytes_per_element: float, tp: int,
+    *,
+    params_read: float,
+    head_params: float,
+    bytes_per_param: float,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    hidden: int,
+    kv_bytes_per_element: float,
+    tp: int,
 ) -> _PassShape:
     kv_heads_per_gpu = math.ceil(kv_heads / tp)
     return _PassShape(
@@ -96,10 +105,16 @@ def _pass_shape(
 def _target_shape(target: TargetModelSpec) -> _PassShape:
     tp = target.tensor_parallel_size
     shape = _pass_shape(
-        params_read=target.parameters_read_per_pass, head_params=target.lm_head_parameters,
-        bytes_per_param=target.bytes_per_parameter, layers=target.num_hidden_layers,
-        heads=target.num_attention_heads, kv_heads=target.num_key_value_heads, head_dim=target.head_dim,
-        hidden=target.hidden_size, kv_bytes_per_element=target.kv_cache_bytes_per_element, tp=tp,
+        params_read=target.parameters_read_per_pass,
+        head_params=target.lm_head_parameters,
+        bytes_per_param=target.bytes_per_parameter,
+        layers=target.num_hidden_layers,
+        heads=target.num_attention_heads,
+        kv_heads=target.num_key_value_heads,
+        head_dim=target.head_dim,
+        hidden=target.hidden_size,
+        kv_bytes_per_element=target.kv_cache_bytes_per_element,
+        tp=tp,
     )
     if not target.is_moe:
         return shape
@@ -115,10 +130,16 @@ def _target_shape(target: TargetModelSpec) -> _PassShape:
 
 def _drafter_shape(drafter: DrafterSpec, tp: int) -> _PassShape:
     return _pass_shape(
-        params_read=drafter.num_parameters, head_params=drafter.vocab_size * drafter.hidden_size,
-        bytes_per_param=drafter.bytes_per_parameter, layers=drafter.num_hidden_layers,
-        heads=drafter.num_attention_heads, kv_heads=drafter.num_key_value_heads, head_dim=drafter.head_dim,
-        hidden=drafter.hidden_size, kv_bytes_per_element=drafter.kv_cache_bytes_per_element, tp=tp,
+        params_read=drafter.num_parameters,
+        head_params=drafter.vocab_size * drafter.hidden_size,
+        bytes_per_param=drafter.bytes_per_parameter,
+        layers=drafter.num_hidden_layers,
+        heads=drafter.num_attention_heads,
+        kv_heads=drafter.num_key_value_heads,
+        head_dim=drafter.head_dim,
+        hidden=drafter.hidden_size,
+        kv_bytes_per_element=drafter.kv_cache_bytes_per_element,
+        tp=tp,
     )
 
 
@@ -149,7 +170,8 @@ class RooflineCostModel(CostModel):
         self._vllm_sampler: VllmSamplerTimes | None = None
         if config.sampler == "vllm":
             self._vllm_sampler = VllmSamplerTimes(
-                sampler_work or SamplerWork(), vocab_size=target_model.vocab_size,
+                sampler_work or SamplerWork(),
+                vocab_size=target_model.vocab_size,
                 hbm_bandwidth_bytes_per_s=hardware.gpu.hbm_bandwidth_bytes_per_s,
             )
 
@@ -202,13 +224,17 @@ class RooflineCostModel(CostModel):
         later = self._pass_time(self._draft, batch_size, 1, context_tokens, batch_size)
         return first + (k - 1) * later + k * self._draft_pass_overhead_s
 
-    def sampling_time(self, batch_size: int, num_speculative_tokens: int, *, draft_probabilities: bool = False) -> float:
+    def sampling_time(
+        self, batch_size: int, num_speculative_tokens: int, *, draft_probabilities: bool = False
+    ) -> float:
         """The rejection sampler's time (seconds): vLLM's measured sampler, or one read of the fp32 logits
         the sampler needs (cost_model.sampler: spectune)."""
         with_draft = draft_probabilities and self._drafter is not None and self._draft is not None
         if self._vllm_sampler is not None:
             return self._vllm_sampler.time_s(
-                batch_size, num_speculative_tokens, draft_probabilities=with_draft,
+                batch_size,
+                num_speculative_tokens,
+                draft_probabilities=with_draft,
                 draft_vocab_size=self._drafter.vocab_size if with_draft and self._drafter is not None else 0,
             )
         rows = batch_size * (num_speculative_tokens + 1) * self._vocab_size

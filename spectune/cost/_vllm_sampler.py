@@ -94,7 +94,12 @@ class VllmSamplerTimes:
         return max(at_k3 + (num_speculative_tokens - k3) / (k7 - k3) * (at_k7 - at_k3), floor)
 
     def time_s(
-        self, batch_size: int, num_speculative_tokens: int, *, draft_probabilities: bool = False, draft_vocab_size: int = 0
+        self,
+        batch_size: int,
+        num_speculative_tokens: int,
+        *,
+        draft_probabilities: bool = False,
+        draft_vocab_size: int = 0,
     ) -> float:
         """Seconds vLLM's sampler takes for ``batch_size`` requests verifying K drafts each."""
         column = self.column(num_speculative_tokens, draft_probabilities=draft_probabilities)

@@ -52,11 +52,20 @@ class ZeroRowDraftCostModel(CostModel):
     def step_time(
         self, batch_size: int, num_speculative_tokens: int, context_tokens: float, *, draft_probabilities: bool = False
     ) -> StepTime:
-        step = self._inner.step_time(batch_size, num_speculative_tokens, context_tokens, draft_probabilities=draft_probabilities)
+        step = self._inner.step_time(
+            batch_size, num_speculative_tokens, context_tokens, draft_probabilities=draft_probabilities
+        )
         if num_speculative_tokens > 0:
             return step
-        extra = zero_row_draft_time(self._roofline, self._mode, batch_size, context_tokens, self._num_speculative_tokens)
-        return StepTime(drafting_s=step.drafting_s + extra, verification_s=step.verification_s, sampling_s=step.sampling_s, overhead_s=step.overhead_s)
+        extra = zero_row_draft_time(
+            self._roofline, self._mode, batch_size, context_tokens, self._num_speculative_tokens
+        )
+        return StepTime(
+            drafting_s=step.drafting_s + extra,
+            verification_s=step.verification_s,
+            sampling_s=step.sampling_s,
+            overhead_s=step.overhead_s,
+        )
 
     def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
         return self._inner.prefill_time(num_prompt_tokens, num_prompts=num_prompts)

@@ -6,7 +6,14 @@ rates, for checking on a GPU), ``sglang.txt`` (server flags), ``measure.sh`` (th
 check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``.
 """
 
-from spectune.export._artefacts import ARTEFACT_NAMES, bucket_comments, check_output_dir, json_text, recommended_yaml, write_artefacts
+from spectune.export._artefacts import (
+    ARTEFACT_NAMES,
+    bucket_comments,
+    check_output_dir,
+    json_text,
+    recommended_yaml,
+    write_artefacts,
+)
 from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_script, measurement_ks
 from spectune.export._report import report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags

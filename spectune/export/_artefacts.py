@@ -21,12 +21,25 @@ from spectune.export._measure import measure_script
 from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
-from spectune.export._vllm import SyntheticForm, recommended_speculative_config, vllm_speculative_config, vllm_synthetic_config
+from spectune.export._vllm import (
+    SyntheticForm,
+    recommended_speculative_config,
+    vllm_speculative_config,
+    vllm_synthetic_config,
+)
 from spectune.study import Recommendation, StudyOutcome, provenance_notes, recommendation_provenance
 
 __all__ = ["ARTEFACT_NAMES", "bucket_comments", "check_output_dir", "json_text", "recommended_yaml", "write_artefacts"]
 
-ARTEFACT_NAMES = ("recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "measure.sh", "trials.csv", "report.html")
+ARTEFACT_NAMES = (
+    "recommended.yaml",
+    "vllm.json",
+    "vllm-synthetic.json",
+    "sglang.txt",
+    "measure.sh",
+    "trials.csv",
+    "report.html",
+)
 
 _NUMBER = r"-?[0-9][0-9.eE+-]*"
 _FLAT_LIST = re.compile(rf"\[\s*({_NUMBER}(?:\s*,\s*{_NUMBER})*)\s*\]")
@@ -74,7 +87,9 @@ def bucket_comments(recommendation: Recommendation) -> list[str]:
     return lines
 
 
-def write_artefacts(outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current") -> list[Path]:
+def write_artefacts(
+    outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current"
+) -> list[Path]:
     """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html.
 
     Without any completed trial only trials.csv and report.html are written. Returns the paths written.

@@ -21,7 +21,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spectune.config import SpeculativeConfig, conditional_to_unconditional, extend_conditional, unconditional_to_conditional
+from spectune.config import (
+    SpeculativeConfig,
+    conditional_to_unconditional,
+    extend_conditional,
+    unconditional_to_conditional,
+)
 from spectune.study import Evaluation, Recommendation, StudyOutcome
 
 __all__ = ["SERVER_START_S", "VLLM_BENCH_SERVE_FLAGS", "VLLM_SERVE_FLAGS", "measure_script", "measurement_ks"]
@@ -70,7 +75,9 @@ def _simulated_rates(outcome: StudyOutcome, recommendation: Recommendation, k: i
         return None
     nearest = min(by_k, key=lambda n: (abs(n - k), -n))
     facts = space.context.get("candidates", {}).get(recommendation.combo.candidate, {})
-    conditional = extend_conditional(unconditional_to_conditional(_monotone(by_k[nearest])), k, facts.get("extrapolation", "repeat_last"))
+    conditional = extend_conditional(
+        unconditional_to_conditional(_monotone(by_k[nearest])), k, facts.get("extrapolation", "repeat_last")
+    )
     return [round(r, 4) for r in _monotone(conditional_to_unconditional(conditional))]
 
 
@@ -99,7 +106,11 @@ def _bench_seconds(evaluations: Mapping[int, Evaluation], batch_size: int, promp
     if not evaluations:
         return 0.0
     nearest = min(evaluations, key=lambda b: abs(math.log(b / batch_size)))
-    throughput = evaluations[nearest].throughput * batch_size / nearest if nearest != batch_size else evaluations[nearest].throughput
+    throughput = (
+        evaluations[nearest].throughput * batch_size / nearest
+        if nearest != batch_size
+        else evaluations[nearest].throughput
+    )
     return prompts * output_tokens / throughput if throughput > 0 else 0.0
 
 
@@ -137,8 +148,14 @@ def measure_script(outcome: StudyOutcome) -> str | None:
         f"# {', '.join(str(b) for b, _ in runs)} (the study's batch sizes) with random {prompt_tokens}-token prompts and",
         f"# {output_tokens}-token outputs (--ignore-eos: every request yields exactly that many tokens).",
         *(["# Not measured (never simulated with this combo): K = " + ", ".join(map(str, skipped))] if skipped else []),
-        *([f"# The servers verify with the synthetic rule, not {recommendation.combo.rejection_sample_method}: that rule's own "
-           "sampling cost is not in these step times."] if recommendation.combo.rejection_sample_method != "standard" else []),
+        *(
+            [
+                f"# The servers verify with the synthetic rule, not {recommendation.combo.rejection_sample_method}: that rule's own "
+                "sampling cost is not in these step times."
+            ]
+            if recommendation.combo.rejection_sample_method != "standard"
+            else []
+        ),
         "#",
         f"# Usage:  TARGET=<served model of {context.get('target_model', 'the target')}> bash measure.sh [RESULTS_DIR]",
         "# Then:   spectune calibrate RESULTS_DIR --out profile.yaml    (also writes step-times.csv beside it)",
@@ -152,24 +169,24 @@ def measure_script(outcome: StudyOutcome) -> str | None:
         "serve() {  # serve K [speculative-config JSON]; the server log goes beside the results",
         '  mkdir -p "$RESULTS/k$1"',
         f'  local args=(--port "$PORT" --max-num-seqs {context.get("max_num_seqs", space.max_batch_size)} '
-        f'--tensor-parallel-size {context.get("tensor_parallel_size", 1)})',
+        f"--tensor-parallel-size {context.get('tensor_parallel_size', 1)})",
         '  if [[ -n "${2:-}" ]]; then args+=(--speculative-config "$2"); fi',
         '  vllm serve "$TARGET" "${args[@]}" > "$RESULTS/k$1/server.log" 2>&1 &',
         "  SERVER=$!",
         '  until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do',
         '    if ! kill -0 "$SERVER" 2> /dev/null; then echo "vllm serve exited; see $RESULTS/k$1/server.log" >&2; exit 1; fi',
-        "    sleep \"${HEALTH_POLL_S:-5}\"",
+        '    sleep "${HEALTH_POLL_S:-5}"',
         "  done",
         "}",
         "",
         "stop() {",
         '  kill "$SERVER"; wait "$SERVER" || true; SERVER=',
         "}",
-        "trap 'if [[ -n \"$SERVER\" ]]; then kill \"$SERVER\" 2> /dev/null || true; fi' EXIT",
+        'trap \'if [[ -n "$SERVER" ]]; then kill "$SERVER" 2> /dev/null || true; fi\' EXIT',
         "",
         "bench() {  # bench K CONCURRENCY PROMPTS",
         '  vllm bench serve --backend vllm --model "$TARGET" --port "$PORT" --dataset-name random \\',
-        f"    --random-input-len {prompt_tokens} --random-output-len {output_tokens} --num-prompts \"$3\" --max-concurrency \"$2\" \\",
+        f'    --random-input-len {prompt_tokens} --random-output-len {output_tokens} --num-prompts "$3" --max-concurrency "$2" \\',
         '    --ignore-eos --seed 0 --save-result --result-dir "$RESULTS/k$1" --result-filename "k$1-c$2.json"',
         "}",
         "",
@@ -183,7 +200,10 @@ def _block(recommendation: Recommendation, k: int, rates: list[float], runs: lis
     else:
         uses = [f"{start}-{end}" for start, end, row_k in recommendation.schedule if row_k == k]
         role = f"recommended for batch sizes {', '.join(uses)}" if uses else "a neighbour of a recommended K"
-        lines = [f"# K = {k}: {role}; synthetic acceptance {rates}", f"serve {k} {shlex.quote(_speculative_json(recommendation, k, rates))}"]
+        lines = [
+            f"# K = {k}: {role}; synthetic acceptance {rates}",
+            f"serve {k} {shlex.quote(_speculative_json(recommendation, k, rates))}",
+        ]
     lines += [f"bench {k} {batch_size} {prompts}" for batch_size, prompts in runs]
     lines.append("stop")
     return "\n".join(lines) + "\n\n"

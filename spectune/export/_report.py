@@ -50,7 +50,9 @@ def _k_curves(outcome: StudyOutcome, batch_size: int) -> str:
     series = []
     band = None
     for i, combo in enumerate(space.combos):
-        evaluations = [e for k in space.k_values[1:] if (e := outcome.completed.get(space.point(batch_size, combo.label, k)))]
+        evaluations = [
+            e for k in space.k_values[1:] if (e := outcome.completed.get(space.point(batch_size, combo.label, k)))
+        ]
         if not evaluations:
             continue
         points = ([off] if off is not None else []) + evaluations
@@ -76,7 +78,12 @@ def _k_curves(outcome: StudyOutcome, batch_size: int) -> str:
             )
         )
     return chart_svg(
-        series, title=f"batch size {batch_size}", x_label="K (draft tokens; 0 = off)", y_label="output tokens/s", integer_x=True, band=band
+        series,
+        title=f"batch size {batch_size}",
+        x_label="K (draft tokens; 0 = off)",
+        y_label="output tokens/s",
+        integer_x=True,
+        band=band,
     )
 
 
@@ -85,7 +92,13 @@ def _pareto_chart(outcome: StudyOutcome, batch_size: int) -> str:
     front = pareto_front(evaluations)
     limit = next((c for c in outcome.space.constraints if c.metric == "tpot_p99_ms" and c.op == "<="), None)
     series = [
-        Series("all points", [(e.throughput, _tpot(e)) for e in evaluations], "#9aa", lines=False, hollow=[not e.feasible for e in evaluations]),
+        Series(
+            "all points",
+            [(e.throughput, _tpot(e)) for e in evaluations],
+            "#9aa",
+            lines=False,
+            hollow=[not e.feasible for e in evaluations],
+        ),
         Series("Pareto front", [(e.throughput, _tpot(e)) for e in front], "#d62728"),
     ]
     return chart_svg(
@@ -109,7 +122,11 @@ def report_html(outcome: StudyOutcome) -> str:
         f"storage {escape(outcome.storage_label)}; simulator {escape(str(outcome.simulator_version))}.</p>",
     ]
     if space.constraints:
-        parts.append("<p>SLOs: " + ", ".join(f"<code>{escape(c.label)}</code>" for c in space.constraints) + " (hollow points miss them)</p>")
+        parts.append(
+            "<p>SLOs: "
+            + ", ".join(f"<code>{escape(c.label)}</code>" for c in space.constraints)
+            + " (hollow points miss them)</p>"
+        )
     if recommendation is None:
         parts.append("<p>No recommendation yet: no trial has completed.</p>")
     else:

@@ -47,7 +47,9 @@ def sglang_flags(recommendation: Recommendation) -> str:
         lines.append(f"# SGLang has no equivalent of vLLM's method '{method}'; no flags")
         return "\n".join(lines) + "\n"
     if k == 0:
-        lines.append(f"# speculation does not pay off at batch size {choice.batch_size}: serve without --speculative-algorithm")
+        lines.append(
+            f"# speculation does not pay off at batch size {choice.batch_size}: serve without --speculative-algorithm"
+        )
         return "\n".join(lines) + "\n"
     if recommendation.combo.rejection_sample_method == "block":
         lines.append("# SGLang has no block verification (open PR); these flags verify token by token")

@@ -85,7 +85,11 @@ def chart_svg(
     ys += [y + e for s in series for (_, y), e in zip(s.points, s.errors) if math.isfinite(y + e)]
     if not xs or not ys:
         return f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="60"><text x="10" y="30">{escape(title)}: no data</text></svg>'
-    x_ticks = list(range(int(min(xs)), int(max(xs)) + 1)) if integer_x and max(xs) - min(xs) <= 16 else nice_ticks(min(xs), max(xs))
+    x_ticks = (
+        list(range(int(min(xs)), int(max(xs)) + 1))
+        if integer_x and max(xs) - min(xs) <= 16
+        else nice_ticks(min(xs), max(xs))
+    )
     y_ticks = nice_ticks(0.0 if y_from_zero else min(ys), max(ys))
     x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
     plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
@@ -106,7 +110,9 @@ def chart_svg(
     if band is not None:
         out.extend(_band_svg(band, px, _TOP, plot_h, step=1.0 if integer_x else 0.0))
     for tick in x_ticks:
-        out.append(f'<line x1="{px(tick):.1f}" y1="{_TOP + plot_h}" x2="{px(tick):.1f}" y2="{_TOP + plot_h + 4}" stroke="#999"/>')
+        out.append(
+            f'<line x1="{px(tick):.1f}" y1="{_TOP + plot_h}" x2="{px(tick):.1f}" y2="{_TOP + plot_h + 4}" stroke="#999"/>'
+        )
         out.append(f'<text x="{px(tick):.1f}" y="{_TOP + plot_h + 16}" text-anchor="middle">{_label(tick)}</text>')
     for tick in y_ticks:
         out.append(f'<line x1="{_LEFT}" y1="{py(tick):.1f}" x2="{_LEFT + plot_w}" y2="{py(tick):.1f}" stroke="#eee"/>')
@@ -129,7 +135,9 @@ def chart_svg(
 
 def _series_svg(s: Series, px: Callable[[float], float], py: Callable[[float], float]) -> list[str]:
     parts = []
-    finite = [(x, y, s.hollow[i] if i < len(s.hollow) else False) for i, (x, y) in enumerate(s.points) if math.isfinite(y)]
+    finite = [
+        (x, y, s.hollow[i] if i < len(s.hollow) else False) for i, (x, y) in enumerate(s.points) if math.isfinite(y)
+    ]
     if s.lines and len(finite) > 1:
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in sorted(finite))
         parts.append(f'<polyline points="{path}" fill="none" stroke="{s.color}" stroke-width="1.5"/>')
@@ -142,9 +150,13 @@ def _series_svg(s: Series, px: Callable[[float], float], py: Callable[[float], f
             )
     for x, y, hollow in finite:
         fill = "white" if hollow else s.color
-        parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{fill}" stroke="{s.color}"><title>{escape(s.name)}: ({x:g}, {y:.4g})</title></circle>')
+        parts.append(
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{fill}" stroke="{s.color}"><title>{escape(s.name)}: ({x:g}, {y:.4g})</title></circle>'
+        )
     for x, y in s.emphasis:
-        parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="7" fill="none" stroke="{s.color}" stroke-width="2"/>')
+        parts.append(
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="7" fill="none" stroke="{s.color}" stroke-width="2"/>'
+        )
     return parts
 
 

@@ -75,7 +75,9 @@ def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     recommendation = outcome.recommendation
     if recommendation is None:
         return []
-    marks = {bucket.batch_size: bucket.summary for bucket in recommendation_provenance(recommendation, outcome.completed)}
+    marks = {
+        bucket.batch_size: bucket.summary for bucket in recommendation_provenance(recommendation, outcome.completed)
+    }
     rows = []
     for choice in recommendation.choices:
         evaluation = choice.evaluation

@@ -155,7 +155,9 @@ class _TwinVerifier(_Verifier):
     """The twin over one bank made of the members' synthesizers' banks (row offsets per synthesizer; a
     synthesizer met for the first time, such as another acceptance bin's, joins it)."""
 
-    def __init__(self, device: torch.device, num_drafts: int, method: str, synthetic_rates: torch.Tensor | None) -> None:
+    def __init__(
+        self, device: torch.device, num_drafts: int, method: str, synthetic_rates: torch.Tensor | None
+    ) -> None:
         self.device, self.num_drafts, self.method, self.synthetic_rates = device, num_drafts, method, synthetic_rates
         self.offsets: dict[int, int] = {}
         self.banks: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
@@ -225,8 +227,12 @@ class _TwinVerifier(_Verifier):
             if offset:
                 step_rows += offset
             if k < self.num_drafts:  # the bonus row moves to column k and repeats; placeholder drafts
-                step_rows = np.concatenate([step_rows, np.repeat(step_rows[:, k:], self.num_drafts - k, axis=1)], axis=1)
-                step_tokens = np.concatenate([step_tokens, np.full((len(ids), self.num_drafts - k), -1, dtype=np.int64)], axis=1)
+                step_rows = np.concatenate(
+                    [step_rows, np.repeat(step_rows[:, k:], self.num_drafts - k, axis=1)], axis=1
+                )
+                step_tokens = np.concatenate(
+                    [step_tokens, np.full((len(ids), self.num_drafts - k), -1, dtype=np.int64)], axis=1
+                )
             rows.append(step_rows)
             tokens.append(step_tokens)
             temperature.append(step_temperature)
@@ -249,7 +255,11 @@ class _TwinVerifier(_Verifier):
 
 
 def _split(
-    requests: dict[EngineMember, VerifyRequest], emitted: np.ndarray, sizes: list[int], started: float, generated: float,
+    requests: dict[EngineMember, VerifyRequest],
+    emitted: np.ndarray,
+    sizes: list[int],
+    started: float,
+    generated: float,
     offsets: list[int] | None = None,
 ) -> dict[int, np.ndarray]:
     """Each member's slice of the emitted counts; the call's wall time shared out by rows."""
@@ -278,10 +288,22 @@ class _KernelVerifier(_Verifier):
     """
 
     def __init__(
-        self, members: Sequence[EngineMember], device: torch.device, num_drafts: int, method: str,
-        synthetic_rates: torch.Tensor | None, vocab: int, has_draft: bool,
+        self,
+        members: Sequence[EngineMember],
+        device: torch.device,
+        num_drafts: int,
+        method: str,
+        synthetic_rates: torch.Tensor | None,
+        vocab: int,
+        has_draft: bool,
     ) -> None:
-        self.device, self.num_drafts, self.method, self.vocab, self.has_draft = device, num_drafts, method, vocab, has_draft
+        self.device, self.num_drafts, self.method, self.vocab, self.has_draft = (
+            device,
+            num_drafts,
+            method,
+            vocab,
+            has_draft,
+        )
         self.rates = synthetic_rates[:num_drafts].contiguous() if synthetic_rates is not None else None
         self.offsets: dict[int, int] = {}
         total = 0
@@ -310,8 +332,10 @@ class _KernelVerifier(_Verifier):
             target, draft, _ = synthesizer.banks()
             if self.call is None:
                 self.call = _KernelCall(self, target, draft)
-            self.bank_offsets[key] = (self.call.offset_of(target, self.call.target_base),
-                                      self.call.offset_of(draft, self.call.draft_base) if self.has_draft else 0)
+            self.bank_offsets[key] = (
+                self.call.offset_of(target, self.call.target_base),
+                self.call.offset_of(draft, self.call.draft_base) if self.has_draft else 0,
+            )
             self.keep.append(synthesizer)
         return self.bank_offsets[key]
 
@@ -335,16 +359,22 @@ class _KernelVerifier(_Verifier):
             if self.graphs is None:
                 self._write_step(member, synthesizer, bank_offsets, offset, size, k)
             else:
-                self.graphs.replay(member, (size, k), lambda: self._write_step(member, synthesizer, bank_offsets, offset, size, k))
+                self.graphs.replay(
+                    member, (size, k), lambda: self._write_step(member, synthesizer, bank_offsets, offset, size, k)
+                )
         generated = time.perf_counter()
         assert self.call is not None
         num_tokens = self.call.run()
         emitted = num_tokens.to("cpu", torch.int64).numpy()  # the step's one host sync
         return _split(requests, emitted, sizes, started, generated, offsets)
 
-
     def _write_step(
-        self, member: EngineMember, synthesizer: LogitSynthesizer, bank_offsets: tuple[int, int], offset: int, size: int,
+        self,
+        member: EngineMember,
+        synthesizer: LogitSynthesizer,
+        bank_offsets: tuple[int, int],
+        offset: int,
+        size: int,
         k: int,
     ) -> None:
         """Draw the member's step (its generator) and write its slice of the call's buffers."""
@@ -357,7 +387,9 @@ class _KernelVerifier(_Verifier):
         if target_offset:
             target_rows.add_(target_offset)
         if self.draft_rows is not None:
-            torch.add(target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + size])
+            torch.add(
+                target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + size]
+            )
         self.tokens[offset : offset + size].copy_(_padded_drafts(step.draft_tokens, num_drafts))
         self.temperature[offset : offset + size].copy_(step.temperature)
         self.seeds[offset : offset + size].copy_(self.staged[1, offset : offset + size])
@@ -419,7 +451,11 @@ class _KernelCall:
         # The logits passed carry the call's shape over the first bank's row 0 (zero strides): the
         # tables say where each row is.
         target = target_base[0].as_strided((total, num_drafts + 1, vocab), (0, 0, 1))
-        draft = draft_base[0].as_strided((total, num_drafts, vocab), (0, 0, 1)) if verifier.has_draft and draft_base is not None else None
+        draft = (
+            draft_base[0].as_strided((total, num_drafts, vocab), (0, 0, 1))
+            if verifier.has_draft and draft_base is not None
+            else None
+        )
         self.inputs = validate_inputs(
             target, verifier.tokens, draft, verifier.temperature, verifier.seeds, verifier.method, verifier.rates
         )

@@ -21,8 +21,14 @@ __all__ = ["BLOCK_SIZE_TOKENS", "KvCacheCapacity", "drafting_slots"]
 BLOCK_SIZE_TOKENS = 16  # vLLM's default --block-size on CUDA
 
 # Slots a drafter writes beyond the K lookahead, per method: vLLM's max_num_new_slots_for_drafting.
-_EXTRA_SLOTS_SEQUENTIAL: dict[str, Callable[[int], int]] = {"draft_model": lambda k: 1, "dflash": lambda k: k, "dspark": lambda k: k - 1}
-_EXTRA_SLOTS_PARALLEL: dict[str, Callable[[int], int]] = {"draft_model": lambda k: k}  # PARD; P-EAGLE and the rest: K - 1
+_EXTRA_SLOTS_SEQUENTIAL: dict[str, Callable[[int], int]] = {
+    "draft_model": lambda k: 1,
+    "dflash": lambda k: k,
+    "dspark": lambda k: k - 1,
+}
+_EXTRA_SLOTS_PARALLEL: dict[str, Callable[[int], int]] = {
+    "draft_model": lambda k: k
+}  # PARD; P-EAGLE and the rest: K - 1
 
 
 def drafting_slots(method: str | None, num_speculative_tokens: int, *, parallel_drafting: bool = False) -> int:

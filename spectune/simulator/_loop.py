@@ -63,7 +63,9 @@ class LoopTrace:
     step_end_s: list[float] = field(default_factory=list)
     step_tokens: list[int] = field(default_factory=list)
     step_batch_size: list[int] = field(default_factory=list)
-    step_breakdown_s: np.ndarray = field(default_factory=lambda: np.zeros(5))  # drafting, verify, sampling, overhead, prefill
+    step_breakdown_s: np.ndarray = field(
+        default_factory=lambda: np.zeros(5)
+    )  # drafting, verify, sampling, overhead, prefill
     num_drafts: int = 0
     num_draft_tokens: int = 0
     accepted_per_position: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -108,9 +110,16 @@ def run_serving_loop(
     ``on_step(finished requests, total requests)`` is called after every step (progress bars).
     """
     loop = serving_loop(
-        inputs, k_for_batch=k_for_batch, verifies=verify is not None, step_time=step_time,
-        prefill_time=prefill_time, max_steps=max_steps, on_step=on_step, kv=kv,
-        lookahead_slots=lookahead_slots, lookup_counts_prefills=lookup_counts_prefills,
+        inputs,
+        k_for_batch=k_for_batch,
+        verifies=verify is not None,
+        step_time=step_time,
+        prefill_time=prefill_time,
+        max_steps=max_steps,
+        on_step=on_step,
+        kv=kv,
+        lookahead_slots=lookahead_slots,
+        lookup_counts_prefills=lookup_counts_prefills,
     )
     try:
         request = next(loop)
@@ -206,7 +215,7 @@ def serving_loop(
             take = int(min(prefill_left[request], budget))
             if kv is not None:
                 done_tokens = int(prefill_target[request] - prefill_left[request])
-                take, restarted = kv.grow_prefill(request, done_tokens, take, prefilling[position + 1:])
+                take, restarted = kv.grow_prefill(request, done_tokens, take, prefilling[position + 1 :])
                 prefill_left[restarted] = prefill_target[restarted]
                 if take <= 0:
                     kv_blocked = True
@@ -246,7 +255,7 @@ def serving_loop(
             tokens_this_step += int(emitted.sum())
         if completed:
             ids = np.asarray(completed, dtype=np.int64)
-            prefilling = prefilling[len(completed):]  # FCFS: the completed ones are the head of the queue
+            prefilling = prefilling[len(completed) :]  # FCFS: the completed ones are the head of the queue
             fresh = ids[np.isnan(trace.first_token_s[ids])]
             trace.first_token_s[fresh] = clock  # the prefill's last chunk samples the first token
             last_chunk_s[ids] = clock

@@ -171,7 +171,9 @@ def summarize(
         tpot_speedup_vs_no_spec=baseline_tpot_ms / tpot_p50_ms if baseline_tpot_ms and tpot_p50_ms > 0 else None,
         baseline_throughput_tokens_per_s=baseline_throughput,
         baseline_tpot_p50_ms=baseline_tpot_ms,
-        mean_batch_size=float(np.mean(np.asarray(trace.step_batch_size)[_steady_window(trace)])) if trace.step_batch_size else 0.0,
+        mean_batch_size=float(np.mean(np.asarray(trace.step_batch_size)[_steady_window(trace)]))
+        if trace.step_batch_size
+        else 0.0,
         mean_step_ms=total_step_s / steps * 1e3,
         step_time_share={name: float(v / total_step_s) if total_step_s else 0.0 for name, v in zip(names, breakdown)},
         num_requests=int(finished.sum()),

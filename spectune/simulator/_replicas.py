@@ -36,14 +36,19 @@ def split_load(inputs: LoopInputs, replicas: int) -> list[tuple[np.ndarray, Loop
             ids = np.arange(replica, len(inputs.output_tokens), min(replicas, closed), dtype=np.int64)
         if len(ids) == 0:
             continue
-        parts.append((ids, LoopInputs(
-            arrival_s=inputs.arrival_s[ids],
-            prompt_tokens=inputs.prompt_tokens[ids],
-            output_tokens=inputs.output_tokens[ids],
-            closed_loop_concurrency=concurrency,
-            max_running_requests=inputs.max_running_requests,
-            max_num_batched_tokens=inputs.max_num_batched_tokens,
-        )))
+        parts.append(
+            (
+                ids,
+                LoopInputs(
+                    arrival_s=inputs.arrival_s[ids],
+                    prompt_tokens=inputs.prompt_tokens[ids],
+                    output_tokens=inputs.output_tokens[ids],
+                    closed_loop_concurrency=concurrency,
+                    max_running_requests=inputs.max_running_requests,
+                    max_num_batched_tokens=inputs.max_num_batched_tokens,
+                ),
+            )
+        )
     return parts
 
 
@@ -98,8 +103,9 @@ def merge_traces(traces: list[tuple[np.ndarray, LoopTrace]], num_requests: int) 
         merged.num_drafts += trace.num_drafts
         merged.num_draft_tokens += trace.num_draft_tokens
         width = max(len(merged.accepted_per_position), len(trace.accepted_per_position))
-        merged.accepted_per_position = np.pad(merged.accepted_per_position, (0, width - len(merged.accepted_per_position))) + (
-            np.pad(trace.accepted_per_position, (0, width - len(trace.accepted_per_position))))
+        merged.accepted_per_position = np.pad(
+            merged.accepted_per_position, (0, width - len(merged.accepted_per_position))
+        ) + (np.pad(trace.accepted_per_position, (0, width - len(trace.accepted_per_position))))
         merged.truncated |= trace.truncated
         merged.kv_bound_steps += trace.kv_bound_steps
     order = np.argsort(np.asarray(ends), kind="stable")

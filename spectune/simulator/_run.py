@@ -14,8 +14,8 @@ from spectune.config import AcceptanceRates, SimulationDocument, kv_cache_capaci
 from spectune.cost import CostModel, SamplerWork, build_cost_model
 from spectune.kernels._contract import DEFAULT_TILE
 from spectune.simulator._backend import resolve_device, select_rejection_sample
-from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._engine import EngineMember, run_lockstep, slot_rows
+from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier, run_serving_loop, serving_loop
 from spectune.simulator._metrics import KvCacheReport, SimulationResult, summarize
 from spectune.simulator._replicas import merge_traces, run_replicas, split_load
@@ -26,7 +26,9 @@ __all__ = ["lockstep_groups", "simulate", "simulate_many"]
 Progress = Callable[[int, int], None]
 
 
-def simulate(document: SimulationDocument, *, baseline: bool | None = None, progress: Progress | None = None) -> SimulationResult:
+def simulate(
+    document: SimulationDocument, *, baseline: bool | None = None, progress: Progress | None = None
+) -> SimulationResult:
     """Simulate ``document``: its speculative config on its deployment and workload.
 
     ``baseline`` (default: ``document.simulation.baseline``) also simulates the same requests without
@@ -55,7 +57,10 @@ def simulate_many(
             torch.set_num_threads(documents[group[0]].simulation.cpu_threads)  # restored below
         try:
             group_results = _simulate_group(
-                [documents[i] for i in group], device, baseline=baseline, progress=progress if len(documents) == 1 else None
+                [documents[i] for i in group],
+                device,
+                baseline=baseline,
+                progress=progress if len(documents) == 1 else None,
             )
         finally:
             torch.set_num_threads(previous_threads)
@@ -115,8 +120,13 @@ def _lockstep_key(document: SimulationDocument) -> tuple[object, ...]:
         backend = "triton" if device.type == "cuda" else "reference"
     rates = tuple(spec.synthetic_conditional_rates() or ()) if spec.rejection_sample_method == "synthetic" else None
     return (
-        str(device), backend, document.workload.vocab_size, spec.rejection_sample_method, spec.draft_sample_method,
-        rates, document.simulation.cpu_threads,
+        str(device),
+        backend,
+        document.workload.vocab_size,
+        spec.rejection_sample_method,
+        spec.draft_sample_method,
+        rates,
+        document.simulation.cpu_threads,
     )
 
 
@@ -164,7 +174,9 @@ def _simulate_group(
     setups = [_Setup(document, device, progress) for document in documents]
     first, spec = documents[0], documents[0].speculative
     backend, _ = select_rejection_sample(first.simulation.kernel_backend, device)
-    synthetic = spec.synthetic_conditional_rates() if spec is not None and spec.rejection_sample_method == "synthetic" else None
+    synthetic = (
+        spec.synthetic_conditional_rates() if spec is not None and spec.rejection_sample_method == "synthetic" else None
+    )
     engine_started = time.perf_counter()
     members = [member for setup in setups for member in setup.members]
     run_lockstep(
@@ -214,7 +226,9 @@ class _Setup:
         self.kv_tokens = kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, drafter)
         self.pools: list[KvCacheCapacity] = []
         self.synthetic_rates = (
-            spec.synthetic_conditional_rates() if spec is not None and spec.rejection_sample_method == "synthetic" else None
+            spec.synthetic_conditional_rates()
+            if spec is not None and spec.rejection_sample_method == "synthetic"
+            else None
         )
         if spec is not None and self.synthetic_rates is None and document.acceptance is None:  # its rule forbids this
             raise ValueError("document.acceptance is required unless the method is synthetic")
@@ -302,7 +316,9 @@ class _Setup:
         if wanted and document.speculative is None:
             baseline_trace = trace  # plain decoding is its own baseline
         elif wanted:
-            plain = build_cost_model(document.hardware, document.target_model, None, document.cost_model, sampler_work=self.work)
+            plain = build_cost_model(
+                document.hardware, document.target_model, None, document.cost_model, sampler_work=self.work
+            )
             plain_kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, None)
 
             def run_plain(part: LoopInputs, _: StepVerifier | None, on_step: Progress | None) -> LoopTrace:
@@ -350,8 +366,12 @@ def _loop_inputs(document: SimulationDocument, requests: RequestTable) -> LoopIn
     )
 
 
-def _step_time_fn(cost: CostModel, *, draft_probabilities: bool) -> Callable[[int, int, float], tuple[float, float, float, float]]:
-    def step_time(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> tuple[float, float, float, float]:
+def _step_time_fn(
+    cost: CostModel, *, draft_probabilities: bool
+) -> Callable[[int, int, float], tuple[float, float, float, float]]:
+    def step_time(
+        batch_size: int, num_speculative_tokens: int, context_tokens: float
+    ) -> tuple[float, float, float, float]:
         t = cost.step_time(batch_size, num_speculative_tokens, context_tokens, draft_probabilities=draft_probabilities)
         return t.drafting_s, t.verification_s, t.sampling_s, t.overhead_s
 

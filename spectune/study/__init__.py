@@ -8,9 +8,15 @@ interruption and many workers can share it.
 
 from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
 from spectune.study._objective import Evaluator, StudyObjective
-from spectune.study._provenance import BucketProvenance, Mark, provenance_notes, recommendation_provenance, study_context
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._pareto import pareto_front
+from spectune.study._provenance import (
+    BucketProvenance,
+    Mark,
+    provenance_notes,
+    recommendation_provenance,
+    study_context,
+)
 from spectune.study._recommend import (
     MAX_REFINEMENT,
     BucketChoice,
@@ -40,7 +46,13 @@ from spectune.study._storage import (
     repair_journal,
     resolve_storage,
 )
-from spectune.study._structured import REFINE_BUDGET, next_k, structured_converged, structured_next_point, structured_next_points
+from spectune.study._structured import (
+    REFINE_BUDGET,
+    next_k,
+    structured_converged,
+    structured_next_point,
+    structured_next_points,
+)
 
 __all__ = [
     "EXHAUSTIVE_LIMIT",

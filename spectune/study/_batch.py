@@ -58,7 +58,9 @@ class BatchCollector:
             while self._results is None and self._error is None:
                 self._lock.wait()
             if self._error is not None:
-                raise RuntimeError(f"evaluating a batch of {len(self._points)} points failed: {self._error}") from self._error
+                raise RuntimeError(
+                    f"evaluating a batch of {len(self._points)} points failed: {self._error}"
+                ) from self._error
             assert self._results is not None  # the wait above ends on results or an error
             return self._results[index]
 

@@ -24,10 +24,10 @@ from spectune.study._records import (
     ATTR_DUPLICATE_OF,
     ATTR_REFINEMENT,
     ATTR_RESULT,
-    Evaluation,
     PARAM_BATCH_SIZE,
     PARAM_COMBO,
     PARAM_K,
+    Evaluation,
     SearchState,
     as_metrics,
     is_abandoned,
@@ -116,8 +116,5 @@ def _await_holder(study: optuna.Study, space: StudySpace, point: Point, number: 
 def _filled(earlier: list[optuna.trial.FrozenTrial]) -> int:
     """Trials that count against the budget: complete, or running and alive (they will complete)."""
     return sum(
-        1
-        for t in earlier
-        if t.state == TrialState.COMPLETE or (t.state == TrialState.RUNNING and not is_abandoned(t))
+        1 for t in earlier if t.state == TrialState.COMPLETE or (t.state == TrialState.RUNNING and not is_abandoned(t))
     )
-

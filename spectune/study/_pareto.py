@@ -20,7 +20,9 @@ def pareto_front(evaluations: Iterable[Evaluation]) -> list[Evaluation]:
     front = []
     for e in finite:
         dominated = any(
-            o.throughput >= e.throughput and _tpot(o) <= _tpot(e) and (o.throughput > e.throughput or _tpot(o) < _tpot(e))
+            o.throughput >= e.throughput
+            and _tpot(o) <= _tpot(e)
+            and (o.throughput > e.throughput or _tpot(o) < _tpot(e))
             for o in finite
         )
         if not dominated:

@@ -99,28 +99,34 @@ def _acceptance_marks(k: int, sampling: str, facts: Mapping[str, Any], temperatu
     measured = facts.get("measured_positions")
     if isinstance(measured, int) and k > measured:
         rule = facts.get("extrapolation", "repeat_last")
-        marks.append(Mark(
-            "extrapolated_k",
-            f"K>{measured} extrapolated",
-            f"acceptance past the profile's {measured} measured position(s) is extrapolated ({rule}); calibrate from "
-            f"a deployment that drafts K={k} to measure it",
-        ))
+        marks.append(
+            Mark(
+                "extrapolated_k",
+                f"K>{measured} extrapolated",
+                f"acceptance past the profile's {measured} measured position(s) is extrapolated ({rule}); calibrate from "
+                f"a deployment that drafts K={k} to measure it",
+            )
+        )
     measured_with = facts.get("measured_with")
     if measured_with and sampling != measured_with:
-        marks.append(Mark(
-            "draft_sampling",
-            f"{sampling} derived",
-            f"the profile was measured with {measured_with} drafting; acceptance under {sampling} drafting is derived "
-            "from it (the pair family), not measured",
-        ))
+        marks.append(
+            Mark(
+                "draft_sampling",
+                f"{sampling} derived",
+                f"the profile was measured with {measured_with} drafting; acceptance under {sampling} drafting is derived "
+                "from it (the pair family), not measured",
+            )
+        )
     measured_temperature = facts.get("measured_temperature")
     if measured_temperature is not None and any(abs(t - measured_temperature) > 1e-9 for t in temperatures):
         shown = ", ".join(f"{t:g}" for t in temperatures)
-        marks.append(Mark(
-            "temperature",
-            f"T {measured_temperature:g}->{shown}",
-            f"the traffic samples at temperature {shown}, the profile was measured at {measured_temperature:g}",
-        ))
+        marks.append(
+            Mark(
+                "temperature",
+                f"T {measured_temperature:g}->{shown}",
+                f"the traffic samples at temperature {shown}, the profile was measured at {measured_temperature:g}",
+            )
+        )
     return marks
 
 
@@ -128,18 +134,30 @@ def _edge_mark(k: int, fastest_k: int | None, space: StudySpace) -> Mark | None:
     """Chosen K, or the fastest K (the tie rule may have chosen a smaller one), at an end of the range."""
     low, high = space.min_num_speculative_tokens, space.max_num_speculative_tokens
     if high in (k, fastest_k):
-        return Mark("range_edge", "widen the range", f"throughput peaks at the largest K searched ({low}-{high}): a larger K "
-                    "may be better; widen search.num_speculative_tokens.max")
+        return Mark(
+            "range_edge",
+            "widen the range",
+            f"throughput peaks at the largest K searched ({low}-{high}): a larger K "
+            "may be better; widen search.num_speculative_tokens.max",
+        )
     if k == low and low > 1:
-        return Mark("range_edge", "widen the range", f"the best K is the smallest searched ({low}-{high}): a smaller K may "
-                    "be better; lower search.num_speculative_tokens.min")
+        return Mark(
+            "range_edge",
+            "widen the range",
+            f"the best K is the smallest searched ({low}-{high}): a smaller K may "
+            "be better; lower search.num_speculative_tokens.min",
+        )
     return None
 
 
 def _fastest_k(recommendation: Recommendation, batch_size: int, completed: Mapping[Point, Evaluation]) -> int | None:
     """The K of the recommended combo's highest feasible throughput at one bucket (None: nothing simulated)."""
     space = recommendation.space
-    found = [e for k in space.k_values if (e := completed.get(space.point(batch_size, recommendation.combo.label, k))) is not None]
+    found = [
+        e
+        for k in space.k_values
+        if (e := completed.get(space.point(batch_size, recommendation.combo.label, k))) is not None
+    ]
     feasible = [e for e in found if e.feasible]
     best = max(feasible, key=lambda e: e.throughput, default=None)
     return best.point.num_speculative_tokens if best is not None else None
@@ -164,7 +182,9 @@ def recommendation_provenance(
             edge = _edge_mark(k, _fastest_k(recommendation, choice.batch_size, completed or {}), space)
             if edge is not None:
                 marks.append(edge)
-        result.append(BucketProvenance(choice.batch_size, choice.first_batch_size, choice.last_batch_size, k, tuple(marks)))
+        result.append(
+            BucketProvenance(choice.batch_size, choice.first_batch_size, choice.last_batch_size, k, tuple(marks))
+        )
     return tuple(result)
 
 

@@ -74,7 +74,9 @@ def comparison_sigma(evaluation: Evaluation) -> float:
 
 def tie_tolerance(best: Evaluation, other: Evaluation) -> float:
     """How far (tokens/s) below ``best`` a point still ties with it: max(2 sigma, 0.5 %)."""
-    return max(TIE_SIGMAS * math.hypot(comparison_sigma(best), comparison_sigma(other)), TIE_RELATIVE * abs(best.throughput))
+    return max(
+        TIE_SIGMAS * math.hypot(comparison_sigma(best), comparison_sigma(other)), TIE_RELATIVE * abs(best.throughput)
+    )
 
 
 def is_tie(best: Evaluation, other: Evaluation) -> bool:
@@ -177,7 +179,9 @@ def format_ks(ks: Sequence[int]) -> str:
     return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}\u2013{r[-1]}" for r in runs)
 
 
-def bucket_tie_set(space: StudySpace, label: str, batch_size: int, completed: Mapping[Point, Evaluation]) -> TieSet | None:
+def bucket_tie_set(
+    space: StudySpace, label: str, batch_size: int, completed: Mapping[Point, Evaluation]
+) -> TieSet | None:
     """The tie set of ``label`` at one bucket (its K = 0 point included), at the highest finished refinement."""
     combo = space.combo(label)
 
@@ -218,7 +222,8 @@ def monotone_ks(allowed: Sequence[Sequence[int]]) -> list[int]:
         step_back: dict[int, int] = {}
         for k in options:
             choices = sorted(
-                ((rises + (k > prev), changes + (k != prev), total + k), prev) for prev, (rises, changes, total) in cost.items()
+                ((rises + (k > prev), changes + (k != prev), total + k), prev)
+                for prev, (rises, changes, total) in cost.items()
             )
             step_cost[k], step_back[k] = choices[0]
         cost = step_cost
@@ -283,7 +288,9 @@ def merge_schedule(rows: list[tuple[int, int, int]]) -> list[tuple[int, int, int
     return merged
 
 
-def _bucket_evaluations(space: StudySpace, combo: Combo, batch_size: int, completed: Mapping[Point, Evaluation]) -> list[Evaluation]:
+def _bucket_evaluations(
+    space: StudySpace, combo: Combo, batch_size: int, completed: Mapping[Point, Evaluation]
+) -> list[Evaluation]:
     """The evaluations of ``combo`` at one bucket, its K = 0 point included."""
     points = [space.point(batch_size, combo.label, k) for k in space.k_values]
     return [completed[p] for p in points if p in completed]
@@ -311,7 +318,9 @@ def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Eval
     choices = []
     log_sum = 0.0
     weight_sum = 0.0
-    for batch_size, (first, last), weight, ties, k in zip(space.batch_sizes, ranges, space.weights, tie_sets, _schedule_ks(tie_sets)):
+    for batch_size, (first, last), weight, ties, k in zip(
+        space.batch_sizes, ranges, space.weights, tie_sets, _schedule_ks(tie_sets)
+    ):
         if ties is None or k is None:
             choices.append(BucketChoice(batch_size, first, last, -1, None))
             continue
@@ -325,7 +334,9 @@ def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Eval
     return ComboScore(combo, covered, aggregate, tuple(choices))
 
 
-def _combo_gap(space: StudySpace, top: ComboScore, other: ComboScore, completed: Mapping[Point, Evaluation]) -> tuple[float, float, list[float]]:
+def _combo_gap(
+    space: StudySpace, top: ComboScore, other: ComboScore, completed: Mapping[Point, Evaluation]
+) -> tuple[float, float, list[float]]:
     """(log of top's aggregate over other's, its standard error, each bucket's share of the variance).
 
     Bucket by bucket, the two chosen points are compared at the precision both reached (the same
@@ -370,7 +381,9 @@ def _combo_tie(gap: float, stderr: float) -> bool:
     return gap <= max(TIE_SIGMAS * stderr, TIE_RELATIVE)
 
 
-def _pick_combo(space: StudySpace, completed: Mapping[Point, Evaluation]) -> tuple[ComboScore, ComboScore, list[ComboScore]] | None:
+def _pick_combo(
+    space: StudySpace, completed: Mapping[Point, Evaluation]
+) -> tuple[ComboScore, ComboScore, list[ComboScore]] | None:
     """(winner, top, ranking): the top aggregate among the most covered combos; near-ties (within noise
     or 0.5 %) go to the earlier combo in the document (the simpler rule/sampling first)."""
     scores = [_combo_score(space, combo, completed) for combo in space.combos]
@@ -440,7 +453,9 @@ def refine_pair(a: TieSet | None, b: TieSet | None) -> list[Point]:
     return list(dict.fromkeys(points))  # the shared K = 0 point once
 
 
-def _fill_unevaluated(choices: tuple[BucketChoice, ...], space: StudySpace, completed: Mapping[Point, Evaluation]) -> tuple[list[BucketChoice], list[str]]:
+def _fill_unevaluated(
+    choices: tuple[BucketChoice, ...], space: StudySpace, completed: Mapping[Point, Evaluation]
+) -> tuple[list[BucketChoice], list[str]]:
     """Buckets the combo was never simulated at take K = 0 if that was measured, else a neighbour's K."""
     filled = list(choices)
     notes = []
@@ -476,8 +491,12 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
         )
     for choice in choices:
         if choice.evaluation is not None and not choice.evaluation.feasible:
-            notes.append(f"batch size {choice.batch_size}: no simulated config meets the SLOs; the least violating is used")
-        if any(e.stderr >= e.throughput > 0 for e in _bucket_evaluations(space, winner.combo, choice.batch_size, completed)):
+            notes.append(
+                f"batch size {choice.batch_size}: no simulated config meets the SLOs; the least violating is used"
+            )
+        if any(
+            e.stderr >= e.throughput > 0 for e in _bucket_evaluations(space, winner.combo, choice.batch_size, completed)
+        ):
             notes.append(
                 f"batch size {choice.batch_size}: some simulations were too short for the simulator to estimate "
                 "their noise (standard error = the whole throughput); comparisons rest on their acceptance counts "

@@ -216,7 +216,9 @@ class SearchState:
                     metrics = trial_metrics(trial)
                     if metrics is not None:
                         state.completed[point] = evaluate_metrics(space, point, metrics, trial.number)
-            elif trial.state == TrialState.WAITING or (trial.state == TrialState.RUNNING and not is_abandoned(trial, now)):
+            elif trial.state == TrialState.WAITING or (
+                trial.state == TrialState.RUNNING and not is_abandoned(trial, now)
+            ):
                 state.num_live_trials += 1
                 if point is not None:
                     state.claimed.add(point)
@@ -228,9 +230,7 @@ class SearchState:
     def is_free(self, point: Point) -> bool:
         """Not evaluated, not held by a live trial, not given up after repeated failures."""
         return (
-            point not in self.completed
-            and point not in self.claimed
-            and self.failures[point] < MAX_FAILURES_PER_POINT
+            point not in self.completed and point not in self.claimed and self.failures[point] < MAX_FAILURES_PER_POINT
         )
 
     def is_settled(self, point: Point) -> bool:

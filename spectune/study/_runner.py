@@ -39,7 +39,12 @@ from spectune.study._storage import (
     open_study,
     prepare_study,
 )
-from spectune.study._structured import REFINE_BUDGET, structured_converged, structured_next_point, structured_next_points
+from spectune.study._structured import (
+    REFINE_BUDGET,
+    structured_converged,
+    structured_next_point,
+    structured_next_points,
+)
 
 __all__ = ["BATCH_POINTS", "EXHAUSTIVE_LIMIT", "StudyProgress", "StudyRun", "resolve_strategy", "run_study"]
 
@@ -116,7 +121,9 @@ def run_study(
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
-    spec = _WorkerSpec(space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity(), refine_budget)
+    spec = _WorkerSpec(
+        space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity(), refine_budget
+    )
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
     opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
     try:
@@ -133,7 +140,9 @@ def run_study(
     return StudyRun(resolved, completed)
 
 
-def _progress_reporter(study: optuna.Study, total: int | None, progress: Callable[[StudyProgress], None] | None) -> Callable[[], None]:
+def _progress_reporter(
+    study: optuna.Study, total: int | None, progress: Callable[[StudyProgress], None] | None
+) -> Callable[[], None]:
     def report() -> None:
         if progress is None:
             return
@@ -154,7 +163,11 @@ def _worker_loop(
 ) -> int:
     """Run trials until the study is done (or ``keep_going`` says stop); return how many this worker completed."""
     study.sampler = SpectuneSampler(
-        spec.space, spec.strategy, seed=spec.seed + index, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget
+        spec.space,
+        spec.strategy,
+        seed=spec.seed + index,
+        keep_combos=spec.keep_combos,
+        refine_budget=spec.refine_budget,
     )
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
@@ -188,7 +201,10 @@ def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
     step waits for); the exhaustive search's free points of the batch size it reaches next (it goes
     bucket by bucket). TPE decides each point from the results before it: one at a time."""
     if spec.strategy == "structured":
-        size = min(len(structured_next_points(state, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget)), BATCH_POINTS)
+        size = min(
+            len(structured_next_points(state, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget)),
+            BATCH_POINTS,
+        )
     elif spec.strategy == "exhaustive":
         free = state.free_points()
         size = min(sum(1 for p in free if p.batch_size == free[0].batch_size), BATCH_POINTS) if free else 1
@@ -273,11 +289,15 @@ def _sigint_ignored_by_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None], should_stop: Callable[[], bool]) -> int:
+def _run_processes(
+    spec: _WorkerSpec, workers: int, on_poll: Callable[[], None], should_stop: Callable[[], bool]
+) -> int:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     stop = context.Event()
-    processes = [context.Process(target=_worker_process, args=(spec, i, results, stop), daemon=True) for i in range(workers)]
+    processes = [
+        context.Process(target=_worker_process, args=(spec, i, results, stop), daemon=True) for i in range(workers)
+    ]
     with _sigint_ignored_by_children():
         for process in processes:
             process.start()
@@ -294,12 +314,18 @@ def _run_processes(spec: _WorkerSpec, workers: int, on_poll: Callable[[], None],
             on_poll()
             failure = next(((i, s, p) for i, (s, p) in finished.items() if s != "ok"), None)
             if failure is not None:
-                raise SpectuneError(str(failure[2])) if failure[1] == "user-error" else RuntimeError(f"worker {failure[0]}: {failure[2]}")
+                raise (
+                    SpectuneError(str(failure[2]))
+                    if failure[1] == "user-error"
+                    else RuntimeError(f"worker {failure[0]}: {failure[2]}")
+                )
             for i, process in enumerate(processes):
                 if i not in finished and not process.is_alive() and process.exitcode not in (0, None):
                     time.sleep(_POLL_S)  # its last message may still be in the queue
                     if results.empty():
-                        raise SpectuneError(f"worker {i} died (exit code {process.exitcode}); run the study again to resume it")
+                        raise SpectuneError(
+                            f"worker {i} died (exit code {process.exitcode}); run the study again to resume it"
+                        )
         return sum(int(payload) for _, payload in finished.values())  # type: ignore[call-overload]
     finally:
         for process in processes:

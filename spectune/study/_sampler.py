@@ -94,7 +94,13 @@ class SpectuneSampler(BaseSampler):
     """Proposes one (batch size, combo, K) point per trial with the chosen strategy."""
 
     def __init__(
-        self, space: StudySpace, strategy: Strategy, *, seed: int, keep_combos: int = 2, refine_budget: float = REFINE_BUDGET
+        self,
+        space: StudySpace,
+        strategy: Strategy,
+        *,
+        seed: int,
+        keep_combos: int = 2,
+        refine_budget: float = REFINE_BUDGET,
     ) -> None:
         self.space = space
         self.strategy = strategy
@@ -112,13 +118,17 @@ class SpectuneSampler(BaseSampler):
             return self._tpe.infer_relative_search_space(study, trial)
         return search_space(self.space)
 
-    def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         if self._tpe is not None:
             return self._tpe.sample_relative(study, trial, search_space)
         if not search_space:
             return {}
         earlier = wait_for_earlier_trials(study, trial.number)
-        later_holders = [t for t in study.get_trials(deepcopy=False) if t.number > trial.number and trial_point(self.space, t)]
+        later_holders = [
+            t for t in study.get_trials(deepcopy=False) if t.number > trial.number and trial_point(self.space, t)
+        ]
         state = SearchState.from_trials(self.space, [*earlier, *later_holders])
         if self.strategy == "structured":
             point = structured_next_point(state, keep_combos=self.keep_combos, refine_budget=self.refine_budget)
@@ -139,13 +149,10 @@ class SpectuneSampler(BaseSampler):
             return self._tpe.sample_independent(study, trial, param_name, param_distribution)
         raise RuntimeError(f"spectune's sampler samples {param_name!r} only together with the other params")
 
-    def after_trial(
-        self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
-    ) -> None:
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
         if self._tpe is not None:
             self._tpe.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
         if self._tpe is not None:
             self._tpe.reseed_rng()
-

@@ -154,7 +154,9 @@ class StudySpace:
                 f"need 1 <= min K <= max K, got {self.min_num_speculative_tokens}..{self.max_num_speculative_tokens}"
             )
         if self.batch_sizes and self.max_batch_size < self.batch_sizes[-1]:
-            problems.append(f"max_batch_size must be >= the largest batch size {self.batch_sizes[-1]}, got {self.max_batch_size}")
+            problems.append(
+                f"max_batch_size must be >= the largest batch size {self.batch_sizes[-1]}, got {self.max_batch_size}"
+            )
         if self.batch_size_weights and len(self.batch_size_weights) != len(self.batch_sizes):
             problems.append("batch_size_weights must have one weight per batch size")
         labels = [c.label for c in self.combos]

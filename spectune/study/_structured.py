@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from spectune.config import StudyMetrics
 from spectune.study._recommend import (
     bucket_tie_set,
     choose_in_bucket,
@@ -45,7 +46,6 @@ from spectune.study._recommend import (
     refine_pair,
     tied_by_noise_only,
 )
-from spectune.config import StudyMetrics
 from spectune.study._records import SearchState
 from spectune.study._space import Point, StudySpace
 
@@ -57,7 +57,9 @@ _GOLDEN_STEP = 0.382  # fraction of a bracket side probed next (1 - 1/phi)
 REFINE_BUDGET = 0.5
 
 
-def structured_next_points(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> list[Point]:
+def structured_next_points(
+    state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET
+) -> list[Point]:
     """Every free point the search needs now, most useful first (deterministic).
 
     Until the search has converged: the steps of every search in flight whose result no other step in
@@ -71,7 +73,9 @@ def structured_next_points(state: SearchState, *, keep_combos: int, refine_budge
     return [p for p in needed if state.is_free(p)]
 
 
-def structured_next_point(state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET) -> Point | None:
+def structured_next_point(
+    state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET
+) -> Point | None:
     """The most useful free point, or None when nothing is free (all evaluated, held or given up)."""
     points = structured_next_points(state, keep_combos=keep_combos, refine_budget=refine_budget)
     return points[0] if points else None
@@ -92,7 +96,9 @@ def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[
     needed += [Point.off(b) for b in space.batch_sizes if b != rep_batch_size]
     needed = [p for p in needed if not state.is_settled(p)]
     if not needed:
-        kept, contest = _kept_combos(state, rep_batch_size, keep_combos, lambda group: _refinement_steps(state, refine_budget, [group]))
+        kept, contest = _kept_combos(
+            state, rep_batch_size, keep_combos, lambda group: _refinement_steps(state, refine_budget, [group])
+        )
         needed = contest
         for label in kept if not contest else ():
             needed += _chain_steps(state, label, rep)
@@ -110,7 +116,9 @@ def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
         return [step]
     anchor = _best_k(state, first, batch_size)
     anchor = _middle_k(space) if anchor is None else anchor
-    steps = (_curve_step(state, c.label, batch_size, start=anchor, warm=True, prefer_lower=False) for c in space.combos[1:])
+    steps = (
+        _curve_step(state, c.label, batch_size, start=anchor, warm=True, prefer_lower=False) for c in space.combos[1:]
+    )
     return [s for s in steps if s is not None]
 
 
@@ -129,7 +137,12 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
             start = _best_k(state, label, space.batch_sizes[index - direction], smallest_tie=direction > 0)
             batch_size = space.batch_sizes[index]
             step = _curve_step(
-                state, label, batch_size, start=_middle_k(space) if start is None else start, warm=True, prefer_lower=direction > 0
+                state,
+                label,
+                batch_size,
+                start=_middle_k(space) if start is None else start,
+                warm=True,
+                prefer_lower=direction > 0,
             )
             # Towards smaller batches the table may not fall below the larger neighbour's K (it would rise
             # there), so the plateau matters only down to the smallest K tied at that neighbour.
@@ -151,7 +164,9 @@ def _plateau_step(state: SearchState, label: str, batch_size: int, *, floor: int
         return None
     ks = state.space.k_values
     lowest, highest = ks.index(ties[0]), ks.index(ties[1])
-    neighbours = ([ks[lowest - 1]] if lowest > 0 and ties[0] > floor else []) + ([ks[highest + 1]] if highest + 1 < len(ks) else [])
+    neighbours = ([ks[lowest - 1]] if lowest > 0 and ties[0] > floor else []) + (
+        [ks[highest + 1]] if highest + 1 < len(ks) else []
+    )
     points = (state.space.point(batch_size, label, k) for k in neighbours)
     return next((p for p in points if not state.is_settled(p)), None)
 
@@ -236,7 +251,12 @@ def _fill_order(state: SearchState, ranking: list[str]) -> list[Point]:
         if reference is None:
             reference = _middle_k(space)
         distance = abs(point.num_speculative_tokens - reference)
-        return (rank_of.get(point.combo.label, len(ranking)), bucket_rank[point.batch_size], distance, point.num_speculative_tokens)
+        return (
+            rank_of.get(point.combo.label, len(ranking)),
+            bucket_rank[point.batch_size],
+            distance,
+            point.num_speculative_tokens,
+        )
 
     return sorted(space.points(), key=priority)
 
@@ -271,7 +291,9 @@ def _curve_step(
     state: SearchState, label: str, batch_size: int, *, start: int, warm: bool, prefer_lower: bool
 ) -> Point | None:
     """The next point of one (combo, bucket) K search, or None when its optimum is bracketed."""
-    k = next_k(_curve(state, label, batch_size), state.space.k_values, start=start, warm=warm, prefer_lower=prefer_lower)
+    k = next_k(
+        _curve(state, label, batch_size), state.space.k_values, start=start, warm=warm, prefer_lower=prefer_lower
+    )
     return None if k is None else state.space.point(batch_size, label, k)
 
 

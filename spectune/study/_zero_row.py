@@ -24,7 +24,9 @@ from spectune.study._space import Combo, Point, StudySpace
 __all__ = ["zero_row_context", "zero_row_evaluation", "zero_row_notes"]
 
 
-def zero_row_context(document: StudyDocument, prompt_tokens: float | None, output_tokens: float | None) -> dict[str, Any]:
+def zero_row_context(
+    document: StudyDocument, prompt_tokens: float | None, output_tokens: float | None
+) -> dict[str, Any]:
     """Per candidate and bucket, the drafter's extra ms in a K = 0 step, for a table whose largest K is 1..max."""
     mode = document.cost_model.zero_k_draft_cost
     if mode == "none":
@@ -37,7 +39,10 @@ def zero_row_context(document: StudyDocument, prompt_tokens: float | None, outpu
             continue
         roofline = RooflineCostModel(document.hardware, document.target_model, drafter, document.cost_model)
         taxes[candidate.label] = {
-            str(batch): [1e3 * zero_row_draft_time(roofline, mode, batch, context, k) for k in range(1, document.search.num_speculative_tokens.max + 1)]
+            str(batch): [
+                1e3 * zero_row_draft_time(roofline, mode, batch, context, k)
+                for k in range(1, document.search.num_speculative_tokens.max + 1)
+            ]
             for batch in document.schedule.batch_sizes
         }
     return {"mode": mode, "draft_ms": taxes}
@@ -64,7 +69,9 @@ def zero_row_evaluation(space: StudySpace, combo: Combo, batch_size: int, off: E
     return dataclasses.replace(taxed, zero_row_draft_ms=tax)
 
 
-def zero_row_notes(space: StudySpace, combo: Combo, choices: Any, completed: Mapping[Point, Evaluation], aggregate: float) -> list[str]:
+def zero_row_notes(
+    space: StudySpace, combo: Combo, choices: Any, completed: Mapping[Point, Evaluation], aggregate: float
+) -> list[str]:
     """Where a speculative deployment pays the drafter at K = 0 and speculation off would serve a bucket faster:
     that bucket's choice (a 0 row, or the K that beat it) against speculation off, then the whole schedule
     against speculation off everywhere."""

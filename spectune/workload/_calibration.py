@@ -77,7 +77,14 @@ def calibrate_knob(
     greedy_rule = temperature == 0.0
     mode: DraftSampleMethod = "greedy" if greedy_rule else measured_with  # one solution at T = 0
     return _calibrate(
-        float(rate), greedy_rule, mode, vocab_size, bank_rows, draft_samples_per_row, bank_seed, str(torch.device(device))
+        float(rate),
+        greedy_rule,
+        mode,
+        vocab_size,
+        bank_rows,
+        draft_samples_per_row,
+        bank_seed,
+        str(torch.device(device)),
     )
 
 
@@ -170,6 +177,10 @@ def _check_arguments(
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if measured_with not in _DRAFT_MODES:
         raise ValueError(f"measured_with must be one of greedy, probabilistic, got {measured_with!r}")
-    for name, value, low in (("vocab_size", vocab_size, 2), ("bank_rows", bank_rows, 1), ("draft_samples_per_row", samples_per_row, 1)):
+    for name, value, low in (
+        ("vocab_size", vocab_size, 2),
+        ("bank_rows", bank_rows, 1),
+        ("draft_samples_per_row", samples_per_row, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")

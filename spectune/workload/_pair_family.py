@@ -154,7 +154,9 @@ def expected_acceptance(rows: PairRows, *, greedy_rule: bool, draft_sample_metho
     return torch.minimum(target_probs, torch.softmax(draft, dim=-1)).sum(dim=-1)
 
 
-def draft_samples(rows: PairRows, base: FamilyBase, *, greedy_rule: bool, draft_sample_method: DraftSampleMethod) -> torch.Tensor:
+def draft_samples(
+    rows: PairRows, base: FamilyBase, *, greedy_rule: bool, draft_sample_method: DraftSampleMethod
+) -> torch.Tensor:
     """Draft tokens per row: int64 [N, S] samples of q, or [N, 1] argmax when q is one-hot (or T = 0).
 
     Each sample is marginally a draw from q. The S samples of a row are stratified along the tokens

@@ -168,8 +168,14 @@ class LogitSynthesizer:
                 if probabilistic:
                     drafts.append(rows.draft_logits * scale)
                 samples = _draft_samples(
-                    self.vocab_size, self.bank_rows, samples_per_row, bank_seed, str(self.device), calibration.knob,
-                    greedy_rule, self.draft_sample_method,
+                    self.vocab_size,
+                    self.bank_rows,
+                    samples_per_row,
+                    bank_seed,
+                    str(self.device),
+                    calibration.knob,
+                    greedy_rule,
+                    self.draft_sample_method,
                 )
                 tokens.append(samples.expand(-1, samples_per_row if probabilistic else 1))
             slot_of[t_index, position] = slot_of_key[key]
@@ -313,7 +319,13 @@ class LogitSynthesizer:
 
 @functools.lru_cache(maxsize=256)
 def _draft_samples(
-    vocab_size: int, bank_rows: int, samples_per_row: int, bank_seed: int, device: str, knob: float, greedy_rule: bool,
+    vocab_size: int,
+    bank_rows: int,
+    samples_per_row: int,
+    bank_seed: int,
+    device: str,
+    knob: float,
+    greedy_rule: bool,
     draft_sample_method: DraftSampleMethod,
 ) -> torch.Tensor:
     """``draft_samples`` of the family's rows at ``knob`` (int64 [N, S], small whatever V): a sort of every
@@ -339,7 +351,11 @@ def _check_rates_and_temperatures(conditional_rates: Sequence[float], temperatur
     if len(temperatures) == 0:
         raise ValueError("temperatures must list at least one temperature, got []")
     for i, temperature in enumerate(temperatures):
-        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0.0 <= temperature < math.inf:
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, int | float)
+            or not 0.0 <= temperature < math.inf
+        ):
             raise ValueError(f"temperatures[{i}] must be a finite number >= 0, got {temperature!r}")
     if len(set(temperatures)) != len(temperatures):
         raise ValueError(f"temperatures must be distinct, got {list(temperatures)}")

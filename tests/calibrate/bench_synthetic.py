@@ -140,8 +140,12 @@ def write_bench_results(
         (directory / f"k{k}").mkdir(parents=True, exist_ok=True)
         for concurrency in concurrencies:
             result, truth = bench_result(
-                concurrency=concurrency, k=k, conditional_rates=conditional_rates, surface=surface,
-                seed=seed + 1000 * k + concurrency, **options,
+                concurrency=concurrency,
+                k=k,
+                conditional_rates=conditional_rates,
+                surface=surface,
+                seed=seed + 1000 * k + concurrency,
+                **options,
             )
             (directory / f"k{k}" / f"k{k}-c{concurrency}.json").write_text(json.dumps(result), encoding="utf-8")
             truths.append(truth)

@@ -35,7 +35,9 @@ def serve(args: list[str]) -> None:
     rates = config.get("synthetic_acceptance_rates", [])
     state = Path(os.environ[_STATE])
     signal.signal(signal.SIGTERM, lambda *_: (state.unlink(missing_ok=True), sys.exit(0)))  # "healthy" only while up
-    state.with_suffix(".tmp").write_text(json.dumps({"k": config.get("num_speculative_tokens", 0), "unconditional": rates}))
+    state.with_suffix(".tmp").write_text(
+        json.dumps({"k": config.get("num_speculative_tokens", 0), "unconditional": rates})
+    )
     state.with_suffix(".tmp").replace(state)
     time.sleep(3600)
 
@@ -62,7 +64,10 @@ def bench(args: list[str]) -> None:
 def install(directory: Path) -> None:
     """Shims ``vllm`` (this file) and ``curl`` (healthy once a fake server has written its state) in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    shims = {"vllm": f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n', "curl": f'#!/bin/sh\ntest -s "${_STATE}"\n'}
+    shims = {
+        "vllm": f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" "$@"\n',
+        "curl": f'#!/bin/sh\ntest -s "${_STATE}"\n',
+    }
     for name, text in shims.items():
         path = directory / name
         path.write_text(text)

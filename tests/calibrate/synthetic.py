@@ -76,7 +76,11 @@ def draw_window(
     near the end of a match); a short draft cannot be accepted past its length.
     """
     k = len(conditional_rates)
-    rates = np.clip(np.asarray(conditional_rates) + rng.normal(0.0, jitter, size=k), 0.02, 0.98) if jitter else np.asarray(conditional_rates)
+    rates = (
+        np.clip(np.asarray(conditional_rates) + rng.normal(0.0, jitter, size=k), 0.02, 0.98)
+        if jitter
+        else np.asarray(conditional_rates)
+    )
     accepted_steps = np.cumprod(rng.random((num_drafts, k)) < rates, axis=1)
     lengths = np.full(num_drafts, k)
     if short_draft_fraction:
@@ -138,6 +142,7 @@ def vllm_log(
     ``style``: "plain" (vLLM's own prefix), "compose" (``docker compose logs`` service prefix and ANSI
     colours) or "timestamps" (``docker logs --timestamps``).
     """
+
     def prefixed(second: int, source: str, message: str) -> str:
         level = "\x1b[32mINFO\x1b[0m" if style == "compose" else "INFO"
         line = f"(APIServer pid=1) {level} {_clock(second)} [{source}] {message}"
@@ -149,22 +154,41 @@ def vllm_log(
 
     lines = [
         prefixed(0, "api_server.py:1880", "vLLM API server version 0.33.0"),
-        prefixed(1, "speculative.py:532", "Speculative decoding: method=eagle3, num_speculative_tokens="
-                 f"{len(windows[0].accepted_per_position)}"),
+        prefixed(
+            1,
+            "speculative.py:532",
+            f"Speculative decoding: method=eagle3, num_speculative_tokens={len(windows[0].accepted_per_position)}",
+        ),
         prefixed(30, "launcher.py:29", "Available routes are: /v1/chat/completions, /v1/completions, /metrics"),
     ]
     for index, window in enumerate(windows):
         second = 40 + int(LOG_INTERVAL_S) * index
         for request in range(int(rng.integers(0, 3))):
-            lines.append(prefixed(second - 3, "launcher.py:112", f'172.18.0.1:{50000 + request} - "POST /v1/chat/completions HTTP/1.1" 200 OK'))
+            lines.append(
+                prefixed(
+                    second - 3,
+                    "launcher.py:112",
+                    f'172.18.0.1:{50000 + request} - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+                )
+            )
         if engine_lines:
             lines.append(prefixed(second, "loggers.py:271", engine_message(window, rng)))
-        lines.append(prefixed(second, "metrics.py:101", spec_decoding_message(window, extra_fields=extra_fields, old_format=old_format)))
+        lines.append(
+            prefixed(
+                second,
+                "metrics.py:101",
+                spec_decoding_message(window, extra_fields=extra_fields, old_format=old_format),
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
 def _bin_windows(
-    rng: np.random.Generator, rates_by_running: dict[int, Sequence[float]], windows_per_bin: int, *, jitter: float = 0.02
+    rng: np.random.Generator,
+    rates_by_running: dict[int, Sequence[float]],
+    windows_per_bin: int,
+    *,
+    jitter: float = 0.02,
 ) -> list[WindowTruth]:
     windows = []
     for running, rates in rates_by_running.items():
@@ -233,9 +257,13 @@ def prometheus_scrape(totals: dict[tuple[str, str], WindowTruth], running: dict[
         "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
         "# TYPE vllm:num_requests_running gauge\n"
         + "".join(f'vllm:num_requests_running{{engine="0",model_name="{m}"}} {float(r)}\n' for m, r in running.items()),
-        '# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.\n'
-        '# TYPE vllm:e2e_request_latency_seconds histogram\n'
-        + "".join(f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="{le}",model_name="{m}"}} 12.0\n' for m in running for le in ("0.3", "+Inf")),
+        "# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.\n"
+        "# TYPE vllm:e2e_request_latency_seconds histogram\n"
+        + "".join(
+            f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="{le}",model_name="{m}"}} 12.0\n'
+            for m in running
+            for le in ("0.3", "+Inf")
+        ),
     ]
     counters = {
         "num_drafts": ("Number of spec decoding drafts.", lambda w: [("", w.num_drafts)]),
@@ -301,8 +329,12 @@ def per_request_jsonl() -> SyntheticSource:
     source = SyntheticSource("")
     lines = []
     for index in range(60):
-        record = {"id": f"chatcmpl-{index:04d}", "object": "chat.completion", "model": "qwen3-32b",
-                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "..."}, "finish_reason": "stop"}]}
+        record = {
+            "id": f"chatcmpl-{index:04d}",
+            "object": "chat.completion",
+            "model": "qwen3-32b",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "..."}, "finish_reason": "stop"}],
+        }
         if index % 15 == 7:
             record["metrics"] = {"speculative_decoding": None}
         else:
@@ -311,7 +343,10 @@ def per_request_jsonl() -> SyntheticSource:
             k = len(rates)
             counts = [window.num_drafts, *window.accepted_per_position, 0]
             histogram = [counts[j] - counts[j + 1] for j in range(k + 1)]
-            record["usage"] = {"prompt_tokens": int(rng.integers(50, 2000)), "completion_tokens": window.num_drafts + window.num_accepted}
+            record["usage"] = {
+                "prompt_tokens": int(rng.integers(50, 2000)),
+                "completion_tokens": window.num_drafts + window.num_accepted,
+            }
             record["metrics"] = {
                 "speculative_decoding": {
                     "mean_acceptance_length": 1 + window.num_accepted / window.num_drafts,
@@ -337,7 +372,9 @@ def sglang_log() -> SyntheticSource:
     """Decode lines every 40 steps; each window's verifications are 40 x #running-req."""
     rng = np.random.default_rng(31)
     source = SyntheticSource("")
-    lines = ["[2026-05-06 04:30:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', speculative_algorithm='EAGLE3', speculative_num_steps=4, speculative_eagle_topk=1, speculative_num_draft_tokens=5)"]
+    lines = [
+        "[2026-05-06 04:30:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', speculative_algorithm='EAGLE3', speculative_num_steps=4, speculative_eagle_topk=1, speculative_num_draft_tokens=5)"
+    ]
     k = len(SGLANG_RATES)
     for index in range(50):
         running = int(rng.choice([1, 2, 4, 8, 16, 32]))

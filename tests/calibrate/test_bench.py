@@ -10,6 +10,7 @@ import pytest
 from spectune.calibrate import calibrate, read_bench_result, step_time_csv
 from spectune.config import read_step_time_table
 from spectune.errors import DocumentError
+
 from .bench_synthetic import bench_result, default_surface, write_bench_results
 
 RATES = (0.8, 0.75, 0.7, 0.65, 0.6, 0.55)
@@ -28,7 +29,12 @@ def test_step_times_recovered_within_3_percent_of_the_surface(bench_dir: tuple[P
     calibration = calibrate([bench_dir[0]])
     points = calibration.bench.points
     assert {(p.concurrency, p.num_speculative_tokens) for p in points} == {(c, k) for c in CONCURRENCIES for k in KS}
-    errors = {(p.concurrency, p.num_speculative_tokens): p.step_time_ms / default_surface(p.batch_size, p.num_speculative_tokens) - 1 for p in points}
+    errors = {
+        (p.concurrency, p.num_speculative_tokens): p.step_time_ms
+        / default_surface(p.batch_size, p.num_speculative_tokens)
+        - 1
+        for p in points
+    }
     worst = max(errors, key=lambda key: abs(errors[key]))
     assert abs(errors[worst]) < 0.03, f"step time at {worst} off by {errors[worst]:.2%}"
 
@@ -38,7 +44,9 @@ def test_batch_size_is_the_mean_decoding_batch_not_the_concurrency(bench_dir: tu
     # at 128 with K = 4, a few requests prefill or wait in every wave: filed at the concurrency the error would pass 3%
     point = points[(128, 4)]
     assert point.batch_size < 126
-    assert abs(point.step_time_ms / default_surface(128, 4) - 1) > abs(point.step_time_ms / default_surface(point.batch_size, 4) - 1)
+    assert abs(point.step_time_ms / default_surface(128, 4) - 1) > abs(
+        point.step_time_ms / default_surface(point.batch_size, 4) - 1
+    )
 
 
 def test_acceptance_counts_are_exact_and_binned_by_concurrency(bench_dir: tuple[Path, list]) -> None:
@@ -47,7 +55,9 @@ def test_acceptance_counts_are_exact_and_binned_by_concurrency(bench_dir: tuple[
     top = [t for t in truths if t.k == max(KS)]
     assert calibration.num_positions == max(KS)
     assert calibration.overall.num_drafts == sum(t.num_drafts for t in top)
-    assert calibration.overall.accepted_per_position == tuple(sum(t.accepted_per_position[i] for t in top) for i in range(max(KS)))
+    assert calibration.overall.accepted_per_position == tuple(
+        sum(t.accepted_per_position[i] for t in top) for i in range(max(KS))
+    )
     assert [(b.min_running, b.num_drafts, b.accepted_per_position) for b in calibration.bins] == [
         (t.concurrency, t.num_drafts, t.accepted_per_position) for t in sorted(top, key=lambda t: t.concurrency)
     ]
@@ -86,7 +96,9 @@ def test_not_json_is_located(tmp_path: Path) -> None:
 
 def test_a_json_that_is_not_a_bench_result_is_named(tmp_path: Path) -> None:
     path = _write(tmp_path, "r.json", {"kind": "simulation"})
-    with pytest.raises(DocumentError, match=r"r\.json:1: not a vllm bench serve result: expected an object with max_concurrency"):
+    with pytest.raises(
+        DocumentError, match=r"r\.json:1: not a vllm bench serve result: expected an object with max_concurrency"
+    ):
         read_bench_result(path)
 
 
@@ -126,7 +138,9 @@ def test_throughput_that_contradicts_tokens_over_duration_is_refused(tmp_path: P
 
 def test_runs_that_disagree_on_step_time_name_both_files(tmp_path: Path) -> None:
     first, _ = bench_result(concurrency=8, k=2, conditional_rates=RATES, seed=1)
-    slower, _ = bench_result(concurrency=8, k=2, conditional_rates=RATES, seed=2, surface=lambda b, k: 1.25 * default_surface(b, k))
+    slower, _ = bench_result(
+        concurrency=8, k=2, conditional_rates=RATES, seed=2, surface=lambda b, k: 1.25 * default_surface(b, k)
+    )
     a, b = _write(tmp_path, "a.json", first), _write(tmp_path, "b.json", slower)
     with pytest.raises(DocumentError, match=r"b\.json: step time .* in .*a\.json at the same concurrency 8 and K=2"):
         calibrate([a, b])
@@ -142,7 +156,11 @@ def test_runs_that_disagree_on_acceptance_are_refused(tmp_path: Path) -> None:
 
 def test_repeated_runs_that_agree_are_pooled(tmp_path: Path) -> None:
     runs = [bench_result(concurrency=8, k=2, conditional_rates=RATES, seed=seed) for seed in (1, 2)]
-    paths = [_write(tmp_path / f"d{i}", "r.json", run) for i, (run, _) in enumerate(runs) if (tmp_path / f"d{i}").mkdir() is None]
+    paths = [
+        _write(tmp_path / f"d{i}", "r.json", run)
+        for i, (run, _) in enumerate(runs)
+        if (tmp_path / f"d{i}").mkdir() is None
+    ]
     paths.append(_write(tmp_path, "c32.json", bench_result(concurrency=32, k=2, conditional_rates=RATES)[0]))
     calibration = calibrate(paths)
     assert calibration.bench.points[0].files == tuple(str(p) for p in paths[:2])

@@ -49,7 +49,9 @@ def test_study_on_the_calibrated_table_recommends_the_surfaces_best_k(tmp_path: 
     document = load_document(tmp_path / "study.yaml", expect="study").model
     space = space_from_document(document)
     storage = str(tmp_path / "study.journal")
-    run_study(space, SimulationEvaluator(document), document_fingerprint(document), storage=storage, strategy="exhaustive")
+    run_study(
+        space, SimulationEvaluator(document), document_fingerprint(document), storage=storage, strategy="exhaustive"
+    )
     recommendation = load_outcome(storage, space.name).recommendation
     chosen = {c.batch_size: c.num_speculative_tokens for c in recommendation.choices}
     assert chosen == {b: surface_best_k(b, ks) for b in batch_sizes}

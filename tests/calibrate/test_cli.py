@@ -15,7 +15,9 @@ runner = CliRunner()
 
 def test_example_log_gives_a_profile_that_validates(tmp_path):
     out = tmp_path / "profile.yaml"
-    result = runner.invoke(app, ["calibrate", str(EXAMPLE_LOG), "--out", str(out), "--name", "llama-eagle3", "--method", "eagle3"])
+    result = runner.invoke(
+        app, ["calibrate", str(EXAMPLE_LOG), "--out", str(out), "--name", "llama-eagle3", "--method", "eagle3"]
+    )
     assert result.exit_code == 0, result.output
     validated = runner.invoke(app, ["validate", str(out)])
     assert validated.exit_code == 0 and "1 valid, 0 invalid (0 errors, 0 warnings)" in validated.output
@@ -60,7 +62,9 @@ def test_bad_input_is_one_line_and_exit_1(tmp_path):
 
 
 def test_mixed_formats_are_refused(tmp_path):
-    result = runner.invoke(app, ["calibrate", str(EXAMPLE_LOG), str(FIXTURES / "sglang.log"), "--out", str(tmp_path / "p.yaml")])
+    result = runner.invoke(
+        app, ["calibrate", str(EXAMPLE_LOG), str(FIXTURES / "sglang.log"), "--out", str(tmp_path / "p.yaml")]
+    )
     assert result.exit_code == 1
     assert "different formats" in result.output and "sglang-log" in result.output
 
@@ -81,7 +85,9 @@ def test_bad_options_name_the_option(tmp_path, arguments, message):
 
 def test_forced_format_reads_a_file_detection_would_also_pick(tmp_path):
     out = tmp_path / "p.yaml"
-    result = runner.invoke(app, ["calibrate", str(FIXTURES / "sglang.log"), "--format", "sglang-log", "-o", str(out), "--no-bins"])
+    result = runner.invoke(
+        app, ["calibrate", str(FIXTURES / "sglang.log"), "--format", "sglang-log", "-o", str(out), "--no-bins"]
+    )
     assert result.exit_code == 0, result.output
     assert "only the mean acceptance length was measured" in result.output
     assert "bins" not in yaml.safe_load(out.read_text())

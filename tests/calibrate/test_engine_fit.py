@@ -24,11 +24,16 @@ SIMULATION = Path(__file__).parents[2] / "configs" / "simulations" / "llama-3.1-
 
 def _steps(path: Path) -> list[StepSample]:
     log = read_engine_log(path)
-    return [StepSample(w.num_running, w.num_speculative_tokens, w.context_tokens, w.step_time_s, f"{w.file}:{w.line}") for w in log.windows]
+    return [
+        StepSample(w.num_running, w.num_speculative_tokens, w.context_tokens, w.step_time_s, f"{w.file}:{w.line}")
+        for w in log.windows
+    ]
 
 
 @pytest.mark.parametrize(("fraction", "overhead_s", "k"), [(0.62, 1.8e-3, 3), (0.9, 0.4e-3, 5), (0.45, 3.0e-3, 0)])
-def test_fit_recovers_planted_parameters_within_5_percent(tmp_path: Path, fraction: float, overhead_s: float, k: int) -> None:
+def test_fit_recovers_planted_parameters_within_5_percent(
+    tmp_path: Path, fraction: float, overhead_s: float, k: int
+) -> None:
     path = tmp_path / "server.log"
     path.write_text(engine_log(planted_roofline(HARDWARE, TARGET, EAGLE, fraction, overhead_s), varied_windows(k)))
     fit = fit_roofline(_steps(path), HARDWARE, TARGET, EAGLE)
@@ -39,7 +44,9 @@ def test_fit_recovers_planted_parameters_within_5_percent(tmp_path: Path, fracti
 
 def test_prefilling_and_idle_windows_are_left_out_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "server.log"
-    path.write_text(engine_log(planted_roofline(HARDWARE, TARGET, EAGLE, 0.7, 1e-3), varied_windows(), prefill_windows=2))
+    path.write_text(
+        engine_log(planted_roofline(HARDWARE, TARGET, EAGLE, 0.7, 1e-3), varied_windows(), prefill_windows=2)
+    )
     log = read_engine_log(path)
     assert [p.line for p in log.skipped] == [2, 3] and all("prefilled" in p.message for p in log.skipped)
     assert log.kv_cache_tokens == KV_CACHE_TOKENS
@@ -49,14 +56,18 @@ def test_cli_writes_a_cost_model_section_that_reproduces_the_log(tmp_path: Path)
     path = tmp_path / "server.log"
     planted = planted_roofline(HARDWARE, TARGET, EAGLE, 0.66, 1.5e-3)
     path.write_text(engine_log(planted, varied_windows()))
-    result = CliRunner().invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "p.yaml"), "--fit-roofline", str(SIMULATION)])
+    result = CliRunner().invoke(
+        app, ["calibrate", str(path), "--out", str(tmp_path / "p.yaml"), "--fit-roofline", str(SIMULATION)]
+    )
     assert result.exit_code == 0, result.output
     section = yaml.safe_load((tmp_path / "cost-model.yaml").read_text())["cost_model"]
     config = CostModelConfig.model_validate(section)
     assert config.method == "roofline" and config.fit is not None and config.fit.num_windows == len(varied_windows())
     fitted = build_cost_model(HARDWARE, TARGET, EAGLE, config)
     for running in (1, 64, 256):
-        assert fitted.step_time(running, 3, 1500.0).total_s == pytest.approx(planted.step_time(running, 3, 1500.0).total_s, rel=0.01)
+        assert fitted.step_time(running, 3, 1500.0).total_s == pytest.approx(
+            planted.step_time(running, 3, 1500.0).total_s, rel=0.01
+        )
 
 
 def _log(tmp_path: Path, edit: tuple[str, str] | None = None, *, size_line: bool = True) -> Path:

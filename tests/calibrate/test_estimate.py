@@ -33,7 +33,9 @@ def _coverage(jitter, *, windows=20, replicates=300):
         binomial = np.sqrt(rates * (1 - rates) / previous)
         ours += np.abs(rates - RATES) <= 1.96 * np.array(estimate.conditional_stderr)
         binomial_only += np.abs(rates - RATES) <= 1.96 * binomial
-        length_covered += abs(estimate.mean_acceptance_length - true_length) <= 1.96 * estimate.mean_acceptance_length_stderr
+        length_covered += (
+            abs(estimate.mean_acceptance_length - true_length) <= 1.96 * estimate.mean_acceptance_length_stderr
+        )
     return ours / replicates, binomial_only / replicates, length_covered / replicates
 
 

@@ -33,7 +33,9 @@ def test_per_position_list_of_the_wrong_length_is_located():
 
 def test_per_position_counts_of_the_wrong_length_are_an_error():
     with pytest.raises(DocumentError, match=r"counts.accepted_per_position: must have one entry per rate \(2\), got 1"):
-        _load("counts: {num_drafts: 100, num_draft_tokens: 200, num_accepted_tokens: 80, accepted_per_position: [80]}\n")
+        _load(
+            "counts: {num_drafts: 100, num_draft_tokens: 200, num_accepted_tokens: 80, accepted_per_position: [80]}\n"
+        )
 
 
 def test_stderr_outside_zero_one_is_an_error():

@@ -18,7 +18,11 @@ def test_each_model_gets_its_exact_counts(model):
     drafts, accepted, per_position = truths[model].pooled()
     overall = calibration.overall
     assert calibration.log_format == "vllm-prometheus"
-    assert (overall.num_drafts, overall.num_accepted_tokens, overall.accepted_per_position) == (drafts, accepted, tuple(per_position))
+    assert (overall.num_drafts, overall.num_accepted_tokens, overall.accepted_per_position) == (
+        drafts,
+        accepted,
+        tuple(per_position),
+    )
     assert overall.conditional_rates == pytest.approx(truths[model].conditional(), abs=1e-12)
     assert overall.unconditional_rounding_error is None  # counters are exact
     assert overall.num_windows == 1
@@ -78,14 +82,20 @@ def test_per_position_counters_that_rise_are_inconsistent(tmp_path):
 def test_more_draft_tokens_than_k_times_drafts_is_an_error_at_its_line(tmp_path):
     def scrape(drafts, draft_tokens, per_position):
         labels = 'engine="0",model_name="m"'
-        return "\n".join(
-            [
-                f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
-                f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {draft_tokens}",
-                f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {sum(per_position)}",
-                *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {n}' for i, n in enumerate(per_position)),
-            ]
-        ) + "\n"
+        return (
+            "\n".join(
+                [
+                    f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
+                    f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {draft_tokens}",
+                    f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {sum(per_position)}",
+                    *(
+                        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {n}'
+                        for i, n in enumerate(per_position)
+                    ),
+                ]
+            )
+            + "\n"
+        )
 
     before, after = tmp_path / "before.prom", tmp_path / "after.prom"
     before.write_text(scrape(0, 0, (0, 0)))

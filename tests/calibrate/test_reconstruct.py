@@ -9,7 +9,11 @@ from spectune.calibrate._reconstruct import fit_position_counts, reconstruct_win
 def _window(rng, num_drafts, k, short=False):
     conditional = rng.uniform(0.3, 0.95, size=k)
     steps = np.cumprod(rng.random((num_drafts, k)) < conditional, axis=1)
-    lengths = np.where(rng.random(num_drafts) < 0.3, rng.integers(1, k + 1, size=num_drafts), k) if short else np.full(num_drafts, k)
+    lengths = (
+        np.where(rng.random(num_drafts) < 0.3, rng.integers(1, k + 1, size=num_drafts), k)
+        if short
+        else np.full(num_drafts, k)
+    )
     steps = steps * (np.arange(k)[None, :] < lengths[:, None])
     return [int(c) for c in steps.sum(axis=0)], int(lengths.sum())
 
@@ -24,7 +28,12 @@ def test_rebuilt_counts_and_truth_share_the_bounds(seed):
     rates = [float(f"{n / num_drafts:.3f}") for n in per_position]
     mean_length = float(f"{1 + accepted / num_drafts:.2f}")
     result = reconstruct_window(
-        num_accepted=accepted, num_draft_tokens=drafted, rates=rates, rate_half_step=0.0005, mean_length=mean_length, length_half_step=0.005
+        num_accepted=accepted,
+        num_draft_tokens=drafted,
+        rates=rates,
+        rate_half_step=0.0005,
+        mean_length=mean_length,
+        length_half_step=0.005,
     )
     assert result is not None
     assert sum(result.accepted_per_position) == accepted
@@ -34,7 +43,9 @@ def test_rebuilt_counts_and_truth_share_the_bounds(seed):
     if drafted == num_drafts * k:
         assert result.num_drafts == num_drafts and result.exact_num_drafts
     if result.num_drafts == num_drafts:
-        for i, (true_count, count, (low, high)) in enumerate(zip(per_position, result.accepted_per_position, result.accepted_per_position_bounds, strict=True)):
+        for i, (true_count, count, (low, high)) in enumerate(
+            zip(per_position, result.accepted_per_position, result.accepted_per_position_bounds, strict=True)
+        ):
             assert low <= true_count <= high, f"position {i}: true count {true_count} outside [{low}, {high}]"
             assert low <= count <= high
             assert high - low <= 0.001 * num_drafts + 1
@@ -52,7 +63,12 @@ def test_mean_length_that_contradicts_drafted_over_k_falls_back_to_short_drafts(
     # 150 drafted tokens with K=2 would be 75 drafts, but 1 + 80/75 = 2.07 is not the logged 2.00:
     # the mean length says 80 drafts, some shorter than K.
     result = reconstruct_window(
-        num_accepted=80, num_draft_tokens=150, rates=[0.6, 0.4], rate_half_step=0.0005, mean_length=2.0, length_half_step=0.005
+        num_accepted=80,
+        num_draft_tokens=150,
+        rates=[0.6, 0.4],
+        rate_half_step=0.0005,
+        mean_length=2.0,
+        length_half_step=0.005,
     )
     assert result is not None and result.num_drafts == 80 and not result.exact_num_drafts
     assert result.accepted_per_position == (48, 32)

@@ -19,7 +19,11 @@ def test_mean_length_is_the_verification_weighted_mean():
     assert calibration.log_format == "sglang-log"
     assert not overall.per_position_measured and overall.num_drafts is None
     # Lines print accept len to 2 decimals; the pooled mean is off by at most half of that.
-    assert abs(overall.mean_acceptance_length - (1 + accepted / drafts)) <= overall.mean_acceptance_length_rounding_error == 0.005
+    assert (
+        abs(overall.mean_acceptance_length - (1 + accepted / drafts))
+        <= overall.mean_acceptance_length_rounding_error
+        == 0.005
+    )
 
 
 def test_k_is_read_from_accept_rate():
@@ -33,7 +37,12 @@ def test_k_that_contradicts_accept_rate_is_an_error():
 
 def test_without_accept_rate_k_must_be_given(tmp_path):
     path = tmp_path / "sglang.log"
-    path.write_text("".join(line.split(" accept rate:")[0] + ", cuda graph: True\n" if "accept rate" in line else line + "\n" for line in SGLANG.read_text().splitlines()))
+    path.write_text(
+        "".join(
+            line.split(" accept rate:")[0] + ", cuda graph: True\n" if "accept rate" in line else line + "\n"
+            for line in SGLANG.read_text().splitlines()
+        )
+    )
     with pytest.raises(SpectuneError, match="give it with --num-speculative-tokens"):
         calibrate([path])
     assert calibrate([path], num_speculative_tokens=4).num_positions == 4
@@ -41,7 +50,9 @@ def test_without_accept_rate_k_must_be_given(tmp_path):
 
 def test_accept_length_above_k_plus_one_is_an_error(tmp_path):
     path = tmp_path / "sglang.log"
-    path.write_text("[2026-05-06 04:31:00 TP0] Decode batch. #running-req: 4, #token: 100, token usage: 0.01, accept len: 3.40, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0, \n")
+    path.write_text(
+        "[2026-05-06 04:31:00 TP0] Decode batch. #running-req: 4, #token: 100, token usage: 0.01, accept len: 3.40, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0, \n"
+    )
     with pytest.raises(DocumentError, match=r":1: accept len: 3.4 tokens per step exceeds K \+ 1 = 3"):
         calibrate([path], num_speculative_tokens=2)
 

@@ -23,8 +23,14 @@ def test_simulated_acceptance_length_matches_the_log(tmp_path, concurrency):
         "name": "roundtrip",
         "speculative": {"method": "eagle3", "num_speculative_tokens": 3},
         "acceptance": {"profile": "profile.yaml"},
-        "workload": {"concurrency": concurrency, "num_requests": 4 * concurrency + 64, "prompt_tokens": 32,
-                     "output_tokens": 160, "temperature": 0.0, "vocab_size": 512},
+        "workload": {
+            "concurrency": concurrency,
+            "num_requests": 4 * concurrency + 64,
+            "prompt_tokens": 32,
+            "output_tokens": 160,
+            "temperature": 0.0,
+            "vocab_size": 512,
+        },
         "hardware": "h100-sxm",
         "target_model": "llama-3.1-8b",
     }

@@ -18,9 +18,13 @@ def _assert_within_rounding(estimate, truth, running=None):
     true_unconditional = truth.unconditional(running)
     conditional_bound = estimate.conditional_rounding_error or (0.0,) * len(true_conditional)
     unconditional_bound = estimate.unconditional_rounding_error or (0.0,) * len(true_unconditional)
-    for i, (got, want, bound) in enumerate(zip(estimate.conditional_rates, true_conditional, conditional_bound, strict=True)):
+    for i, (got, want, bound) in enumerate(
+        zip(estimate.conditional_rates, true_conditional, conditional_bound, strict=True)
+    ):
         assert abs(got - want) <= bound + 1e-12, f"conditional[{i}] {got} vs true {want}, bound {bound}"
-    for i, (got, want, bound) in enumerate(zip(estimate.unconditional_rates, true_unconditional, unconditional_bound, strict=True)):
+    for i, (got, want, bound) in enumerate(
+        zip(estimate.unconditional_rates, true_unconditional, unconditional_bound, strict=True)
+    ):
         assert abs(got - want) <= bound + 1e-12, f"unconditional[{i}] {got} vs true {want}, bound {bound}"
     # The 3-decimal rounding leaves at most 0.001 on a pooled unconditional rate.
     assert max(unconditional_bound) <= 0.001
@@ -44,7 +48,9 @@ def test_compose_prefixes_and_colour_codes_recover_the_rates():
 def test_bins_follow_the_engine_lines_running_counts():
     truth = synthetic.compose_ansi_log()
     calibration = calibrate([FIXTURES / "vllm-compose-ansi.log"])
-    assert [(b.min_running, b.max_running) for b in calibration.bins] == [(r, r) for r in synthetic.EAGLE3_RATES_BY_RUNNING]
+    assert [(b.min_running, b.max_running) for b in calibration.bins] == [
+        (r, r) for r in synthetic.EAGLE3_RATES_BY_RUNNING
+    ]
     for estimate in calibration.bins:
         _assert_within_rounding(estimate, truth, running=(estimate.min_running, estimate.max_running))
     # The generator lowered acceptance at 64 running requests; the bins must show it.
@@ -105,8 +111,15 @@ def test_k_change_names_both_windows():
         calibrate([path])
     message = str(err.value)
     first_spec_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "SpecDecoding" in line)
-    changed_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "SpecDecoding" in line and line.count(", 0.") >= 4)
-    assert f"{path}:{changed_line}: K: K changed between windows: 5 draft positions here, 3 positions at {path}:{first_spec_line}" in message
+    changed_line = next(
+        i
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if "SpecDecoding" in line and line.count(", 0.") >= 4
+    )
+    assert (
+        f"{path}:{changed_line}: K: K changed between windows: 5 draft positions here, 3 positions at {path}:{first_spec_line}"
+        in message
+    )
 
 
 def test_given_k_that_contradicts_the_log_is_an_error():
@@ -135,7 +148,11 @@ def test_a_real_vllm_line_gives_its_exact_counts(tmp_path):
     # From a public issue (club-3090#74): 1146 drafted / K=3 = 382 drafts; 0.801 * 382 = 306, ...
     calibration = calibrate([_one_window_log(tmp_path, GOOD, engine="Engine 000: Running: 1 reqs, Waiting: 0 reqs")])
     overall = calibration.overall
-    assert (overall.num_drafts, overall.num_accepted_tokens, overall.accepted_per_position) == (382, 639, (306, 200, 133))
+    assert (overall.num_drafts, overall.num_accepted_tokens, overall.accepted_per_position) == (
+        382,
+        639,
+        (306, 200, 133),
+    )
     assert overall.conditional_rates == pytest.approx((306 / 382, 200 / 306, 133 / 200))
     assert max(overall.unconditional_rounding_error) == 0.0  # under 1000 drafts, 3 decimals pin the counts
     assert [(b.min_running, b.max_running) for b in calibration.bins] == [(1, 1)]
@@ -151,7 +168,9 @@ def test_corrupted_line_is_an_error_at_its_line(tmp_path):
 
 def test_draft_rate_that_contradicts_the_counts_is_an_error(tmp_path):
     path = _one_window_log(tmp_path, GOOD.replace("55.8%", "65.8%"))
-    with pytest.raises(DocumentError, match=r":2: Avg Draft acceptance rate: 65.8% contradicts Accepted/Drafted = 55.759%"):
+    with pytest.raises(
+        DocumentError, match=r":2: Avg Draft acceptance rate: 65.8% contradicts Accepted/Drafted = 55.759%"
+    ):
         calibrate([path])
 
 
@@ -197,7 +216,11 @@ def test_several_logs_pool_their_windows(tmp_path):
 
 def test_docker_json_file_records_parse(tmp_path):
     # docker's json-file driver wraps each line: the last field is followed by the rest of the record.
-    record = '{"log":"(APIServer pid=1) INFO 05-06 04:34:37 [metrics.py:101] ' + GOOD + '\\n","stream":"stdout","time":"2026-05-06T04:34:37.1Z"}'
+    record = (
+        '{"log":"(APIServer pid=1) INFO 05-06 04:34:37 [metrics.py:101] '
+        + GOOD
+        + '\\n","stream":"stdout","time":"2026-05-06T04:34:37.1Z"}'
+    )
     path = tmp_path / "container-json.log"
     path.write_text(record + "\n")
     calibration = calibrate([path])
@@ -208,7 +231,9 @@ def test_docker_json_file_records_parse(tmp_path):
 def test_only_skipped_lines_means_no_usable_lines(tmp_path):
     path = tmp_path / "server.log"
     path.write_text(f"INFO {GOOD[: GOOD.index('0.524') + 3]}\n")
-    with pytest.raises(DocumentError, match=r"no usable lines \(line 1: line skipped: no field after the per-position rates"):
+    with pytest.raises(
+        DocumentError, match=r"no usable lines \(line 1: line skipped: no field after the per-position rates"
+    ):
         calibrate([path])
 
 

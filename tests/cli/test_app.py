@@ -24,11 +24,24 @@ def test_importing_the_cli_registers_every_command():
 @pytest.mark.parametrize(
     ("arguments", "option", "allowed", "given"),
     [
-        (["study", "run", str(REPO / "studies" / "quickstart.yaml"), "--sampler", "grid"], "--sampler",
-         ["'auto'", "'structured'", "'exhaustive'", "'tpe'"], "'grid'"),
-        (["export", "quickstart", "--vllm-synthetic-form", "old"], "--vllm-synthetic-form", ["'current'", "'legacy'"], "'old'"),
-        (["calibrate", str(REPO / "examples" / "logs" / "vllm-eagle3.log"), "--out", "p.yaml", "--format", "csv"], "--format",
-         ["'vllm-log'", "'vllm-prometheus'", "'vllm-per-request'", "'sglang-log'", "'vllm-bench'"], "'csv'"),
+        (
+            ["study", "run", str(REPO / "studies" / "quickstart.yaml"), "--sampler", "grid"],
+            "--sampler",
+            ["'auto'", "'structured'", "'exhaustive'", "'tpe'"],
+            "'grid'",
+        ),
+        (
+            ["export", "quickstart", "--vllm-synthetic-form", "old"],
+            "--vllm-synthetic-form",
+            ["'current'", "'legacy'"],
+            "'old'",
+        ),
+        (
+            ["calibrate", str(REPO / "examples" / "logs" / "vllm-eagle3.log"), "--out", "p.yaml", "--format", "csv"],
+            "--format",
+            ["'vllm-log'", "'vllm-prometheus'", "'vllm-per-request'", "'sglang-log'", "'vllm-bench'"],
+            "'csv'",
+        ),
     ],
 )
 def test_a_closed_option_refuses_a_bad_value_before_any_work(arguments, option, allowed, given):
@@ -39,7 +52,9 @@ def test_a_closed_option_refuses_a_bad_value_before_any_work(arguments, option, 
     assert all(choice in message for choice in allowed), message
 
 
-@pytest.mark.parametrize(("arguments", "choices"), [(["study", "run"], "auto|structured|exha"), (["export"], "current|legacy")])
+@pytest.mark.parametrize(
+    ("arguments", "choices"), [(["study", "run"], "auto|structured|exha"), (["export"], "current|legacy")]
+)
 def test_help_shows_the_choices(arguments, choices):
     result = runner.invoke(app, [*arguments, "--help"])
     assert choices in result.output.replace("\n", ""), result.output

@@ -125,14 +125,20 @@ def test_study_repair_keeps_every_readable_record_and_backs_the_file_up(study, t
 def test_validate_dev_zero_is_refused_at_the_size_limit():
     result = _cli("validate", "/dev/zero")
     assert result.exit_code == 1
-    assert result.output.splitlines()[0] == f"/dev/zero: holds more than {4 * 1024 * 1024} bytes (the limit); refusing it"
+    assert (
+        result.output.splitlines()[0] == f"/dev/zero: holds more than {4 * 1024 * 1024} bytes (the limit); refusing it"
+    )
 
 
 def test_an_endless_pipe_on_stdin_is_refused_not_read_forever():
     yes = subprocess.Popen(["yes", "x: 1"], stdout=subprocess.PIPE)
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "spectune", "simulate", "/dev/stdin"], stdin=yes.stdout, capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "spectune", "simulate", "/dev/stdin"],
+            stdin=yes.stdout,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     finally:
         yes.kill()
@@ -162,7 +168,9 @@ def test_a_fifo_holding_too_much_is_refused(tmp_path):
 
 
 def test_calibrate_from_dev_zero_is_refused_at_its_first_line(tmp_path):
-    result = _cli("calibrate", "/dev/zero", "/dev/zero", "--format", "vllm-prometheus", "--out", str(tmp_path / "p.yaml"))
+    result = _cli(
+        "calibrate", "/dev/zero", "/dev/zero", "--format", "vllm-prometheus", "--out", str(tmp_path / "p.yaml")
+    )
     assert result.exit_code == 1
     assert result.output.strip() == "/dev/zero:1: line longer than 1048576 bytes; refusing it"
 
@@ -176,7 +184,10 @@ def _scrape(drafts: str, draft_tokens: str, accepted: int, per_position: tuple[i
         f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
         f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {draft_tokens}",
         f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {accepted}",
-        *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {n}' for i, n in enumerate(per_position)),
+        *(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {n}'
+            for i, n in enumerate(per_position)
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -199,7 +210,9 @@ def test_calibrate_refuses_more_drafts_than_draft_tokens(tmp_path):
 def test_calibrate_refuses_a_counter_of_1e300_at_its_line(tmp_path):
     later, result = _calibrate_scrapes(tmp_path, _scrape("1e300", "3e300", 100, (61, 30, 9)))
     assert result.exit_code == 1
-    assert result.output.startswith(f"{later}:1: vllm:spec_decode_num_drafts_total: a counter must be a whole number in [0, 2^53], got 1e300")
+    assert result.output.startswith(
+        f"{later}:1: vllm:spec_decode_num_drafts_total: a counter must be a whole number in [0, 2^53], got 1e300"
+    )
 
 
 def test_calibrate_refuses_a_histogram_entry_of_1e30_at_its_line(tmp_path):
@@ -209,7 +222,9 @@ def test_calibrate_refuses_a_histogram_entry_of_1e30_at_its_line(tmp_path):
     log.write_text(json.dumps(good) + "\n" + json.dumps(huge) + "\n")
     result = _cli("calibrate", str(log), "--out", str(tmp_path / "profile.yaml"))
     assert result.exit_code == 1
-    assert result.output.startswith(f"{log}:2: speculative_decoding.acceptance_histogram: must be a list of K+1 >= 2 whole numbers in [0, 2^53]")
+    assert result.output.startswith(
+        f"{log}:2: speculative_decoding.acceptance_histogram: must be a list of K+1 >= 2 whole numbers in [0, 2^53]"
+    )
 
 
 def test_calibrate_refuses_a_nan_mean_acceptance_length(tmp_path):
@@ -220,12 +235,21 @@ def test_calibrate_refuses_a_nan_mean_acceptance_length(tmp_path):
     )
     result = _cli("calibrate", str(log), "--out", str(tmp_path / "profile.yaml"))
     assert result.exit_code == 1
-    assert result.output.strip() == f"{log}:1: Mean acceptance length: must be a finite number in a window with drafts, got 'nan'"
+    assert (
+        result.output.strip()
+        == f"{log}:1: Mean acceptance length: must be a finite number in a window with drafts, got 'nan'"
+    )
 
 
 @pytest.mark.parametrize("value", ["-3", "nan"])
 def test_calibrate_temperature_is_checked_as_an_option(tmp_path, value):
-    result = _cli("calibrate", str(REPO / "examples/logs/vllm-eagle3.log"), "--out", str(tmp_path / "p.yaml"), f"--temperature={value}")
+    result = _cli(
+        "calibrate",
+        str(REPO / "examples/logs/vllm-eagle3.log"),
+        "--out",
+        str(tmp_path / "p.yaml"),
+        f"--temperature={value}",
+    )
     assert result.exit_code == 1
     assert result.output.strip() == f"error: --temperature: must be a number in [0, 10], got {float(value)}"
 
@@ -243,13 +267,26 @@ def test_export_never_writes_through_a_symlink_in_the_output_folder(study, tmp_p
     result = _cli("export", "tiny", "--storage", str(out / "study.journal"), "--out", str(folder))
     assert result.exit_code == 0, result.output
     assert victim.read_text() == "precious\n"
-    assert not (folder / "vllm.json").is_symlink() and (folder / "vllm.json").read_text() == (out / "vllm.json").read_text()
+    assert (
+        not (folder / "vllm.json").is_symlink()
+        and (folder / "vllm.json").read_text() == (out / "vllm.json").read_text()
+    )
 
 
 def test_a_write_that_fails_midway_leaves_the_previous_artefacts_whole(study, tmp_path):
     _, out, _ = study
     folder = tmp_path / "export"
-    command = [sys.executable, "-m", "spectune", "export", "tiny", "--storage", str(out / "study.journal"), "--out", str(folder)]
+    command = [
+        sys.executable,
+        "-m",
+        "spectune",
+        "export",
+        "tiny",
+        "--storage",
+        str(out / "study.journal"),
+        "--out",
+        str(folder),
+    ]
     subprocess.run(command, check=True, capture_output=True)
     before = {path.name: path.read_bytes() for path in folder.iterdir()}
     limit = len(before["report.html"]) // 2
@@ -258,7 +295,9 @@ def test_a_write_that_fails_midway_leaves_the_previous_artefacts_whole(study, tm
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    failed = subprocess.run([*command, "--vllm-synthetic-form", "legacy"], capture_output=True, text=True, preexec_fn=small_files)
+    failed = subprocess.run(
+        [*command, "--vllm-synthetic-form", "legacy"], capture_output=True, text=True, preexec_fn=small_files
+    )
     assert failed.returncode == 1 and "internal error" not in failed.stderr, failed.stderr
     assert f"cannot write {folder}/" in failed.stderr
     assert (folder / "report.html").read_bytes() == before["report.html"]
@@ -282,7 +321,10 @@ def test_export_into_a_path_under_a_file_is_refused(study, tmp_path):
     (tmp_path / "file").write_text("x")
     result = _cli("export", "tiny", "--storage", str(out / "study.journal"), "--out", str(tmp_path / "file" / "x"))
     assert result.exit_code == 1
-    assert result.output.strip() == f"error: --out {tmp_path / 'file' / 'x'}: cannot write {tmp_path / 'file' / 'x' / 'recommended.yaml'}: {tmp_path / 'file'} is not a folder"
+    assert (
+        result.output.strip()
+        == f"error: --out {tmp_path / 'file' / 'x'}: cannot write {tmp_path / 'file' / 'x' / 'recommended.yaml'}: {tmp_path / 'file'} is not a folder"
+    )
 
 
 def test_exporting_a_study_without_trials_removes_another_studys_recommendation(study, tmp_path):
@@ -317,7 +359,9 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
     document.write_text(TINY.replace("NAME", "tiny").replace("max: 1}", "max: 3}"))
     out = tmp_path / "out"
     command = [sys.executable, "-m", "spectune", "study", "run", str(document), "--out", str(out), "--no-progress"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -353,7 +397,8 @@ def test_validate_refuses_a_step_time_table_that_does_not_cover_k(tmp_path):
     source = (REPO / "configs/simulations/llama-3.1-8b-eagle3-h100.yaml").read_text()
     document = tmp_path / "sim.yaml"
     document.write_text(
-        source.replace("../profiles/", f"{REPO}/configs/profiles/") + "cost_model:\n  method: measured\n  step_times: steps.csv\n"
+        source.replace("../profiles/", f"{REPO}/configs/profiles/")
+        + "cost_model:\n  method: measured\n  step_times: steps.csv\n"
     )
     result = _cli("validate", str(document))
     assert result.exit_code == 1
@@ -388,4 +433,6 @@ def test_a_symlink_loop_is_reported_as_one(tmp_path):
     (tmp_path / "b.yaml").symlink_to("a.yaml")
     result = _cli("validate", str(tmp_path / "a.yaml"))
     assert result.exit_code == 1
-    assert result.output.splitlines()[0] == f"{tmp_path / 'a.yaml'}: symbolic link loop (the link points back to itself)"
+    assert (
+        result.output.splitlines()[0] == f"{tmp_path / 'a.yaml'}: symbolic link loop (the link points back to itself)"
+    )

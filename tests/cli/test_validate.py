@@ -53,7 +53,10 @@ def test_a_path_with_nothing_to_check_fails_without_miscounting_the_valid_files(
     good.write_text("method: ngram\nnum_speculative_tokens: 2\n")
     result = runner.invoke(app, ["validate", str(good), str(tmp_path / "empty")])
     assert result.exit_code == 1
-    assert result.output.splitlines()[-1] == "1 file checked: 1 valid, 0 invalid (0 errors, 0 warnings); 1 path with nothing to check"
+    assert (
+        result.output.splitlines()[-1]
+        == "1 file checked: 1 valid, 0 invalid (0 errors, 0 warnings); 1 path with nothing to check"
+    )
 
 
 def test_warnings_pass_unless_strict(tmp_path):
@@ -86,5 +89,7 @@ def test_schema_rejects_unknown_kind():
 
 
 def test_python_dash_m_runs_the_cli():
-    result = subprocess.run([sys.executable, "-m", "spectune", "validate", str(REPO / "configs")], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "spectune", "validate", str(REPO / "configs")], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr

@@ -22,7 +22,9 @@ def _write(tmp_path: Path, text: str, name: str = "doc.yaml") -> Path:
 
 def test_duplicate_keys_are_refused_with_both_lines(tmp_path):
     path = _write(tmp_path, "method: eagle\nnum_speculative_tokens: 3\nmethod: eagle3\n")
-    assert _errors(path) == [f"{path}:3: method: duplicate key 'method' (first on line 1); YAML would silently keep the last"]
+    assert _errors(path) == [
+        f"{path}:3: method: duplicate key 'method' (first on line 1); YAML would silently keep the last"
+    ]
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n"])
@@ -42,7 +44,10 @@ def test_non_mapping_document_is_refused(tmp_path, text, got):
 
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", ".NaN"])
 def test_nan_and_inf_are_refused_at_their_line(tmp_path, value):
-    path = _write(tmp_path, f"method: eagle\nnum_speculative_tokens: 3\nrejection_sample_method: synthetic\nsynthetic_acceptance_rate: {value}\n")
+    path = _write(
+        tmp_path,
+        f"method: eagle\nnum_speculative_tokens: 3\nrejection_sample_method: synthetic\nsynthetic_acceptance_rate: {value}\n",
+    )
     (message,) = _errors(path)
     assert message.startswith(f"{path}:4: synthetic_acceptance_rate: must be a finite number")
 
@@ -72,7 +77,10 @@ def test_absurd_integer_is_refused(tmp_path):
 
 
 def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
-    path = _write(tmp_path, "method: mtp\nnum_speculative_tokens: 3\nrejection_sample_method: synthetic\nsynthetic_acceptance_rate: 5e-1\n")
+    path = _write(
+        tmp_path,
+        "method: mtp\nnum_speculative_tokens: 3\nrejection_sample_method: synthetic\nsynthetic_acceptance_rate: 5e-1\n",
+    )
     assert load_document(path).model.synthetic_acceptance_rate == 0.5
 
 
@@ -114,7 +122,11 @@ def test_non_utf8_file_is_refused(tmp_path):
 def test_unknown_kind_lists_the_kinds(tmp_path):
     path = _write(tmp_path, "kind: banana\n")
     (message,) = _errors(path)
-    assert message.startswith(f"{path}:1: kind: must be one of ") and "acceptance_profile" in message and "'banana'" in message
+    assert (
+        message.startswith(f"{path}:1: kind: must be one of ")
+        and "acceptance_profile" in message
+        and "'banana'" in message
+    )
 
 
 def test_positions_cover_nested_values(tmp_path):
@@ -125,6 +137,8 @@ def test_positions_cover_nested_values(tmp_path):
 
 
 def test_yaml_merge_keys_are_resolved(tmp_path):
-    path = _write(tmp_path, "base: &b {method: eagle, num_speculative_tokens: 2}\nspeculative_config:\n  <<: *b\n  model: x\n")
+    path = _write(
+        tmp_path, "base: &b {method: eagle, num_speculative_tokens: 2}\nspeculative_config:\n  <<: *b\n  model: x\n"
+    )
     document = load_document(path)
     assert (document.model.method, document.model.num_speculative_tokens, document.model.model) == ("eagle", 2, "x")

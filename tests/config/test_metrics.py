@@ -58,7 +58,13 @@ def test_a_result_mapping_reads_into_the_record_and_back_as_the_stored_json():
 
 def test_values_of_the_wrong_kind_read_as_not_measured():
     metrics = StudyMetrics.from_mapping(
-        {"num_drafts": 2.5, "truncated": "no", "acceptance_per_position": [0.5, "x"], "tpot_p99_ms": True, "mean_step_ms": 3}
+        {
+            "num_drafts": 2.5,
+            "truncated": "no",
+            "acceptance_per_position": [0.5, "x"],
+            "tpot_p99_ms": True,
+            "mean_step_ms": 3,
+        }
     )
     assert (metrics.num_drafts, metrics.truncated, metrics.acceptance_per_position, metrics.tpot_p99_ms) == (None,) * 4
     assert metrics.mean_step_ms == 3.0 and isinstance(metrics.mean_step_ms, float)
@@ -88,7 +94,10 @@ def test_a_constraint_is_parsed_once_into_metric_operator_and_bound(text, expect
         ("tpot_p99_ms < 50", "the operator must be '<=' or '>=', got '<'"),
         ("tpot_p99_ms <= inf", "NUMBER must be a finite number, got 'inf'"),
         ("tpot_p99_ms <= 50ms", "NUMBER must be a finite number, got '50ms'"),
-        ("tpot_p99_ms", "must look like 'METRIC <= NUMBER' or 'METRIC >= NUMBER' with METRIC one of .*, got 'tpot_p99_ms'"),
+        (
+            "tpot_p99_ms",
+            "must look like 'METRIC <= NUMBER' or 'METRIC >= NUMBER' with METRIC one of .*, got 'tpot_p99_ms'",
+        ),
     ],
 )
 def test_a_bad_constraint_says_which_part_is_wrong(text, message):
@@ -105,5 +114,14 @@ def test_a_constraint_read_back_from_storage_checks_its_metric():
 def test_step_scaled_metrics_are_the_throughputs_and_the_step_bound_latencies():
     from spectune.config import STEP_SCALED_METRICS
 
-    assert {n for n, s in STEP_SCALED_METRICS.items() if s == "rate"} == {"throughput_tokens_per_s", "throughput_stderr_tokens_per_s"}
-    assert {n for n, s in STEP_SCALED_METRICS.items() if s == "time"} == {"tpot_p50_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p99_ms", "mean_step_ms"}
+    assert {n for n, s in STEP_SCALED_METRICS.items() if s == "rate"} == {
+        "throughput_tokens_per_s",
+        "throughput_stderr_tokens_per_s",
+    }
+    assert {n for n, s in STEP_SCALED_METRICS.items() if s == "time"} == {
+        "tpot_p50_ms",
+        "tpot_p99_ms",
+        "itl_p50_ms",
+        "itl_p99_ms",
+        "mean_step_ms",
+    }

@@ -33,7 +33,9 @@ def test_malformed_overrides_are_refused(expression):
 
 
 def test_override_changes_the_value_and_leaves_the_source_alone(source):
-    updated = validate_source(apply_overrides(source, ["method=eagle3", "num_speculative_tokens_per_batch_size[1][2]=0"]))
+    updated = validate_source(
+        apply_overrides(source, ["method=eagle3", "num_speculative_tokens_per_batch_size[1][2]=0"])
+    )
     assert updated.model.method == "eagle3"
     assert updated.model.num_speculative_tokens_per_batch_size == [(1, 16, 4), (17, 64, 0)]
     assert validate_source(source).model.method == "eagle"

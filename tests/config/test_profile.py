@@ -24,12 +24,25 @@ def test_unconditional_rates_convert_and_extend_by_repeating_the_last(problems_o
         ("unconditional_rates: [0.5, 0.7]\n", 3, "unconditional_rates[1]", "non-increasing"),
         ("conditional_rates: [0.7]\nunconditional_rates: [0.7]\n", 4, "unconditional_rates", "exactly one of"),
         ("conditional_rates: []\n", 3, "conditional_rates", "at least 1 items"),
-        ("conditional_rates: [0.7]\ncounts: {num_drafts: 10, num_draft_tokens: 30, num_accepted_tokens: 31}\n", 4,
-         "counts.num_accepted_tokens", "must be <= num_draft_tokens (30), got 31"),
-        ("conditional_rates: [0.7]\ncounts:\n  num_drafts: 10\n  num_draft_tokens: 20\n  num_accepted_tokens: 9\n"
-         "  accepted_per_position: [7, 3]\n", 8, "counts.accepted_per_position", "must sum to num_accepted_tokens (9), got 10"),
-        ("conditional_rates: [0.7]\nbins:\n  - {min_running: 8, max_running: 4, conditional_rates: [0.6]}\n", 5,
-         "bins[0].max_running", "must be >= min_running (8), got 4"),
+        (
+            "conditional_rates: [0.7]\ncounts: {num_drafts: 10, num_draft_tokens: 30, num_accepted_tokens: 31}\n",
+            4,
+            "counts.num_accepted_tokens",
+            "must be <= num_draft_tokens (30), got 31",
+        ),
+        (
+            "conditional_rates: [0.7]\ncounts:\n  num_drafts: 10\n  num_draft_tokens: 20\n  num_accepted_tokens: 9\n"
+            "  accepted_per_position: [7, 3]\n",
+            8,
+            "counts.accepted_per_position",
+            "must sum to num_accepted_tokens (9), got 10",
+        ),
+        (
+            "conditional_rates: [0.7]\nbins:\n  - {min_running: 8, max_running: 4, conditional_rates: [0.6]}\n",
+            5,
+            "bins[0].max_running",
+            "must be >= min_running (8), got 4",
+        ),
     ],
 )
 def test_bad_profiles_are_located(problems_of, body, line, field, fragment):
@@ -40,8 +53,7 @@ def test_bad_profiles_are_located(problems_of, body, line, field, fragment):
 
 
 def test_geometric_decay_extends_at_the_fitted_ratio_from_the_last_measured_rate():
-    from spectune.config import AcceptanceRates
-    from spectune.config import fitted_decay
+    from spectune.config import AcceptanceRates, fitted_decay
 
     measured = [0.8, 0.72, 0.648]  # ratio 0.9 per position
     rates = AcceptanceRates(conditional_rates=measured, extrapolation="geometric_decay")
@@ -51,7 +63,10 @@ def test_geometric_decay_extends_at_the_fitted_ratio_from_the_last_measured_rate
     assert [round(r, 9) for r in extended[3:]] == [round(0.648 * 0.9**j, 9) for j in (1, 2, 3)]
     assert AcceptanceRates(conditional_rates=measured).conditional(5)[3:] == [0.648, 0.648]
     # rising rates are not extrapolated upwards; one position has nothing to fit
-    assert AcceptanceRates(conditional_rates=[0.5, 0.7], extrapolation="geometric_decay").conditional(4)[2:] == [0.7, 0.7]
+    assert AcceptanceRates(conditional_rates=[0.5, 0.7], extrapolation="geometric_decay").conditional(4)[2:] == [
+        0.7,
+        0.7,
+    ]
     assert AcceptanceRates(conditional_rates=[0.6], extrapolation="geometric_decay").conditional(3) == [0.6, 0.6, 0.6]
 
 

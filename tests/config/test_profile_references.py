@@ -17,7 +17,9 @@ PROFILE = "kind: acceptance_profile\nname: p\nconditional_rates: [0.8, 0.5]\n"
 
 def _quickstart(ngram_profile: str) -> str:
     """The quickstart study with its EAGLE-3 profile by absolute path and the ngram one replaced."""
-    text = (REPO / "studies" / "quickstart.yaml").read_text().replace("../configs/profiles/ngram-code.yaml", ngram_profile)
+    text = (
+        (REPO / "studies" / "quickstart.yaml").read_text().replace("../configs/profiles/ngram-code.yaml", ngram_profile)
+    )
     return text.replace("../configs/profiles/", f"{REPO / 'configs' / 'profiles'}/")
 
 
@@ -39,13 +41,19 @@ def test_an_unreadable_profile_in_a_study_names_the_candidates_field_and_line(tm
         load_document(tmp_path / "study.yaml")
     (problem,) = caught.value.problems
     line = next(i for i, row in enumerate(text.splitlines(), 1) if "gone.yaml" in row)
-    assert (problem.file, problem.line, problem.field) == (str(tmp_path / "study.yaml"), line, "candidates[1].acceptance.profile")
+    assert (problem.file, problem.line, problem.field) == (
+        str(tmp_path / "study.yaml"),
+        line,
+        "candidates[1].acceptance.profile",
+    )
     assert "cannot use it" in problem.message and "no such file" in problem.message
 
 
 def test_a_bad_profile_and_another_problem_are_reported_together(tmp_path):
     (tmp_path / "p.yaml").write_text("kind: acceptance_profile\nname: p\nconditional_rates: [2.0]\n")
-    (tmp_path / "sim.yaml").write_text(HEAD + SPEC + "acceptance: {profile: p.yaml}\n" + WORK + "hardware: h900\ntarget_model: llama-3.1-8b\n")
+    (tmp_path / "sim.yaml").write_text(
+        HEAD + SPEC + "acceptance: {profile: p.yaml}\n" + WORK + "hardware: h900\ntarget_model: llama-3.1-8b\n"
+    )
     with pytest.raises(DocumentError) as caught:
         load_document(tmp_path / "sim.yaml")
     fields = [p.field for p in caught.value.problems]

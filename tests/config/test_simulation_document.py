@@ -17,25 +17,68 @@ DEPLOY = "hardware: h100-sxm\ntarget_model: llama-3.1-8b\n"
     ("text", "line", "field", "fragment"),
     [
         (HEAD + SPEC + WORK + DEPLOY, 1, "acceptance", "required (a profile or per-position rates)"),
-        (HEAD + "speculative: {method: eagle3, num_speculative_tokens: 0}\n" + ACCEPT + WORK + DEPLOY, 3,
-         "speculative.num_speculative_tokens", "must be >= 1, got 0"),
-        (HEAD + SPEC + "acceptance: {conditional_rates: [0.7, 1.5]}\n" + WORK + DEPLOY, 4, "acceptance.conditional_rates[1]",
-         "must be in [0, 1], got 1.5"),
-        (HEAD + SPEC + "acceptance: {profile: missing.yaml}\n" + WORK + DEPLOY, 4, "acceptance.profile", "no such file"),
-        (HEAD + SPEC + "acceptance: {profile: p.yaml, conditional_rates: [0.5]}\n" + WORK + DEPLOY, 4,
-         "acceptance.conditional_rates", "either profile or inline rates"),
-        (HEAD + SPEC + ACCEPT + WORK + "hardware: h900\ntarget_model: llama-3.1-8b\n", 6, "hardware.gpu",
-         "must be a preset name (h100-sxm, h200"),
-        (HEAD + SPEC + ACCEPT + WORK + DEPLOY + "drafter: ngram\n", 8, "drafter.method", "must match speculative.method ('eagle3')"),
-        (HEAD + SPEC + ACCEPT + WORK + DEPLOY + "simulation: {device: tpu}\n", 8, "simulation.device", "must be one of auto, cpu"),
-        (HEAD + SPEC + ACCEPT + WORK + DEPLOY + "simulation: {kernel_backend: cuda}\n", 8, "simulation.kernel_backend",
-         "must be one of 'auto', 'triton', 'reference'"),
+        (
+            HEAD + "speculative: {method: eagle3, num_speculative_tokens: 0}\n" + ACCEPT + WORK + DEPLOY,
+            3,
+            "speculative.num_speculative_tokens",
+            "must be >= 1, got 0",
+        ),
+        (
+            HEAD + SPEC + "acceptance: {conditional_rates: [0.7, 1.5]}\n" + WORK + DEPLOY,
+            4,
+            "acceptance.conditional_rates[1]",
+            "must be in [0, 1], got 1.5",
+        ),
+        (
+            HEAD + SPEC + "acceptance: {profile: missing.yaml}\n" + WORK + DEPLOY,
+            4,
+            "acceptance.profile",
+            "no such file",
+        ),
+        (
+            HEAD + SPEC + "acceptance: {profile: p.yaml, conditional_rates: [0.5]}\n" + WORK + DEPLOY,
+            4,
+            "acceptance.conditional_rates",
+            "either profile or inline rates",
+        ),
+        (
+            HEAD + SPEC + ACCEPT + WORK + "hardware: h900\ntarget_model: llama-3.1-8b\n",
+            6,
+            "hardware.gpu",
+            "must be a preset name (h100-sxm, h200",
+        ),
+        (
+            HEAD + SPEC + ACCEPT + WORK + DEPLOY + "drafter: ngram\n",
+            8,
+            "drafter.method",
+            "must match speculative.method ('eagle3')",
+        ),
+        (
+            HEAD + SPEC + ACCEPT + WORK + DEPLOY + "simulation: {device: tpu}\n",
+            8,
+            "simulation.device",
+            "must be one of auto, cpu",
+        ),
+        (
+            HEAD + SPEC + ACCEPT + WORK + DEPLOY + "simulation: {kernel_backend: cuda}\n",
+            8,
+            "simulation.kernel_backend",
+            "must be one of 'auto', 'triton', 'reference'",
+        ),
         (HEAD + SPEC + ACCEPT + WORK + DEPLOY + "surprise: 1\n", 8, "surprise", "unknown field"),
         (HEAD + ACCEPT + WORK + DEPLOY, 1, "speculative", "required field is missing"),  # off is said, not assumed
-        (HEAD + "speculative: null\n" + ACCEPT + WORK + DEPLOY, 4, "acceptance",
-         "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove acceptance"),
-        (HEAD + "speculative: null\n" + WORK + DEPLOY + "drafter: eagle3-llama-3.1-8b\n", 7, "drafter",
-         "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove drafter"),
+        (
+            HEAD + "speculative: null\n" + ACCEPT + WORK + DEPLOY,
+            4,
+            "acceptance",
+            "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove acceptance",
+        ),
+        (
+            HEAD + "speculative: null\n" + WORK + DEPLOY + "drafter: eagle3-llama-3.1-8b\n",
+            7,
+            "drafter",
+            "given, but speculative is null (plain decoding: no drafter, no drafts to accept); remove drafter",
+        ),
     ],
 )
 def test_bad_simulation_documents_are_located(problems_of, text, line, field, fragment):
@@ -72,7 +115,15 @@ def test_nearest_batch_size_bin_is_used():
             ],
         }
     )
-    assert [source.rates_for_batch(b).conditional()[0] for b in (1, 3, 8, 16, 40, 64, 512)] == [0.9, 0.9, 0.7, 0.7, 0.6, 0.6, 0.6]
+    assert [source.rates_for_batch(b).conditional()[0] for b in (1, 3, 8, 16, 40, 64, 512)] == [
+        0.9,
+        0.9,
+        0.7,
+        0.7,
+        0.6,
+        0.6,
+        0.6,
+    ]
 
 
 def test_bad_profile_is_reported_with_its_own_file_and_line(tmp_path: Path, problems_of):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from spectune.config import SpeculativeConfig, SpectuneNotice, load_document
+from spectune.config import SpectuneNotice, SpeculativeConfig, load_document
 
 BASE = "method: eagle3\nmodel: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\nnum_speculative_tokens: 3\n"
 
@@ -27,48 +27,121 @@ BAD_DOCUMENTS = [
     (BASE + "speculative_model: x\n", 4, "speculative_model", "write 'model'"),
     (BASE + "draft_tensor_parallel_size: 0\n", 4, "draft_tensor_parallel_size", "must be >= 1, got 0"),
     # synthetic forms: only with synthetic, exactly one, each in range
-    (BASE + "synthetic_acceptance_rates: [0.9, 0.5, 0.2]\n", 4, "synthetic_acceptance_rates",
-     "only allowed when rejection_sample_method is 'synthetic'"),
+    (
+        BASE + "synthetic_acceptance_rates: [0.9, 0.5, 0.2]\n",
+        4,
+        "synthetic_acceptance_rates",
+        "only allowed when rejection_sample_method is 'synthetic'",
+    ),
     (BASE + "synthetic_acceptance_length: 2.0\n", 4, "synthetic_acceptance_length", "only allowed when"),
     (BASE + "synthetic_acceptance_rate: 0.5\n", 4, "synthetic_acceptance_rate", "only allowed when"),
     (BASE + "rejection_sample_method: synthetic\n", 4, "rejection_sample_method", "needs exactly one of"),
-    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.9, 0.5, 0.2]\n"
-     "synthetic_acceptance_length: 2.0\n", 6, "synthetic_acceptance_length", "give exactly one synthetic form"),
-    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.9, 0.5]\n", 5,
-     "synthetic_acceptance_rates", "must have num_speculative_tokens (3) entries, got 2"),
-    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates:\n  - 0.9\n  - 1.5\n  - 0.2\n", 7,
-     "synthetic_acceptance_rates[1]", "must be in [0, 1], got 1.5"),
-    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.5, 0.6, 0.2]\n", 5,
-     "synthetic_acceptance_rates[1]", "non-increasing"),
-    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_length: 4.5\n", 5,
-     "synthetic_acceptance_length", "must be in [1, K+1] = [1, 4], got 4.5"),
-    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_length: 0.5\n", 5,
-     "synthetic_acceptance_length", "must be in [1, K+1]"),
-    (BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 1.2\n", 5,
-     "synthetic_acceptance_rate", "must be <= 1.0, got 1.2"),
+    (
+        BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.9, 0.5, 0.2]\n"
+        "synthetic_acceptance_length: 2.0\n",
+        6,
+        "synthetic_acceptance_length",
+        "give exactly one synthetic form",
+    ),
+    (
+        BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.9, 0.5]\n",
+        5,
+        "synthetic_acceptance_rates",
+        "must have num_speculative_tokens (3) entries, got 2",
+    ),
+    (
+        BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates:\n  - 0.9\n  - 1.5\n  - 0.2\n",
+        7,
+        "synthetic_acceptance_rates[1]",
+        "must be in [0, 1], got 1.5",
+    ),
+    (
+        BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.5, 0.6, 0.2]\n",
+        5,
+        "synthetic_acceptance_rates[1]",
+        "non-increasing",
+    ),
+    (
+        BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_length: 4.5\n",
+        5,
+        "synthetic_acceptance_length",
+        "must be in [1, K+1] = [1, 4], got 4.5",
+    ),
+    (
+        BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_length: 0.5\n",
+        5,
+        "synthetic_acceptance_length",
+        "must be in [1, K+1]",
+    ),
+    (
+        BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 1.2\n",
+        5,
+        "synthetic_acceptance_rate",
+        "must be <= 1.0, got 1.2",
+    ),
     # the per-batch-size schedule: what vLLM's dynamic-speculation lookup refuses
-    (BASE + "num_speculative_tokens_per_batch_size: [[1, 16, -1]]\n", 4,
-     "num_speculative_tokens_per_batch_size[0][2]", "K must be >= 0 (0 = speculation off), got -1"),
-    (BASE + "num_speculative_tokens_per_batch_size:\n  - [1, 16, 3]\n  - [8, 32, 2]\n", 6,
-     "num_speculative_tokens_per_batch_size[1][0]", "must not overlap: start_bs must be > 16 (end_bs of row 0"),
-    (BASE + "num_speculative_tokens_per_batch_size:\n  - [17, 32, 3]\n  - [1, 20, 2]\n", 5,
-     "num_speculative_tokens_per_batch_size[0][0]", "must not overlap: start_bs must be > 20 (end_bs of row 1"),
-    (BASE + "num_speculative_tokens_per_batch_size: [[2, 16, 3]]\n", 4,
-     "num_speculative_tokens_per_batch_size[0][0]", "the first row must start at batch size 1"),
-    (BASE + "num_speculative_tokens_per_batch_size:\n  - [33, 64, 1]\n  - [5, 16, 3]\n", 6,
-     "num_speculative_tokens_per_batch_size[1][0]", "the first row must start at batch size 1 (vLLM refuses"),
-    (BASE + "num_speculative_tokens_per_batch_size: [[16, 8, 3]]\n", 4,
-     "num_speculative_tokens_per_batch_size[0][1]", "end_bs must be >= start_bs (16), got 8"),
-    (BASE + "num_speculative_tokens_per_batch_size: [[0, 8, 3]]\n", 4,
-     "num_speculative_tokens_per_batch_size[0][0]", "start_bs must be >= 1, got 0"),
+    (
+        BASE + "num_speculative_tokens_per_batch_size: [[1, 16, -1]]\n",
+        4,
+        "num_speculative_tokens_per_batch_size[0][2]",
+        "K must be >= 0 (0 = speculation off), got -1",
+    ),
+    (
+        BASE + "num_speculative_tokens_per_batch_size:\n  - [1, 16, 3]\n  - [8, 32, 2]\n",
+        6,
+        "num_speculative_tokens_per_batch_size[1][0]",
+        "must not overlap: start_bs must be > 16 (end_bs of row 0",
+    ),
+    (
+        BASE + "num_speculative_tokens_per_batch_size:\n  - [17, 32, 3]\n  - [1, 20, 2]\n",
+        5,
+        "num_speculative_tokens_per_batch_size[0][0]",
+        "must not overlap: start_bs must be > 20 (end_bs of row 1",
+    ),
+    (
+        BASE + "num_speculative_tokens_per_batch_size: [[2, 16, 3]]\n",
+        4,
+        "num_speculative_tokens_per_batch_size[0][0]",
+        "the first row must start at batch size 1",
+    ),
+    (
+        BASE + "num_speculative_tokens_per_batch_size:\n  - [33, 64, 1]\n  - [5, 16, 3]\n",
+        6,
+        "num_speculative_tokens_per_batch_size[1][0]",
+        "the first row must start at batch size 1 (vLLM refuses",
+    ),
+    (
+        BASE + "num_speculative_tokens_per_batch_size: [[16, 8, 3]]\n",
+        4,
+        "num_speculative_tokens_per_batch_size[0][1]",
+        "end_bs must be >= start_bs (16), got 8",
+    ),
+    (
+        BASE + "num_speculative_tokens_per_batch_size: [[0, 8, 3]]\n",
+        4,
+        "num_speculative_tokens_per_batch_size[0][0]",
+        "start_bs must be >= 1, got 0",
+    ),
     (BASE + "num_speculative_tokens_per_batch_size: []\n", 4, "num_speculative_tokens_per_batch_size", "at least one"),
-    (BASE + "num_speculative_tokens_per_batch_size: [[1, 8]]\n", 4, "num_speculative_tokens_per_batch_size[0]",
-     "too few items: item 2 is missing, got [1, 8]"),
+    (
+        BASE + "num_speculative_tokens_per_batch_size: [[1, 8]]\n",
+        4,
+        "num_speculative_tokens_per_batch_size[0]",
+        "too few items: item 2 is missing, got [1, 8]",
+    ),
     # drafting and lookup rules
-    ("method: ngram\nnum_speculative_tokens: 3\ndraft_sample_method: probabilistic\n", 3, "draft_sample_method",
-     "must be 'greedy' for method 'ngram'"),
-    ("method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 6\nprompt_lookup_max: 3\n", 3, "prompt_lookup_min",
-     "must be <= prompt_lookup_max (3), got 6"),
+    (
+        "method: ngram\nnum_speculative_tokens: 3\ndraft_sample_method: probabilistic\n",
+        3,
+        "draft_sample_method",
+        "must be 'greedy' for method 'ngram'",
+    ),
+    (
+        "method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 6\nprompt_lookup_max: 3\n",
+        3,
+        "prompt_lookup_min",
+        "must be <= prompt_lookup_max (3), got 6",
+    ),
     ("method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 0\n", 3, "prompt_lookup_min", "must be >= 1"),
     (BASE + "enable_adaptive_verification: true\n", 4, "enable_adaptive_verification", "only for method 'dspark'"),
 ]
@@ -100,7 +173,9 @@ def test_plain_vllm_json_validates_unchanged(tmp_path: Path):
 
 def test_every_synthetic_form_gives_conditional_rates():
     by_rates = SpeculativeConfig(
-        method="eagle3", num_speculative_tokens=3, rejection_sample_method="synthetic",
+        method="eagle3",
+        num_speculative_tokens=3,
+        rejection_sample_method="synthetic",
         synthetic_acceptance_rates=[0.9, 0.45, 0.09],
     )
     assert by_rates.synthetic_conditional_rates() == pytest.approx([0.9, 0.5, 0.2])
@@ -175,15 +250,19 @@ def _dense_lookup(rows, k_max, max_batch):
     return dense
 
 
-@pytest.mark.parametrize("rows", [
-    [(1, 16, 5), (17, 64, 2), (65, 512, 0)],          # contiguous
-    [(1, 16, 3), (33, 64, 1)],                         # the gap and tail
-    [(1, 1, 7), (2, 8, 9), (100, 120, 0), (50, 60, 2)],  # clamped, unsorted, several gaps
-    [(1, 4, 0), (9, 9, 4)],                           # off first, a one-size row, then the tail
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(1, 16, 5), (17, 64, 2), (65, 512, 0)],  # contiguous
+        [(1, 16, 3), (33, 64, 1)],  # the gap and tail
+        [(1, 1, 7), (2, 8, 9), (100, 120, 0), (50, 60, 2)],  # clamped, unsorted, several gaps
+        [(1, 4, 0), (9, 9, 4)],  # off first, a one-size row, then the tail
+    ],
+)
 def test_schedule_lookup_matches_vllm_on_gaps_tail_clamping_and_first_row(rows):
     config = SpeculativeConfig.model_validate(
-        {"method": "eagle", "num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": rows}, context={"notices": []}
+        {"method": "eagle", "num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": rows},
+        context={"notices": []},
     )
     expected = _dense_lookup(rows, 5, 300)
     assert [config.num_speculative_tokens_for_batch(b) for b in range(301)] == expected
@@ -191,10 +270,24 @@ def test_schedule_lookup_matches_vllm_on_gaps_tail_clamping_and_first_row(rows):
 
 def test_schedule_gaps_and_tail_take_the_previous_row_not_the_maximum():
     config = SpeculativeConfig.model_validate(
-        {"method": "eagle", "num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": [[1, 16, 3], [33, 64, 1]]},
+        {
+            "method": "eagle",
+            "num_speculative_tokens": 5,
+            "num_speculative_tokens_per_batch_size": [[1, 16, 3], [33, 64, 1]],
+        },
         context={"notices": []},
     )
-    assert [config.num_speculative_tokens_for_batch(b) for b in (1, 16, 17, 20, 32, 33, 64, 65, 100)] == [3, 3, 3, 3, 3, 1, 1, 1, 1]
+    assert [config.num_speculative_tokens_for_batch(b) for b in (1, 16, 17, 20, 32, 33, 64, 65, 100)] == [
+        3,
+        3,
+        3,
+        3,
+        3,
+        1,
+        1,
+        1,
+        1,
+    ]
 
 
 def test_schedule_clamp_and_gap_are_warnings_naming_what_vllm_serves(problems_of):
@@ -226,6 +319,8 @@ def test_scalar_synthetic_rate_warns_that_vllm_0_33_removed_it(problems_of):
 
 
 def test_embedded_in_a_vllm_serve_config(problems_of):
-    text = "model: meta-llama/Llama-3.1-8B-Instruct\nspeculative-config:\n  method: eagle3\n  num_speculative_tokens: 0\n"
+    text = (
+        "model: meta-llama/Llama-3.1-8B-Instruct\nspeculative-config:\n  method: eagle3\n  num_speculative_tokens: 0\n"
+    )
     file, problems = problems_of(text)
     assert [str(p) for p in problems] == [f"{file}:4: speculative-config.num_speculative_tokens: must be >= 1, got 0"]

@@ -21,18 +21,28 @@ CONTEXT_TOKENS = 1024
 
 # file name -> (hardware, target model, drafter, K values)
 EXAMPLES = {
-    "h100-llama-3.1-8b-eagle3.csv": ({"gpu": "h100-sxm", "num_gpus": 1}, "llama-3.1-8b", "eagle3-llama-3.1-8b",
-                                     range(0, 8)),
-    "h100x4-llama-3.1-70b-eagle3.csv": ({"gpu": "h100-sxm", "num_gpus": 4}, "llama-3.1-70b", "eagle3-llama-3.1-70b",
-                                        range(0, 6)),
+    "h100-llama-3.1-8b-eagle3.csv": (
+        {"gpu": "h100-sxm", "num_gpus": 1},
+        "llama-3.1-8b",
+        "eagle3-llama-3.1-8b",
+        range(0, 8),
+    ),
+    "h100x4-llama-3.1-70b-eagle3.csv": (
+        {"gpu": "h100-sxm", "num_gpus": 4},
+        "llama-3.1-70b",
+        "eagle3-llama-3.1-70b",
+        range(0, 6),
+    ),
 }
 
 
 def example_table_text(name: str) -> str:
     hardware, target, drafter, ks = EXAMPLES[name]
     cost = build_cost_model(
-        HardwareConfig.model_validate(hardware), TargetModelSpec.model_validate(target),
-        DrafterSpec.model_validate(drafter), CostModelConfig(),
+        HardwareConfig.model_validate(hardware),
+        TargetModelSpec.model_validate(target),
+        DrafterSpec.model_validate(drafter),
+        CostModelConfig(),
     )
     lines = [
         "# ILLUSTRATIVE, NOT A MEASUREMENT. Computed by spectune's roofline cost model with its defaults:",

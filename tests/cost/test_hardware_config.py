@@ -5,7 +5,6 @@ from __future__ import annotations
 import typing
 
 import pytest
-
 from pydantic import ValidationError
 
 from spectune.config import (
@@ -90,8 +89,13 @@ def test_llama_8b_kv_cache_is_128_kib_per_token():
 @pytest.mark.parametrize("name", DRAFTER_PRESET_NAMES)
 def test_drafter_presets_validate_and_say_how_they_draft(name):
     drafter = DrafterSpec.model_validate(name)
-    expected = {"dflash": "parallel", "dspark": "parallel", "ngram": "lookup", "ngram_gpu": "lookup",
-                "suffix": "lookup"}.get(drafter.method, "sequential")
+    expected = {
+        "dflash": "parallel",
+        "dspark": "parallel",
+        "ngram": "lookup",
+        "ngram_gpu": "lookup",
+        "suffix": "lookup",
+    }.get(drafter.method, "sequential")
     assert drafter.drafting == expected
     assert (drafter.num_parameters == 0) == (expected == "lookup")
 
@@ -126,9 +130,18 @@ def test_default_draft_models_follow_the_family():
 
 def test_default_head_for_an_explicit_target_is_sized_from_its_shape():
     target = TargetModelSpec.model_validate(
-        {"name": "small", "num_parameters": 1.05e9, "num_hidden_layers": 16, "hidden_size": 2048,
-         "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
-         "vocab_size": 128256, "tie_word_embeddings": True},
+        {
+            "name": "small",
+            "num_parameters": 1.05e9,
+            "num_hidden_layers": 16,
+            "hidden_size": 2048,
+            "intermediate_size": 8192,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 64,
+            "vocab_size": 128256,
+            "tie_word_embeddings": True,
+        },
     )
     head = default_drafter("mtp", target)
     assert head.preset is None
@@ -148,8 +161,10 @@ def test_unknown_preset_is_located_and_lists_the_choices(load_deployment):
     with pytest.raises(DocumentError) as info:
         load_deployment("hardware:\n  gpu: h300\ntarget_model: llama-3.1-8b\n")
     (message,) = messages(info.value)
-    assert message.endswith("deployment.yaml:3: hardware.gpu: must be a preset name (h100-sxm, h200, a100-80gb, "
-                            "l40s, b200) or a mapping of fields, got 'h300'")
+    assert message.endswith(
+        "deployment.yaml:3: hardware.gpu: must be a preset name (h100-sxm, h200, a100-80gb, "
+        "l40s, b200) or a mapping of fields, got 'h300'"
+    )
 
 
 def test_out_of_range_fields_name_bound_and_value(load_deployment):
@@ -188,7 +203,9 @@ def test_drafter_mode_must_match_its_method(load_deployment):
             target_model: llama-3.1-8b
             drafter: {preset: dflash-llama-3.1-8b, drafting: sequential}
             """)
-    assert any("drafter.drafting: method 'dflash' drafts as 'parallel', got 'sequential'" in m for m in messages(info.value))
+    assert any(
+        "drafter.drafting: method 'dflash' drafts as 'parallel', got 'sequential'" in m for m in messages(info.value)
+    )
 
 
 def test_a_sequential_drafter_may_draft_in_parallel_as_p_eagle_does(load_deployment):
@@ -223,7 +240,10 @@ def test_weights_that_do_not_fit_name_the_sizes(load_deployment):
     with pytest.raises(DocumentError) as info:
         load_deployment("hardware: h100-sxm\ntarget_model: {preset: llama-3.1-70b, tensor_parallel_size: 1}\n")
     (message,) = messages(info.value)
-    assert "target_model.tensor_parallel_size: weights need 141.1 GB per GPU (target at TP 1), more than the 80 GB" in message
+    assert (
+        "target_model.tensor_parallel_size: weights need 141.1 GB per GPU (target at TP 1), more than the 80 GB"
+        in message
+    )
 
 
 def test_deployment_rules_across_hardware_target_and_drafter(load_deployment):
@@ -235,9 +255,14 @@ def test_deployment_rules_across_hardware_target_and_drafter(load_deployment):
             """)
     found = " | ".join(messages(info.value))
     assert "hardware.num_gpus: must be a multiple of target_model.tensor_parallel_size (4), got 6" in found
-    assert "drafter.tensor_parallel_size: must be 1 or the target's tensor_parallel_size (4) as vLLM requires, got 2" in found
-    assert "drafter.hidden_size: a eagle3 drafter reads the target's hidden states, so it must be the target's " \
-           "hidden_size (8192), got 4096" in found
+    assert (
+        "drafter.tensor_parallel_size: must be 1 or the target's tensor_parallel_size (4) as vLLM requires, got 2"
+        in found
+    )
+    assert (
+        "drafter.hidden_size: a eagle3 drafter reads the target's hidden states, so it must be the target's "
+        "hidden_size (8192), got 4096" in found
+    )
 
 
 def test_seventy_b_at_tp4_on_four_h100s_with_its_eagle3_head_loads(load_deployment):
@@ -268,7 +293,9 @@ def test_moe_presets_have_their_published_active_parameters():
     qwen = TargetModelSpec.model_validate("qwen3-30b-a3b")
     assert qwen.is_moe and qwen.active_parameters == pytest.approx(3.3e9, rel=0.03)  # "A3B": 3.3B activated
     deepseek = TargetModelSpec.model_validate("deepseek-v3")
-    assert deepseek.num_moe_layers == 58 and deepseek.active_parameters == pytest.approx(37e9, rel=0.05)  # 37B activated
+    assert deepseek.num_moe_layers == 58 and deepseek.active_parameters == pytest.approx(
+        37e9, rel=0.05
+    )  # 37B activated
     assert deepseek.kv_cache_bytes_per_token == 61 * 576 * 2  # MLA: one 576-wide latent per token and layer
 
 
@@ -278,12 +305,16 @@ def test_moe_fields_on_a_dense_model_and_bad_routing_are_located(load_deployment
             hardware: h100-sxm
             target_model: {preset: llama-3.1-8b, num_experts_per_tok: 8}
             """)
-    assert any("target_model.num_experts_per_tok: only for an MoE model (num_experts > 0), got 8" in m
-               for m in messages(info.value))
+    assert any(
+        "target_model.num_experts_per_tok: only for an MoE model (num_experts > 0), got 8" in m
+        for m in messages(info.value)
+    )
     with pytest.raises(DocumentError) as info:
         load_deployment("""\
             hardware: h200
             target_model: {preset: qwen3-30b-a3b, num_experts_per_tok: 129}
             """)
-    assert any("target_model.num_experts_per_tok: must be in [1, num_experts] = [1, 128] for an MoE model, got 129" in m
-               for m in messages(info.value))
+    assert any(
+        "target_model.num_experts_per_tok: must be in [1, num_experts] = [1, 128] for an MoE model, got 129" in m
+        for m in messages(info.value)
+    )

@@ -29,7 +29,9 @@ def table(points: list[tuple[int, int, float]]) -> StepTimeTable:
 
 
 def measured(points, **config) -> MeasuredCostModel:
-    built = build_cost_model(H100, LLAMA_8B, EAGLE3_8B, CostModelConfig(method="measured", step_times=table(points), **config))
+    built = build_cost_model(
+        H100, LLAMA_8B, EAGLE3_8B, CostModelConfig(method="measured", step_times=table(points), **config)
+    )
     assert isinstance(built, MeasuredCostModel)
     return built
 
@@ -66,8 +68,11 @@ def test_below_the_smallest_batch_size_the_time_is_flat():
 def test_above_the_largest_batch_size_the_last_slope_holds_up_to_twice_it():
     cost = measured(SMALL)
     assert cost.step_time(64, 0, 0).total_s == pytest.approx((11.0 + 4.0 / 24 * 32) / 1e3)
-    with pytest.raises(OutOfTableRange, match=r"batch_size 65 is beyond what num_speculative_tokens 0 covers "
-                                              r"\(measured up to 32, extrapolated to 64\); measure larger batches"):
+    with pytest.raises(
+        OutOfTableRange,
+        match=r"batch_size 65 is beyond what num_speculative_tokens 0 covers "
+        r"\(measured up to 32, extrapolated to 64\); measure larger batches",
+    ):
         cost.step_time(65, 0, 0)
 
 
@@ -82,8 +87,11 @@ def test_k_outside_the_table_is_refused_with_what_it_covers():
     assert cost.limits.min_num_speculative_tokens == 1 and cost.limits.max_num_speculative_tokens == 3
     assert cost.limits.max_batch_size == 16
     for k in (0, 4):
-        with pytest.raises(OutOfTableRange, match=rf"the inline step-time table: num_speculative_tokens {k} is outside "
-                                                  r"the measured K \(1..3\)"):
+        with pytest.raises(
+            OutOfTableRange,
+            match=rf"the inline step-time table: num_speculative_tokens {k} is outside "
+            r"the measured K \(1..3\)",
+        ):
             cost.step_time(2, k, 0)
 
 

@@ -131,8 +131,10 @@ def test_spectune_sampler_reads_the_fp32_logits_once():
 
 
 def test_faster_memory_means_faster_decode_steps():
-    by_gpu = {name: model(hardware=HardwareConfig.model_validate(name)).step_time(1, 0, 0).verification_s
-              for name in ("l40s", "a100-80gb", "h100-sxm", "h200", "b200")}
+    by_gpu = {
+        name: model(hardware=HardwareConfig.model_validate(name)).step_time(1, 0, 0).verification_s
+        for name in ("l40s", "a100-80gb", "h100-sxm", "h200", "b200")
+    }
     assert list(by_gpu.values()) == sorted(by_gpu.values(), reverse=True)
 
 
@@ -143,8 +145,11 @@ def test_tensor_parallel_splits_weights_and_adds_all_reduces():
     weights = llama_70b.parameters_read_per_pass * 2 / 4 / (3.35e12 * 0.8)
     all_reduces = 2 * 80 * 5e-6
     assert cost.verification_time(1, 0, 0) == pytest.approx(weights + all_reduces, rel=0.01)
-    eight = model(hardware=HardwareConfig.model_validate({"gpu": "h100-sxm", "num_gpus": 8}),
-                  target=llama_70b.model_copy(update={"tensor_parallel_size": 8}), drafter=None)
+    eight = model(
+        hardware=HardwareConfig.model_validate({"gpu": "h100-sxm", "num_gpus": 8}),
+        target=llama_70b.model_copy(update={"tensor_parallel_size": 8}),
+        drafter=None,
+    )
     assert eight.verification_time(1, 0, 0) < 0.6 * cost.verification_time(1, 0, 0)
 
 
@@ -228,19 +233,33 @@ SAME_VOCAB_DRAFTER = DrafterSpec.model_validate("eagle-llama-3.1-8b")  # draft l
 
 
 def vllm_sampler(rule: str = "standard", *, all_greedy: bool = False, hardware=H200) -> RooflineCostModel:
-    built = build_cost_model(hardware, LLAMA_8B, SAME_VOCAB_DRAFTER, CostModelConfig(),
-                             sampler_work=SamplerWork(rejection_sample_method=rule, all_greedy=all_greedy))
+    built = build_cost_model(
+        hardware,
+        LLAMA_8B,
+        SAME_VOCAB_DRAFTER,
+        CostModelConfig(),
+        sampler_work=SamplerWork(rejection_sample_method=rule, all_greedy=all_greedy),
+    )
     assert isinstance(built, RooflineCostModel)
     return built
 
 
-@pytest.mark.parametrize(("rule", "draft", "all_greedy", "batch", "k", "microseconds"), [
-    ("standard", False, True, 64, 7, 88), ("standard", False, False, 256, 3, 246),
-    ("standard", True, False, 64, 7, 178), ("block", True, False, 64, 7, 280),
-    ("standard", True, False, 256, 7, 619), ("block", True, False, 256, 7, 1034),
-    ("block", False, False, 256, 7, 379), ("synthetic", False, False, 64, 3, 80),
-])
-def test_vllm_sampler_charges_vllms_measured_h200_times_at_table_points(rule, draft, all_greedy, batch, k, microseconds):
+@pytest.mark.parametrize(
+    ("rule", "draft", "all_greedy", "batch", "k", "microseconds"),
+    [
+        ("standard", False, True, 64, 7, 88),
+        ("standard", False, False, 256, 3, 246),
+        ("standard", True, False, 64, 7, 178),
+        ("block", True, False, 64, 7, 280),
+        ("standard", True, False, 256, 7, 619),
+        ("block", True, False, 256, 7, 1034),
+        ("block", False, False, 256, 7, 379),
+        ("synthetic", False, False, 64, 3, 80),
+    ],
+)
+def test_vllm_sampler_charges_vllms_measured_h200_times_at_table_points(
+    rule, draft, all_greedy, batch, k, microseconds
+):
     sampling = vllm_sampler(rule, all_greedy=all_greedy).sampling_time(batch, k, draft_probabilities=draft)
     assert sampling == pytest.approx(microseconds * 1e-6, rel=1e-9)
 
@@ -248,7 +267,9 @@ def test_vllm_sampler_charges_vllms_measured_h200_times_at_table_points(rule, dr
 def test_block_verification_with_draft_logits_costs_more_than_standard_under_vllms_sampler():
     standard, block = vllm_sampler("standard"), vllm_sampler("block")
     for batch, k in ((64, 7), (256, 7), (128, 5), (512, 4)):
-        ratio = block.sampling_time(batch, k, draft_probabilities=True) / standard.sampling_time(batch, k, draft_probabilities=True)
+        ratio = block.sampling_time(batch, k, draft_probabilities=True) / standard.sampling_time(
+            batch, k, draft_probabilities=True
+        )
         assert 1.3 < ratio < 1.8, (batch, k, ratio)
     # spectune's own kernels are charged one read of the logits whatever the rule
     ours = model(hardware=H200, drafter=SAME_VOCAB_DRAFTER, sampler="spectune")
@@ -260,10 +281,12 @@ def test_vllm_sampler_interpolates_in_batch_and_k_and_scales_with_vocabulary_and
     at = [cost.sampling_time(b, 5) for b in (1, 32, 64, 160, 256, 512)]
     assert at == sorted(at)  # more requests, more time
     assert cost.sampling_time(160, 5) == pytest.approx(
-        (cost.sampling_time(64, 5) + cost.sampling_time(256, 5)) / 2, rel=1e-9)  # linear between table points
+        (cost.sampling_time(64, 5) + cost.sampling_time(256, 5)) / 2, rel=1e-9
+    )  # linear between table points
     assert cost.sampling_time(64, 5) == pytest.approx((81 + 114) / 2 * 1e-6, rel=1e-9)  # between K = 3 and 7
-    small_vocab = build_cost_model(H200, LLAMA_8B.model_copy(update={"vocab_size": 128256 // 2}), SAME_VOCAB_DRAFTER,
-                                   CostModelConfig())
+    small_vocab = build_cost_model(
+        H200, LLAMA_8B.model_copy(update={"vocab_size": 128256 // 2}), SAME_VOCAB_DRAFTER, CostModelConfig()
+    )
     floor = 14e-6  # launch latency: does not scale with the bytes
     assert small_vocab.step_time(256, 3, 0).sampling_s - floor == pytest.approx((246e-6 - floor) / 2, rel=1e-9)
     on_h100 = vllm_sampler("standard", hardware=H100).sampling_time(256, 3)
@@ -294,9 +317,15 @@ def test_moe_verification_reads_more_experts_as_its_tokens_grow():
 
 def test_moe_target_best_k_at_a_large_batch_differs_from_its_dense_twin():
     # the dense twin: the same shapes with one dense MLP as wide as the experts a token runs through
-    dense_twin = QWEN3_MOE.model_copy(update={
-        "num_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0, "intermediate_size": 8 * 768,
-        "num_parameters": QWEN3_MOE.active_parameters})
+    dense_twin = QWEN3_MOE.model_copy(
+        update={
+            "num_experts": 0,
+            "num_experts_per_tok": 0,
+            "moe_intermediate_size": 0,
+            "intermediate_size": 8 * 768,
+            "num_parameters": QWEN3_MOE.active_parameters,
+        }
+    )
     drafter = default_drafter("eagle3", QWEN3_MOE)
     moe, dense = model(target=QWEN3_MOE, drafter=drafter), model(target=dense_twin, drafter=drafter)
     assert moe.step_time(1, 0, 512).total_s == pytest.approx(dense.step_time(1, 0, 512).total_s, rel=0.01)
@@ -312,11 +341,14 @@ def test_moe_target_best_k_at_a_large_batch_differs_from_its_dense_twin():
 
 # --- drafter tensor parallelism ----------------------------------------------------------------
 
+
 def test_draft_tensor_parallel_size_changes_the_drafting_time():
     llama_70b = TargetModelSpec.model_validate("llama-3.1-70b")
     four = HardwareConfig.model_validate({"gpu": "h100-sxm", "num_gpus": 4})
     head = default_drafter("eagle", llama_70b)
     at_tp4 = model(hardware=four, target=llama_70b, drafter=head).drafting_time(8, 3, 1000)
-    at_tp1 = model(hardware=four, target=llama_70b, drafter=head.model_copy(update={"tensor_parallel_size": 1})).drafting_time(8, 3, 1000)
+    at_tp1 = model(
+        hardware=four, target=llama_70b, drafter=head.model_copy(update={"tensor_parallel_size": 1})
+    ).drafting_time(8, 3, 1000)
     assert at_tp1 != pytest.approx(at_tp4, rel=0.05)
     assert at_tp1 > at_tp4  # one GPU reads the whole head (its LM head alone is 1 GB) with no all-reduce to pay

@@ -27,7 +27,10 @@ def problems_of(path) -> list[str]:
 def test_csv_table_reads_points_in_milliseconds(write_file):
     table = read_step_time_table(write_file("t.csv", GOOD_CSV))
     assert [(p.batch_size, p.num_speculative_tokens, p.step_time_ms) for p in table.points] == [
-        (1, 0, 6.5), (8, 0, 6.9), (1, 3, 7.9), (8, 3, 8.4)
+        (1, 0, 6.5),
+        (8, 0, 6.9),
+        (1, 3, 7.9),
+        (8, 3, 8.4),
     ]
     assert table.num_speculative_tokens_measured() == [0, 3]
 
@@ -38,13 +41,16 @@ def test_csv_columns_may_come_in_any_order(write_file):
 
 
 def test_yaml_table_reads_the_same_points(write_file):
-    path = write_file("t.yaml", """\
+    path = write_file(
+        "t.yaml",
+        """\
         kind: step_time_table
         source: bench run 12
         points:
           - {batch_size: 1, num_speculative_tokens: 0, step_time_ms: 6.5}
           - {batch_size: 8, num_speculative_tokens: 0, step_time_ms: 6.9}
-        """)
+        """,
+    )
     table = read_step_time_table(path)
     assert table.source == "bench run 12"
     assert [p.step_time_ms for p in table.points] == [6.5, 6.9]
@@ -53,19 +59,26 @@ def test_yaml_table_reads_the_same_points(write_file):
 def test_missing_column_names_what_the_header_must_hold(write_file):
     path = write_file("t.csv", "batch_size,step_time_ms\n1,6.5\n")
     (message,) = problems_of(path)
-    assert message == (f"{path}:1: missing column(s) num_speculative_tokens; the header must name batch_size, "
-                       "num_speculative_tokens, step_time_ms, got batch_size, step_time_ms")
+    assert message == (
+        f"{path}:1: missing column(s) num_speculative_tokens; the header must name batch_size, "
+        "num_speculative_tokens, step_time_ms, got batch_size, step_time_ms"
+    )
 
 
 def test_unknown_and_repeated_columns_are_refused(write_file):
     path = write_file("t.csv", "batch_size,num_speculative_tokens,step_time_ms,tpot_ms,batch_size\n")
     found = problems_of(path)
-    assert f"{path}:1: column 4: unknown column 'tpot_ms'; allowed: batch_size, num_speculative_tokens, step_time_ms" in found
+    assert (
+        f"{path}:1: column 4: unknown column 'tpot_ms'; allowed: batch_size, num_speculative_tokens, step_time_ms"
+        in found
+    )
     assert f"{path}:1: column 5: column 'batch_size' appears twice" in found
 
 
 def test_bad_cells_name_line_column_allowed_and_given(write_file):
-    path = write_file("t.csv", """\
+    path = write_file(
+        "t.csv",
+        """\
         batch_size,num_speculative_tokens,step_time_ms
         1,0,fast
         2.5,0,6.0
@@ -73,7 +86,8 @@ def test_bad_cells_name_line_column_allowed_and_given(write_file):
         8,0,-1
         16,0,0
         32,0
-        """)
+        """,
+    )
     assert problems_of(path) == [
         f"{path}:2: column 3 (step_time_ms): must be a number of milliseconds > 0, got 'fast'",
         f"{path}:3: column 1 (batch_size): must be a whole number in [1, 1000000], got '2.5'",
@@ -91,12 +105,15 @@ def test_non_finite_times_are_refused(write_file):
 
 
 def test_duplicate_points_name_both_lines(write_file):
-    path = write_file("t.csv", """\
+    path = write_file(
+        "t.csv",
+        """\
         batch_size,num_speculative_tokens,step_time_ms
         1,0,6.5
         8,0,6.9
         1,0,6.6
-        """)
+        """,
+    )
     assert problems_of(path) == [
         f"{path}:4: duplicate point batch_size 1, num_speculative_tokens 0 (first at line 2); give each point once"
     ]
@@ -126,18 +143,23 @@ def test_empty_missing_and_wrongly_named_files(write_file, tmp_path):
         f"{tmp_path / 't.csv'}: no header line; expected the columns batch_size, num_speculative_tokens, step_time_ms"
     ]
     assert problems_of(tmp_path / "absent.csv") == [f"{tmp_path / 'absent.csv'}: no such file"]
-    assert problems_of(write_file("t.txt", GOOD_CSV)) == [f"{tmp_path / 't.txt'}: must be a .csv, .yaml or .yml file, got '.txt'"]
+    assert problems_of(write_file("t.txt", GOOD_CSV)) == [
+        f"{tmp_path / 't.txt'}: must be a .csv, .yaml or .yml file, got '.txt'"
+    ]
 
 
 def test_yaml_table_problems_are_located(write_file):
-    path = write_file("t.yaml", """\
+    path = write_file(
+        "t.yaml",
+        """\
         kind: step_time_table
         speed: 3
         points:
           - {batch_size: 1, num_speculative_tokens: 0, step_time_ms: true}
           - {batch_size: 8, step_time_ms: 6.9, tpot: 1}
           - 7
-        """)
+        """,
+    )
     assert problems_of(path) == [
         f"{path}:2: speed: unknown field; allowed: kind, points, source, notes",
         f"{path}:4: points[0].step_time_ms: must be a number of milliseconds > 0, got True",
@@ -155,11 +177,17 @@ def test_yaml_table_needs_a_points_list_and_its_own_kind(write_file):
 
 
 def test_inline_table_checks_duplicates_too():
-    with pytest.raises(ValidationError, match=r"duplicate point batch_size 1, num_speculative_tokens 0 \(first at points\[0\]\)"):
-        StepTimeTable.model_validate({"points": [
-            {"batch_size": 1, "num_speculative_tokens": 0, "step_time_ms": 6.5},
-            {"batch_size": 1, "num_speculative_tokens": 0, "step_time_ms": 6.6},
-        ]})
+    with pytest.raises(
+        ValidationError, match=r"duplicate point batch_size 1, num_speculative_tokens 0 \(first at points\[0\]\)"
+    ):
+        StepTimeTable.model_validate(
+            {
+                "points": [
+                    {"batch_size": 1, "num_speculative_tokens": 0, "step_time_ms": 6.5},
+                    {"batch_size": 1, "num_speculative_tokens": 0, "step_time_ms": 6.6},
+                ]
+            }
+        )
 
 
 def test_table_path_is_relative_to_the_document(load_deployment, write_file):
@@ -187,14 +215,21 @@ def test_table_problems_show_the_document_and_the_table(load_deployment, write_f
             """)
     (problem,) = info.value.problems
     assert (problem.line, problem.field) == (6, "cost_model.step_times")
-    assert problem.message == f"{tmp_path / 'bad.csv'}:3: column 3 (step_time_ms): must be a number of milliseconds > 0, got 'slow'"
+    assert (
+        problem.message
+        == f"{tmp_path / 'bad.csv'}:3: column 3 (step_time_ms): must be a number of milliseconds > 0, got 'slow'"
+    )
 
 
 def test_measured_needs_a_table_and_roofline_refuses_one(load_deployment, write_file):
-    with pytest.raises(DocumentError, match=r"cost_model.step_times: method 'measured' needs step_times \(a table file\), got none"):
+    with pytest.raises(
+        DocumentError, match=r"cost_model.step_times: method 'measured' needs step_times \(a table file\), got none"
+    ):
         load_deployment("hardware: h100-sxm\ntarget_model: llama-3.1-8b\ncost_model: {method: measured}\n")
     write_file("t.csv", GOOD_CSV)
-    with pytest.raises(DocumentError, match="cost_model.step_times: only used with method: measured, got method: roofline"):
+    with pytest.raises(
+        DocumentError, match="cost_model.step_times: only used with method: measured, got method: roofline"
+    ):
         load_deployment("hardware: h100-sxm\ntarget_model: llama-3.1-8b\ncost_model: {step_times: t.csv}\n")
 
 

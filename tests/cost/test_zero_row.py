@@ -23,7 +23,9 @@ CONTEXT = 664.0
 
 def _models(mode: str, k: int = 5):
     config = CostModelConfig(zero_k_draft_cost=mode)
-    return build_cost_model(HARDWARE, TARGET, EAGLE, config, num_speculative_tokens=k), RooflineCostModel(HARDWARE, TARGET, EAGLE, CostModelConfig())
+    return build_cost_model(HARDWARE, TARGET, EAGLE, config, num_speculative_tokens=k), RooflineCostModel(
+        HARDWARE, TARGET, EAGLE, CostModelConfig()
+    )
 
 
 @pytest.mark.parametrize(("mode", "draft_k"), [("draft_prefill", 1), ("all_draft_steps", 5)])
@@ -50,7 +52,9 @@ def test_no_term_without_it_without_a_drafter_or_with_a_lookup_drafter() -> None
 def _quickstart_at_256(mode: str):
     document = load_document(QUICKSTART, expect="study").model
     schedule = document.schedule.model_copy(update={"batch_sizes": [1, 8, 32, 256]})
-    return document.model_copy(update={"schedule": schedule, "cost_model": document.cost_model.model_copy(update={"zero_k_draft_cost": mode})})
+    return document.model_copy(
+        update={"schedule": schedule, "cost_model": document.cost_model.model_copy(update={"zero_k_draft_cost": mode})}
+    )
 
 
 def _recommend(document):
@@ -59,7 +63,9 @@ def _recommend(document):
 
     def metrics(point):
         values = evaluator(point)
-        values["mean_step_ms"] = values["tpot_p99_ms"] / 1.25 * values["mean_acceptance_length"]  # the double's step time
+        values["mean_step_ms"] = (
+            values["tpot_p99_ms"] / 1.25 * values["mean_acceptance_length"]
+        )  # the double's step time
         return values
 
     completed = {p: evaluate_metrics(space, p, metrics(p), 0) for p in space.points()}
@@ -82,7 +88,9 @@ def test_quickstart_at_256_says_whether_the_zero_row_or_speculation_off_wins_and
     assert "this schedule wins by" in overall  # speculation pays at the small batch sizes
     # without the term, the plain-decoding point is the 0 row itself: no such note, and K = 0 at 256
     _, _, untaxed = _recommend(_quickstart_at_256("none"))
-    assert untaxed.choices[-1].num_speculative_tokens == 0 and not any(n.startswith("over all buckets") for n in untaxed.notes)
+    assert untaxed.choices[-1].num_speculative_tokens == 0 and not any(
+        n.startswith("over all buckets") for n in untaxed.notes
+    )
 
 
 def test_the_term_makes_the_zero_row_slower_by_the_drafter_share() -> None:

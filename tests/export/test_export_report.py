@@ -13,10 +13,19 @@ def test_trials_csv_has_one_row_per_trial_and_marks_k0_as_off(outcome):
     assert tuple(rows[0]) == TRIAL_COLUMNS
     assert [int(r["number"]) for r in rows] == [t.number for t in outcome.trials]
     off = [r for r in rows if r["num_speculative_tokens"] == "0"]
-    assert len(off) == len(outcome.space.batch_sizes) and all(r["candidate"] == "off" and r["method"] == "" for r in off)
+    assert len(off) == len(outcome.space.batch_sizes) and all(
+        r["candidate"] == "off" and r["method"] == "" for r in off
+    )
     for row in rows:
-        point = outcome.space.point(int(row["batch_size"]), f"{row['candidate']}/{row['rejection_sample_method']}/{row['draft_sample_method']}", int(row["num_speculative_tokens"]))
-        assert abs(float(row["throughput_tokens_per_s"]) - outcome.completed[point].throughput) <= 1e-5 * outcome.completed[point].throughput
+        point = outcome.space.point(
+            int(row["batch_size"]),
+            f"{row['candidate']}/{row['rejection_sample_method']}/{row['draft_sample_method']}",
+            int(row["num_speculative_tokens"]),
+        )
+        assert (
+            abs(float(row["throughput_tokens_per_s"]) - outcome.completed[point].throughput)
+            <= 1e-5 * outcome.completed[point].throughput
+        )
 
 
 def test_report_is_self_contained_with_one_k_chart_per_batch_size(outcome):
@@ -63,8 +72,14 @@ def test_summary_rows_recommended_yaml_and_report_show_each_buckets_tie_set(outc
     for row, choice in zip(rows, recommendation.choices):
         ties = choice.ties
         assert choice.num_speculative_tokens in ties.ks
-        assert row["tie set"] == ties.describe() and re.fullmatch(r"K [0-9,\u2013 ]+( alone)? within [0-9.]+%( \(K [0-9] not simulated\))?", row["tie set"])
-        line = next(x for x in yaml_text.splitlines() if x.startswith(f"# batch size {choice.first_batch_size}-{choice.last_batch_size}: "))
+        assert row["tie set"] == ties.describe() and re.fullmatch(
+            r"K [0-9,\u2013 ]+( alone)? within [0-9.]+%( \(K [0-9] not simulated\))?", row["tie set"]
+        )
+        line = next(
+            x
+            for x in yaml_text.splitlines()
+            if x.startswith(f"# batch size {choice.first_batch_size}-{choice.last_batch_size}: ")
+        )
         best = ties.best.point.num_speculative_tokens
         if best == choice.num_speculative_tokens:
             assert "the best simulated" in line

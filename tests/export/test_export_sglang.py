@@ -11,16 +11,26 @@ from spectune.study import BucketChoice, Candidate
 def _with(recommendation, method, ks, model="org/head"):
     space = recommendation.space
     base = {"method": method} | ({"model": model} if model else {})
-    candidates = tuple(Candidate(c.name, base) if c.name == recommendation.combo.candidate else c for c in space.candidates)
+    candidates = tuple(
+        Candidate(c.name, base) if c.name == recommendation.combo.candidate else c for c in space.candidates
+    )
     choices = tuple(
-        BucketChoice(c.batch_size, c.first_batch_size, c.last_batch_size, k, c.evaluation) for c, k in zip(recommendation.choices, ks)
+        BucketChoice(c.batch_size, c.first_batch_size, c.last_batch_size, k, c.evaluation)
+        for c, k in zip(recommendation.choices, ks)
     )
     return replace(recommendation, space=replace(space, candidates=candidates), choices=choices)
 
 
 @pytest.mark.parametrize(
     ("method", "algorithm"),
-    [("eagle", "EAGLE"), ("eagle3", "EAGLE3"), ("mtp", "NEXTN"), ("draft_model", "STANDALONE"), ("ngram", "NGRAM"), ("dflash", "DFLASH")],
+    [
+        ("eagle", "EAGLE"),
+        ("eagle3", "EAGLE3"),
+        ("mtp", "NEXTN"),
+        ("draft_model", "STANDALONE"),
+        ("ngram", "NGRAM"),
+        ("dflash", "DFLASH"),
+    ],
 )
 def test_chain_k_maps_to_steps_topk_1_and_k_plus_1_draft_tokens(outcome, method, algorithm):
     text = sglang_flags(_with(outcome.recommendation, method, [5, 4, 2, 0]))

@@ -37,7 +37,14 @@ def test_every_written_config_passes_spectune_validate(outcome, tmp_path):
     names = {p.name for p in written}
     assert names == {"recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "trials.csv", "report.html"}
     result = CliRunner().invoke(
-        app, ["validate", "--strict", str(tmp_path / "recommended.yaml"), str(tmp_path / "vllm.json"), str(tmp_path / "vllm-synthetic.json")]
+        app,
+        [
+            "validate",
+            "--strict",
+            str(tmp_path / "recommended.yaml"),
+            str(tmp_path / "vllm.json"),
+            str(tmp_path / "vllm-synthetic.json"),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1] == "3 files checked: 3 valid, 0 invalid (0 errors, 0 warnings)"
@@ -47,7 +54,9 @@ def test_recommended_yaml_is_the_same_config_as_vllm_json(outcome):
     import yaml
 
     from_yaml = yaml.safe_load(recommended_yaml(outcome))
-    assert SpeculativeConfig.model_validate(from_yaml) == SpeculativeConfig.model_validate(vllm_speculative_config(outcome.recommendation))
+    assert SpeculativeConfig.model_validate(from_yaml) == SpeculativeConfig.model_validate(
+        vllm_speculative_config(outcome.recommendation)
+    )
 
 
 def test_a_single_k_everywhere_needs_no_table(outcome):

@@ -20,8 +20,15 @@ from spectune.export import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_sc
 from spectune.study import load_outcome, run_study
 
 REPO = Path(__file__).parents[2]
-CONTEXT = {"target_model": "Llama-3.1-8B", "tensor_parallel_size": 1, "prompt_tokens": 100.0, "output_tokens": 64.0,
-           "temperatures": [0.0], "max_num_seqs": 256, "candidates": {}}
+CONTEXT = {
+    "target_model": "Llama-3.1-8B",
+    "tensor_parallel_size": 1,
+    "prompt_tokens": 100.0,
+    "output_tokens": 64.0,
+    "temperatures": [0.0],
+    "max_num_seqs": 256,
+    "candidates": {},
+}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +91,9 @@ def test_script_serves_the_schedule_k_their_neighbours_and_k0_at_every_bucket(ou
         assert len(config["synthetic_acceptance_rates"]) == k
         evaluation = outcome.completed.get(recommendation.space.point(8, recommendation.combo.label, k))
         if evaluation is not None:  # simulated at this K: its rates, as the simulation measured them
-            assert config["synthetic_acceptance_rates"] == [round(r, 4) for r in evaluation.metrics.acceptance_per_position]
+            assert config["synthetic_acceptance_rates"] == [
+                round(r, 4) for r in evaluation.metrics.acceptance_per_position
+            ]
         assert {f"bench {k} {b}" for b in (1, 8, 64)} <= {" ".join(line.split()[:3]) for line in script.splitlines()}
     assert "--random-input-len 100 --random-output-len 64" in script
     assert re.search(r"^# Estimated GPU time: about \d+ min", script, re.M)
@@ -98,13 +107,23 @@ def test_study_artefacts_include_measure_sh(outcome, tmp_path: Path) -> None:
 def test_the_script_runs_and_calibrate_reads_what_it_leaves(outcome, tmp_path: Path) -> None:
     """With a stand-in vllm (tests/calibrate/fake_vllm.py) the script's results are what calibrate expects."""
     shims = tmp_path / "bin"
-    subprocess.run([sys.executable, str(REPO / "tests" / "calibrate" / "fake_vllm.py"), "--install", str(shims)], check=True)
+    subprocess.run(
+        [sys.executable, str(REPO / "tests" / "calibrate" / "fake_vllm.py"), "--install", str(shims)], check=True
+    )
     script = tmp_path / "measure.sh"
     script.write_text(measure_script(outcome))
-    env = os.environ | {"PATH": f"{shims}:{os.environ['PATH']}", "FAKE_VLLM_STATE": str(tmp_path / "state.json"),
-                        "TARGET": "org/model", "HEALTH_POLL_S": "0.2"}
-    subprocess.run(["bash", str(script), str(tmp_path / "results")], check=True, env=env, timeout=300, capture_output=True)
+    env = os.environ | {
+        "PATH": f"{shims}:{os.environ['PATH']}",
+        "FAKE_VLLM_STATE": str(tmp_path / "state.json"),
+        "TARGET": "org/model",
+        "HEALTH_POLL_S": "0.2",
+    }
+    subprocess.run(
+        ["bash", str(script), str(tmp_path / "results")], check=True, env=env, timeout=300, capture_output=True
+    )
     calibration = calibrate([tmp_path / "results"])
     ks = measurement_ks(outcome.recommendation)
-    assert {(p.concurrency, p.num_speculative_tokens) for p in calibration.bench.points} == {(b, k) for b in (1, 8, 64) for k in ks}
+    assert {(p.concurrency, p.num_speculative_tokens) for p in calibration.bench.points} == {
+        (b, k) for b in (1, 8, 64) for k in ks
+    }
     assert calibration.num_positions == max(ks)

@@ -36,9 +36,20 @@ TARGET = GPUTarget("cuda", 90, 32)
 # The kernels' named-tuple arguments and their fields' types (others: *fp32 pointers).
 GROUPS = {"logits": Logits, "inputs": Inputs, "work": Workspace, "sizes": Sizes, "outputs": Outputs}
 FIELD_TYPES = {
-    "target": "*fp32", "draft": "*bf16", "draft_tokens": "*i64", "seed": "*i64", "draft_first_max": "*i32",
-    "plan": "*i32", "tile_token": "*i32", "excluded_token": "*i32", "residual_token": "*i32", "tokens": "*i64",
-    "num_tokens": "*i32", "counter_ptr": "*i32", "target_rows": "*i64", "draft_rows": "*i64",
+    "target": "*fp32",
+    "draft": "*bf16",
+    "draft_tokens": "*i64",
+    "seed": "*i64",
+    "draft_first_max": "*i32",
+    "plan": "*i32",
+    "tile_token": "*i32",
+    "excluded_token": "*i32",
+    "residual_token": "*i32",
+    "tokens": "*i64",
+    "num_tokens": "*i32",
+    "counter_ptr": "*i32",
+    "target_rows": "*i64",
+    "draft_rows": "*i64",
 }
 
 
@@ -63,7 +74,9 @@ def signature(fn, constexprs, logits=None, row_table=0):
             sig[name] = "constexpr"
         elif name in GROUPS:
             group = GROUPS[name]
-            sig[name] = group(*("constexpr" if field == "row_table" else field_type(field, logits) for field in group._fields))
+            sig[name] = group(
+                *("constexpr" if field == "row_table" else field_type(field, logits) for field in group._fields)
+            )
             for j, field in enumerate(group._fields):
                 if field == "row_table":
                     inside[(i, j)] = row_table
@@ -143,16 +156,21 @@ def resources(kernel, one_hot_small_grid: bool = False) -> str:
         ptx, cubin = os.path.join(directory, "kernel.ptx"), os.path.join(directory, "kernel.cubin")
         with open(ptx, "w") as handle:
             handle.write(kernel.asm["ptx"])
-        report = subprocess.run([os.path.join(tools, "ptxas"), "--gpu-name", "sm_90a", "-v", ptx, "-o", cubin],
-                                capture_output=True, text=True).stderr
+        report = subprocess.run(
+            [os.path.join(tools, "ptxas"), "--gpu-name", "sm_90a", "-v", ptx, "-o", cubin],
+            capture_output=True,
+            text=True,
+        ).stderr
         sass = subprocess.run([os.path.join(tools, "cuobjdump"), "-sass", cubin], capture_output=True, text=True).stdout
     registers = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores", report)
     stack = re.search(r"(\d+) bytes stack frame", report)
     waves = load_waves_after_ticket(sass) if one_hot_small_grid else "-"
-    return (f"registers={registers.group(1) if registers else '?'} load_waves_after_ticket={waves} "
-            f"spill_stores={spills.group(1) if spills else '?'} stack={stack.group(1) if stack else '?'} "
-            f"index_conversions={index_conversions(kernel)}")
+    return (
+        f"registers={registers.group(1) if registers else '?'} load_waves_after_ticket={waves} "
+        f"spill_stores={spills.group(1) if spills else '?'} stack={stack.group(1) if stack else '?'} "
+        f"index_conversions={index_conversions(kernel)}"
+    )
 
 
 def load_waves_after_ticket(sass: str) -> str:
@@ -168,7 +186,7 @@ def load_waves_after_ticket(sass: str) -> str:
     if len(tickets) != 1:
         return "?"
     waves, step_since_load, loaded = 0, False, False
-    for text in instructions[tickets[0] + 1:]:
+    for text in instructions[tickets[0] + 1 :]:
         if re.search(r"\bLDG\.", text):
             if not loaded or step_since_load:
                 waves += 1
@@ -193,24 +211,54 @@ def variants():
     padding = dict(ROWS_PAD=8, TILES_PAD=64)
     for has_draft in (False, True):
         for tma, per_program, stages in ((False, 1, 1), (True, 8, 3)):
-            yield _verify_kernel._verify_kernel, None, dict(
-                HAS_DRAFT=has_draft, USE_TMA=tma, TILES_PER_PROGRAM=per_program, STAGES=stages, TILE=DEFAULT_TILE,
-                BLOCK_R=1,
+            yield (
+                _verify_kernel._verify_kernel,
+                None,
+                dict(
+                    HAS_DRAFT=has_draft,
+                    USE_TMA=tma,
+                    TILES_PER_PROGRAM=per_program,
+                    STAGES=stages,
+                    TILE=DEFAULT_TILE,
+                    BLOCK_R=1,
+                ),
             )
     for method in (0, 1, 2):
         for has_draft in (False, True):
-            yield _decision._decide_kernel, None, dict(METHOD=method, HAS_DRAFT=has_draft, TILE=DEFAULT_TILE, BLOCK_R=1,
-                                                       **padding)
-        yield _residual_kernel._residual_kernel, None, dict(SLOTS=7 if method == 1 else 1, TILE=DEFAULT_TILE, BLOCK_R=1,
-                                                             ROWS_PAD=8, TILES_PER_PROGRAM=1)
-        yield _residual_kernel._decide_residual_kernel, None, dict(METHOD=method, TILE=DEFAULT_TILE, BLOCK_R=1, **padding)
+            yield (
+                _decision._decide_kernel,
+                None,
+                dict(METHOD=method, HAS_DRAFT=has_draft, TILE=DEFAULT_TILE, BLOCK_R=1, **padding),
+            )
+        yield (
+            _residual_kernel._residual_kernel,
+            None,
+            dict(SLOTS=7 if method == 1 else 1, TILE=DEFAULT_TILE, BLOCK_R=1, ROWS_PAD=8, TILES_PER_PROGRAM=1),
+        )
+        yield (
+            _residual_kernel._decide_residual_kernel,
+            None,
+            dict(METHOD=method, TILE=DEFAULT_TILE, BLOCK_R=1, **padding),
+        )
         # The small-grid kernel as launched (the register cap that keeps two programs an SM);
         # with draft logits the barrier kernel and the two launches around it.
         for has_draft, stage in ((False, 0), (True, 0), (True, 1), (True, 2)):
-            options = {"num_warps": 8, "maxnreg": _plan.SMALL_GRID_REGISTERS,
-                       "launch_cooperative_grid": has_draft and stage == 0}
-            yield _small_grid._small_grid_kernel, options, dict(
-                METHOD=method, HAS_DRAFT=has_draft, STAGE=stage, TILE=DEFAULT_TILE, BLOCK_R=1, **padding,
+            options = {
+                "num_warps": 8,
+                "maxnreg": _plan.SMALL_GRID_REGISTERS,
+                "launch_cooperative_grid": has_draft and stage == 0,
+            }
+            yield (
+                _small_grid._small_grid_kernel,
+                options,
+                dict(
+                    METHOD=method,
+                    HAS_DRAFT=has_draft,
+                    STAGE=stage,
+                    TILE=DEFAULT_TILE,
+                    BLOCK_R=1,
+                    **padding,
+                ),
             )
 
 
@@ -225,7 +273,12 @@ def launched_pass_a():
         draft = dict(HAS_DRAFT=has_draft, TILE=DEFAULT_TILE, BLOCK_R=1)
         yield "*fp32", {"num_warps": 4}, dict(USE_TMA=True, TILES_PER_PROGRAM=16, STAGES=_plan.BULK_STAGES, **draft), 0
         for logits, cap in (("*fp32", _plan.FP32_REGISTERS), ("*bf16", _plan.SIXTEEN_BIT_REGISTERS)):
-            yield logits, {"num_warps": 4, "maxnreg": cap}, dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft), 0
+            yield (
+                logits,
+                {"num_warps": 4, "maxnreg": cap},
+                dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft),
+                0,
+            )
         plain = dict(USE_TMA=False, TILES_PER_PROGRAM=1, STAGES=1, **draft)
         cap = _plan.ROW_TABLE_REGISTERS if has_draft else _plan.FP32_REGISTERS
         yield "*fp32", {"num_warps": 4, "maxnreg": cap}, plain, 1
@@ -245,8 +298,10 @@ def main() -> int:
     if ptx_directory:
         os.makedirs(ptx_directory, exist_ok=True)
     jobs = [(fn, options, None, constexprs, 0, "ok") for fn, options, constexprs in variants()]
-    jobs += [(_verify_kernel._verify_kernel, options, logits, constexprs, row_table, "launched")
-             for logits, options, constexprs, row_table in launched_pass_a()]
+    jobs += [
+        (_verify_kernel._verify_kernel, options, logits, constexprs, row_table, "launched")
+        for logits, options, constexprs, row_table in launched_pass_a()
+    ]
     for fn, options, logits, constexprs, row_table, tag in jobs:
         try:
             kernel = compile_variant(fn, options, logits, row_table, **constexprs)

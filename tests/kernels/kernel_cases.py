@@ -109,7 +109,9 @@ def assert_distribution(samples: torch.Tensor, probs: torch.Tensor, label: str) 
     assert samples.numel() > 0, f"{label}: no samples"
     statistic, df = chi_square(samples, probs)
     threshold = df + 10 * math.sqrt(2 * df)
-    assert statistic < threshold, f"{label}: chi2 = {statistic:.1f} >= {threshold:.1f} (df = {df}, n = {samples.numel()})"
+    assert statistic < threshold, (
+        f"{label}: chi2 = {statistic:.1f} >= {threshold:.1f} (df = {df}, n = {samples.numel()})"
+    )
 
 
 def assert_every_position(tokens: torch.Tensor, num_tokens: torch.Tensor, probs: torch.Tensor, label: str) -> None:

@@ -8,15 +8,20 @@ from kernel_cases import run
 def _batch(device, dtype, num_requests=96, num_drafts=5, vocab=77, seed=0):
     generator = torch.Generator().manual_seed(seed)
     target = (torch.randn(num_requests, num_drafts + 1, vocab, generator=generator) * 2).to(dtype)
-    draft = (target[:, :num_drafts].float() + torch.randn(num_requests, num_drafts, vocab, generator=generator)).to(dtype)
+    draft = (target[:, :num_drafts].float() + torch.randn(num_requests, num_drafts, vocab, generator=generator)).to(
+        dtype
+    )
     drafts = torch.multinomial(torch.softmax(draft.float().view(-1, vocab), -1), 1, generator=generator)
     drafts = drafts.view(num_requests, num_drafts)
     drafts[::7, 3:] = -1
     drafts[1::11, 2] = vocab + 3
     temperature = torch.tensor([0.0, 0.6, 1.0])[torch.arange(num_requests) % 3]
     return dict(
-        target_logits=target.to(device), draft_tokens=drafts.to(device), draft_logits=draft.to(device),
-        temperature=temperature.to(device), seed=torch.arange(num_requests, device=device) * 31,
+        target_logits=target.to(device),
+        draft_tokens=drafts.to(device),
+        draft_logits=draft.to(device),
+        temperature=temperature.to(device),
+        seed=torch.arange(num_requests, device=device) * 31,
     )
 
 
@@ -62,8 +67,10 @@ def test_a_residual_without_mass_falls_back_to_the_plain_target(method, device):
     draft = target[:, :num_drafts].clone()
     draft[:, :, token] = -29.0
     batch = dict(
-        target_logits=target.to(device), draft_tokens=torch.full((num_requests, num_drafts), token, device=device),
-        draft_logits=draft.to(device), temperature=torch.ones(num_requests, device=device),
+        target_logits=target.to(device),
+        draft_tokens=torch.full((num_requests, num_drafts), token, device=device),
+        draft_logits=draft.to(device),
+        temperature=torch.ones(num_requests, device=device),
         seed=torch.arange(num_requests, device=device) * 7 + 1,
     )
     results = {backend: run(backend, method=method, **batch) for backend in ("triton", "small_grid", "reference")}

@@ -14,8 +14,11 @@ def _mixed_batch(device, num_requests=24, num_drafts=4, vocab=45, seed=0):
     drafts[torch.arange(num_drafts)[None, :] >= ragged[:, None]] = -1  # ragged K as -1 padding
     temperature = torch.tensor([0.0, 0.5, 1.0, 1.3])[torch.arange(num_requests) % 4]
     return dict(
-        target_logits=target.to(device), draft_tokens=drafts.to(device), draft_logits=draft.to(device),
-        temperature=temperature.to(device), seed=(torch.arange(num_requests) * 7919 + 3).to(device),
+        target_logits=target.to(device),
+        draft_tokens=drafts.to(device),
+        draft_logits=draft.to(device),
+        temperature=temperature.to(device),
+        seed=(torch.arange(num_requests) * 7919 + 3).to(device),
     )
 
 
@@ -75,8 +78,13 @@ def test_small_grid_and_separate_launches_give_the_same_tokens(method, with_draf
     batch = _mixed_batch(device, num_requests=12 if vocab < 1000 else 8, vocab=vocab)
     rates = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device) if method == "synthetic" else None
     inputs = validate_inputs(
-        batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
-        batch["temperature"], batch["seed"], method, rates,
+        batch["target_logits"],
+        batch["draft_tokens"],
+        batch["draft_logits"] if with_draft_logits else None,
+        batch["temperature"],
+        batch["seed"],
+        method,
+        rates,
     )
     fused = launch(inputs, plan_for(inputs, tile=tile_size, small_grid=True))
     separate = launch(inputs, plan_for(inputs, tile=tile_size, small_grid=False))
@@ -85,17 +93,20 @@ def test_small_grid_and_separate_launches_give_the_same_tokens(method, with_draf
 
 @pytest.mark.parametrize("method", ["standard", "block"])
 @pytest.mark.parametrize("with_draft_logits", [False, True])
-@pytest.mark.parametrize("knobs", [
-    dict(bulk_copies=False, pass_a_tiles=1, stages=1),
-    dict(bulk_copies=True, pass_a_tiles=1, stages=1),
-    dict(bulk_copies=True, pass_a_tiles=3, stages=3),
-    dict(bulk_copies=False, pass_a_tiles=4, stages=2),
-    dict(bulk_copies=False, pass_a_tiles=1, pass_a_warps=8, decide_warps=2, small_grid=False),
-    dict(bulk_copies=False, pass_a_tiles=1, small_grid=True),
-    dict(bulk_copies=False, pass_a_tiles=1, small_grid=False, pass_a_registers=72),  # compiled only
-    dict(bulk_copies=False, pass_a_tiles=4, small_grid=False, pass_a_registers=72, residual_tiles=1),
-    dict(bulk_copies=False, pass_a_tiles=1, small_grid=False, residual_tiles=3),
-])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(bulk_copies=False, pass_a_tiles=1, stages=1),
+        dict(bulk_copies=True, pass_a_tiles=1, stages=1),
+        dict(bulk_copies=True, pass_a_tiles=3, stages=3),
+        dict(bulk_copies=False, pass_a_tiles=4, stages=2),
+        dict(bulk_copies=False, pass_a_tiles=1, pass_a_warps=8, decide_warps=2, small_grid=False),
+        dict(bulk_copies=False, pass_a_tiles=1, small_grid=True),
+        dict(bulk_copies=False, pass_a_tiles=1, small_grid=False, pass_a_registers=72),  # compiled only
+        dict(bulk_copies=False, pass_a_tiles=4, small_grid=False, pass_a_registers=72, residual_tiles=1),
+        dict(bulk_copies=False, pass_a_tiles=1, small_grid=False, residual_tiles=3),
+    ],
+)
 def test_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, device):
     # Bulk copies or plain loads, tiles per program (5 tiles: 3 leaves a ragged last chunk), copies
     # in flight, warps, register caps and pass B's tiles per program only change how the logits are
@@ -105,8 +116,13 @@ def test_read_schedule_does_not_change_tokens(method, with_draft_logits, knobs, 
 
     batch = _mixed_batch(device, num_requests=6, vocab=300)
     inputs = validate_inputs(
-        batch["target_logits"], batch["draft_tokens"], batch["draft_logits"] if with_draft_logits else None,
-        batch["temperature"], batch["seed"], method, None,
+        batch["target_logits"],
+        batch["draft_tokens"],
+        batch["draft_logits"] if with_draft_logits else None,
+        batch["temperature"],
+        batch["seed"],
+        method,
+        None,
     )
     baseline = launch(inputs, plan_for(inputs, tile=64, bulk_copies=False, pass_a_tiles=1, stages=1))
     varied = launch(inputs, plan_for(inputs, tile=64, **knobs))
@@ -136,10 +152,17 @@ def test_small_grid_hands_its_counters_back_at_zero(with_draft_logits, device):
     first = None
     for num_requests, block_requests in ((5, 1), (3, 2), (5, 1)):
         inputs = validate_inputs(
-            batch["target_logits"][:num_requests], batch["draft_tokens"][:num_requests], draft_logits if draft_logits is None
-            else draft_logits[:num_requests], batch["temperature"][:num_requests], batch["seed"][:num_requests], "block", None,
+            batch["target_logits"][:num_requests],
+            batch["draft_tokens"][:num_requests],
+            draft_logits if draft_logits is None else draft_logits[:num_requests],
+            batch["temperature"][:num_requests],
+            batch["seed"][:num_requests],
+            "block",
+            None,
         )
-        result = _launcher.launch(inputs, _launcher.plan_for(inputs, tile=64, small_grid=True, block_requests=block_requests))
+        result = _launcher.launch(
+            inputs, _launcher.plan_for(inputs, tile=64, small_grid=True, block_requests=block_requests)
+        )
         first = first or result
     assert torch.equal(result[0], first[0]) and torch.equal(result[1], first[1])
     key = torch.device(device) if device == "cpu" else torch.device("cuda", torch.cuda.current_device())
@@ -158,8 +181,15 @@ def test_small_grid_barrier_and_two_launches_give_the_same_tokens(device):
     batch = _mixed_batch(device, num_requests=4, vocab=300)
     for method in ("standard", "block", "synthetic"):
         rates = torch.tensor([0.8, 0.7, 0.6, 0.5], device=device) if method == "synthetic" else None
-        inputs = validate_inputs(batch["target_logits"], batch["draft_tokens"], batch["draft_logits"],
-                                 batch["temperature"], batch["seed"], method, rates)
+        inputs = validate_inputs(
+            batch["target_logits"],
+            batch["draft_tokens"],
+            batch["draft_logits"],
+            batch["temperature"],
+            batch["seed"],
+            method,
+            rates,
+        )
         with_barrier = launch(inputs, plan_for(inputs, tile=64, small_grid=True, barrier=True))
         around = launch(inputs, plan_for(inputs, tile=64, small_grid=True, barrier=False))
         assert torch.equal(with_barrier[0], around[0]) and torch.equal(with_barrier[1], around[1]), method

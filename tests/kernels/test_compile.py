@@ -23,7 +23,9 @@ def test_kernels_compile_for_sm90_without_a_gpu():
     assert len(variants) == 28, result.stdout
     capped = [line for line in variants if "'maxnreg'" in line]  # the small-grid kernel under its cap
     assert len(capped) == 12, result.stdout
-    assert all(line.endswith("spill_stores=0 stack=0 index_conversions=0") for line in variants if line not in capped), result.stdout
+    assert all(
+        line.endswith("spill_stores=0 stack=0 index_conversions=0") for line in variants if line not in capped
+    ), result.stdout
     # No kernel lays a tile's token ids or race hash out apart from its logits (see index_conversions).
     for line in result.stdout.splitlines():
         if line.startswith(("ok ", "launched ")):
@@ -43,7 +45,9 @@ def test_kernels_compile_for_sm90_without_a_gpu():
         assert spills <= 16 and stack <= 16, line
     # The one-hot decider issues every load it needs at once after its ticket (once it waited on
     # seven dependent waves in this count: draft tokens, statistics, the draft's logit, the draws).
-    one_hot = [line for line in result.stdout.splitlines() if "_small_grid_kernel" in line and "'HAS_DRAFT': False" in line]
+    one_hot = [
+        line for line in result.stdout.splitlines() if "_small_grid_kernel" in line and "'HAS_DRAFT': False" in line
+    ]
     assert len(one_hot) == 3, result.stdout
     for line in one_hot:
         assert "load_waves_after_ticket=1 " in line, line

@@ -7,8 +7,7 @@ import sys
 import pytest
 import torch
 
-from spectune.kernels import rejection_sample
-from spectune.kernels import reference
+from spectune.kernels import reference, rejection_sample
 
 ENTRY_POINTS = {"triton": rejection_sample, "reference": reference.rejection_sample}
 
@@ -39,17 +38,28 @@ BAD_CASES = [
     ("seed", lambda a: a.update(seed=torch.arange(4)), "shape must be [R]"),
     ("method", lambda a: a.update(method="fly"), "must be one of standard, block, synthetic, got 'fly'"),
     ("synthetic_conditional_rates", lambda a: a.update(method="synthetic"), "is required, got None"),
-    ("synthetic_conditional_rates", lambda a: a.update(synthetic_conditional_rates=torch.ones(2)),
-     "must be None unless method == 'synthetic'"),
-    ("synthetic_conditional_rates", lambda a: a.update(method="synthetic", synthetic_conditional_rates=torch.ones(3)),
-     "shape must be [K]"),
-    ("synthetic_conditional_rates",
-     lambda a: a.update(method="synthetic", synthetic_conditional_rates=torch.tensor([0.5, 1.5])), "must be in [0, 1]"),
+    (
+        "synthetic_conditional_rates",
+        lambda a: a.update(synthetic_conditional_rates=torch.ones(2)),
+        "must be None unless method == 'synthetic'",
+    ),
+    (
+        "synthetic_conditional_rates",
+        lambda a: a.update(method="synthetic", synthetic_conditional_rates=torch.ones(3)),
+        "shape must be [K]",
+    ),
+    (
+        "synthetic_conditional_rates",
+        lambda a: a.update(method="synthetic", synthetic_conditional_rates=torch.tensor([0.5, 1.5])),
+        "must be in [0, 1]",
+    ),
 ]
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
-@pytest.mark.parametrize(("argument", "breaker", "message"), BAD_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CASES)])
+@pytest.mark.parametrize(
+    ("argument", "breaker", "message"), BAD_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CASES)]
+)
 def test_bad_argument_raises_value_error_naming_it(entry, argument, breaker, message):
     arguments = _arguments("cpu")
     breaker(arguments)
@@ -103,7 +113,9 @@ def test_cpu_tensors_without_the_interpreter_raise_a_clear_error():
         "    print(error)\n"
     )
     environment = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("target_logits: is on the CPU"), result.stdout
     assert "TRITON_INTERPRET=1" in result.stdout

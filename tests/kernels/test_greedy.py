@@ -25,8 +25,12 @@ def _greedy_batch(num_requests, num_drafts, vocab, device, dtype=torch.float32, 
 def test_greedy_matches_the_loop_rule_exactly(backend, method, dtype, device):
     target, drafts = _greedy_batch(40, 4, 37, device, dtype)
     tokens, num_tokens = run(
-        backend, target_logits=target, draft_tokens=drafts, method=method,
-        temperature=torch.zeros(40, device=device), seed=torch.arange(40, device=device),
+        backend,
+        target_logits=target,
+        draft_tokens=drafts,
+        method=method,
+        temperature=torch.zeros(40, device=device),
+        seed=torch.arange(40, device=device),
     )
     expected_tokens, expected_counts = greedy_expected(target, drafts)
     assert torch.equal(num_tokens.cpu(), expected_counts)
@@ -41,8 +45,12 @@ def test_greedy_across_vocabulary_tiles_takes_the_first_maximum(backend, device)
     target[4:8, :, 250] = 99.0
     target[4:8, :, 70] = 99.0  # tie across tiles: 70 wins
     tokens, num_tokens = run(
-        backend, tile_size=64, target_logits=target, draft_tokens=drafts,
-        temperature=torch.zeros(24, device=device), seed=torch.arange(24, device=device),
+        backend,
+        tile_size=64,
+        target_logits=target,
+        draft_tokens=drafts,
+        temperature=torch.zeros(24, device=device),
+        seed=torch.arange(24, device=device),
     )
     expected_tokens, expected_counts = greedy_expected(target, drafts)
     assert torch.equal(num_tokens.cpu(), expected_counts)
@@ -53,11 +61,16 @@ def test_greedy_across_vocabulary_tiles_takes_the_first_maximum(backend, device)
 def test_greedy_requests_in_a_mixed_batch_are_exact(backend, device):
     target, drafts = _greedy_batch(32, 3, 29, device, seed=2)
     temperature = torch.tensor([0.0, 0.7, 1.0, 0.0] * 8, device=device)
-    draft_logits = (target[:, :3] + torch.randn(32, 3, 29, generator=torch.Generator().manual_seed(3)).to(device))
+    draft_logits = target[:, :3] + torch.randn(32, 3, 29, generator=torch.Generator().manual_seed(3)).to(device)
     for logits in (None, draft_logits):
         tokens, num_tokens = run(
-            backend, target_logits=target, draft_tokens=drafts, draft_logits=logits,
-            temperature=temperature, seed=torch.arange(32, device=device), method="block",
+            backend,
+            target_logits=target,
+            draft_tokens=drafts,
+            draft_logits=logits,
+            temperature=temperature,
+            seed=torch.arange(32, device=device),
+            method="block",
         )
         greedy = (temperature == 0).cpu()
         expected_tokens, expected_counts = greedy_expected(target, drafts)
@@ -74,8 +87,11 @@ def test_greedy_rows_of_nan_or_minus_inf_emit_in_range_tokens(backend, device):
     target[2, 0, 17] = 5.0  # NaNs are ignored: 17 is the argmax
     target[3, 1, 9] = math.inf
     tokens, num_tokens = run(
-        backend, target_logits=target, draft_tokens=drafts,
-        temperature=torch.zeros(6, device=device), seed=torch.arange(6, device=device),
+        backend,
+        target_logits=target,
+        draft_tokens=drafts,
+        temperature=torch.zeros(6, device=device),
+        seed=torch.arange(6, device=device),
     )
     expected_tokens, expected_counts = greedy_expected(target, drafts)
     assert torch.equal(tokens.cpu(), expected_tokens)
@@ -101,8 +117,13 @@ def test_greedy_tokens_from_tile_argmaxes_match_the_re_read(fused, device):
     target[6, :, 64:128] = math.nan  # a whole tile of NaN beside finite tiles
     target[7, :, :128] = -math.inf
     tokens, num_tokens = run(
-        "triton", tile_size=64, fused=fused, target_logits=target, draft_tokens=drafts,
-        temperature=torch.zeros(10, device=device), seed=torch.arange(10, device=device),
+        "triton",
+        tile_size=64,
+        fused=fused,
+        target_logits=target,
+        draft_tokens=drafts,
+        temperature=torch.zeros(10, device=device),
+        seed=torch.arange(10, device=device),
     )
     expected_tokens, expected_counts = greedy_expected(target, drafts)
     assert torch.equal(tokens.cpu(), expected_tokens)

@@ -1,7 +1,7 @@
 """The twin's Philox4x32-10 gives Random123's known answers and Triton's exact bits."""
 
-import pytest
 import numpy as np
+import pytest
 import torch
 
 from spectune.kernels._philox import philox4x32, uint32_to_uniform
@@ -17,8 +17,11 @@ def _words(seed, c0, c1, c2, c3):
     [  # Random123 kat_vectors for philox4x32_10
         ((0, 0), (0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
         ((0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF,) * 4, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-        ((0xA4093822, 0x299F31D0), (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
-         (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+        (
+            (0xA4093822, 0x299F31D0),
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
     ],
 )
 def test_known_answer_vectors(key, counter, expected):

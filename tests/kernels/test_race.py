@@ -10,14 +10,16 @@ import triton.language as tl
 from kernel_cases import assert_distribution
 
 from spectune.kernels._reference_rows import race_noise
-from spectune.kernels._sampling import race_noise as kernel_race_noise
 from spectune.kernels._sampling import race_keys, race_winner
+from spectune.kernels._sampling import race_noise as kernel_race_noise
 
 
 def _keys(num_rows, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return (torch.randint(0, 2**32, (num_rows,), generator=generator, dtype=torch.int64),
-            torch.randint(0, 2**32, (num_rows,), generator=generator, dtype=torch.int64))
+    return (
+        torch.randint(0, 2**32, (num_rows,), generator=generator, dtype=torch.int64),
+        torch.randint(0, 2**32, (num_rows,), generator=generator, dtype=torch.int64),
+    )
 
 
 def test_noise_is_exponential_with_its_small_values_resolved():
@@ -82,8 +84,9 @@ def test_race_wins_in_proportion_to_the_weights(backend, device):
     key_lo, key_hi = _keys(num_draws, seed=7)
     if backend == "kernel":
         winners = torch.empty(num_draws, dtype=torch.int32, device=device)
-        _winner_kernel[(num_draws // 1024,)](log_weights.to(device), key_lo.to(device), key_hi.to(device), winners,
-                                              N=8, ROWS=1024)
+        _winner_kernel[(num_draws // 1024,)](
+            log_weights.to(device), key_lo.to(device), key_hi.to(device), winners, N=8, ROWS=1024
+        )
         winners = winners.cpu().long()
     else:
         tokens = torch.arange(8, dtype=torch.int64)[None, :].expand(num_draws, -1)

@@ -19,8 +19,12 @@ def _banks(device, num_requests=10, num_drafts=3, vocab=300, bank_rows=17, seed=
     tokens[1, 1:] = -1  # a placeholder
     temperature = torch.tensor([0.0, 0.7, 1.0, 1.3])[torch.arange(num_requests) % 4]
     return dict(
-        target_bank=target_bank, draft_bank=draft_bank, rows=rows.to(device), draft_tokens=tokens.to(device),
-        temperature=temperature.to(device), seed=(torch.arange(num_requests) * 7919 + 3).to(device),
+        target_bank=target_bank,
+        draft_bank=draft_bank,
+        rows=rows.to(device),
+        draft_tokens=tokens.to(device),
+        temperature=temperature.to(device),
+        seed=(torch.arange(num_requests) * 7919 + 3).to(device),
     )
 
 
@@ -34,8 +38,13 @@ def test_row_table_gives_the_tokens_of_gathered_rows(method, with_draft_logits, 
     num_drafts, vocab = num_rows - 1, target_bank.shape[1]
     rates = torch.tensor([0.8, 0.7, 0.6], device=device) if method == "synthetic" else None
     gathered = validate_inputs(
-        target_bank[rows], case["draft_tokens"], draft_bank[rows[:, :num_drafts]] if with_draft_logits else None,
-        case["temperature"], case["seed"], method, rates,
+        target_bank[rows],
+        case["draft_tokens"],
+        draft_bank[rows[:, :num_drafts]] if with_draft_logits else None,
+        case["temperature"],
+        case["seed"],
+        method,
+        rates,
     )
     expected = launch(gathered, plan_for(gathered, small_grid=small_grid))
 
@@ -49,8 +58,13 @@ def test_row_table_gives_the_tokens_of_gathered_rows(method, with_draft_logits, 
         (rows[:, :num_drafts] * vocab).contiguous() if with_draft_logits else None,
     )
     banked = validate_inputs(
-        carrier, case["draft_tokens"], draft_carrier if with_draft_logits else None, case["temperature"], case["seed"],
-        method, rates,
+        carrier,
+        case["draft_tokens"],
+        draft_carrier if with_draft_logits else None,
+        case["temperature"],
+        case["seed"],
+        method,
+        rates,
     )
     tokens, counts = launch(banked, plan_for(banked, aligned=False, small_grid=small_grid), rows=table)
     assert (table.target < 0).any()
@@ -62,7 +76,9 @@ def test_row_table_that_does_not_fit_the_call_is_refused(device):
     case = _banks(device, num_requests=4, num_drafts=2, vocab=50)
     target_bank, rows = case["target_bank"], case["rows"]
     carrier = target_bank[0].as_strided((4, 3, 50), (0, 0, 1))
-    inputs = validate_inputs(carrier, case["draft_tokens"], carrier[:, :2], case["temperature"], case["seed"], "standard", None)
+    inputs = validate_inputs(
+        carrier, case["draft_tokens"], carrier[:, :2], case["temperature"], case["seed"], "standard", None
+    )
     with pytest.raises(ValueError, match=r"rows.target: must be a contiguous int64 tensor \[4, 3\].*got torch.int32"):
         launch(inputs, rows=RowTable((rows * 50).to(torch.int32), (rows[:, :2] * 50).contiguous()))
     with pytest.raises(ValueError, match="rows.draft: draft_logits were given, so draft rows are required, got None"):

@@ -26,11 +26,21 @@ def test_banked_twin_equals_the_twin_on_the_same_rows(sampling, method, vocab, t
         seeds = torch.randint(0, 2**62, (requests,), generator=torch.Generator().manual_seed(100 + seed))
         rates_k = synthetic[:k] if synthetic is not None else None
         expected = rejection_sample(
-            logits.target_logits, logits.draft_tokens, draft_logits=logits.draft_logits, temperature=logits.temperature,
-            seed=seeds, method=method, synthetic_conditional_rates=rates_k,
+            logits.target_logits,
+            logits.draft_tokens,
+            draft_logits=logits.draft_logits,
+            temperature=logits.temperature,
+            seed=seeds,
+            method=method,
+            synthetic_conditional_rates=rates_k,
         )
         got = rejection_sample_banked(
-            bank, step.rows, step.draft_tokens, temperature=step.temperature, seed=seeds, method=method,
+            bank,
+            step.rows,
+            step.draft_tokens,
+            temperature=step.temperature,
+            seed=seeds,
+            method=method,
             synthetic_conditional_rates=rates_k,
         )
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), f"seed {seed}"

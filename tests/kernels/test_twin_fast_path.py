@@ -13,8 +13,11 @@ from spectune.workload import LogitSynthesizer
 
 def _full_race(weights: np.ndarray, key_lo: np.ndarray, key_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     token, has_mass = two_level_sample(
-        torch.from_numpy(weights), torch.zeros(len(weights)), torch.from_numpy(key_lo.astype(np.int64)),
-        torch.from_numpy(key_hi.astype(np.int64)), tile_size=4096,
+        torch.from_numpy(weights),
+        torch.zeros(len(weights)),
+        torch.from_numpy(key_lo.astype(np.int64)),
+        torch.from_numpy(key_hi.astype(np.int64)),
+        tile_size=4096,
     )
     return token.numpy(), has_mass.numpy()
 
@@ -51,8 +54,12 @@ def test_the_pruned_race_picks_the_full_races_token(vocab):
 def test_the_race_bounds_hold_for_every_hash_of_their_bucket():
     rng = np.random.default_rng(0)
     bounds = race_bounds().astype(np.float64) * 2.0**-23
-    edges = (np.arange(2**16, dtype=np.uint64) << np.uint64(16))[:, None] + np.array([0, 1, 2, 65533, 65534, 65535], dtype=np.uint64)
-    hashes = np.concatenate([rng.integers(0, 2**32, 2**22, dtype=np.uint64), edges.ravel(), np.arange(2**16, dtype=np.uint64)])
+    edges = (np.arange(2**16, dtype=np.uint64) << np.uint64(16))[:, None] + np.array(
+        [0, 1, 2, 65533, 65534, 65535], dtype=np.uint64
+    )
+    hashes = np.concatenate(
+        [rng.integers(0, 2**32, 2**22, dtype=np.uint64), edges.ravel(), np.arange(2**16, dtype=np.uint64)]
+    )
     hashes = hashes.astype(np.uint32)
     negative_noise = -noise_from_hash(hashes).double().numpy()
     # What the bound must cover beyond -log2 E: the bit trick's under-read of log2 w.
@@ -94,14 +101,30 @@ def test_counts_only_equal_the_twins_counts_with_placeholders_and_temperature_mi
         rates_k = synthetic[:k] if synthetic is not None else None
         logits = synthesizer.generate(index, torch.Generator().manual_seed(seed), num_speculative_tokens=k)
         expected = rejection_sample(
-            logits.target_logits, drafts, draft_logits=logits.draft_logits, temperature=step.temperature, seed=seeds,
-            method=method, synthetic_conditional_rates=rates_k,
+            logits.target_logits,
+            drafts,
+            draft_logits=logits.draft_logits,
+            temperature=step.temperature,
+            seed=seeds,
+            method=method,
+            synthetic_conditional_rates=rates_k,
         )
         banked = rejection_sample_banked(
-            bank, rows, drafts, temperature=step.temperature, seed=seeds, method=method, synthetic_conditional_rates=rates_k
+            bank,
+            rows,
+            drafts,
+            temperature=step.temperature,
+            seed=seeds,
+            method=method,
+            synthetic_conditional_rates=rates_k,
         )
         counts = count_emitted_banked(
-            bank, rows.numpy(), drafts.numpy(), temperature=step.temperature.numpy(), seed=seeds.numpy(), method=method,
+            bank,
+            rows.numpy(),
+            drafts.numpy(),
+            temperature=step.temperature.numpy(),
+            seed=seeds.numpy(),
+            method=method,
             synthetic_conditional_rates=rates_k.numpy() if rates_k is not None else None,
         )
         assert torch.equal(banked[0], expected[0]) and torch.equal(banked[1], expected[1]), f"seed {seed}"
@@ -110,11 +133,15 @@ def test_counts_only_equal_the_twins_counts_with_placeholders_and_temperature_mi
 
 def test_host_rows_are_the_same_step_as_torch_rows():
     for sampling in ("greedy", "probabilistic"):
-        synthesizer = LogitSynthesizer([0.8, 0.6, 0.5], [0.0, 0.7], vocab_size=96, draft_sample_method=sampling, bank_rows=32)
+        synthesizer = LogitSynthesizer(
+            [0.8, 0.6, 0.5], [0.0, 0.7], vocab_size=96, draft_sample_method=sampling, bank_rows=32
+        )
         index = torch.randint(0, 2, (50,), generator=torch.Generator().manual_seed(2))
         for k in (1, 3):
             step = synthesizer.generate_rows(index, torch.Generator().manual_seed(k), num_speculative_tokens=k)
-            rows, tokens, temperature = synthesizer.generate_host_rows(index.numpy(), torch.Generator().manual_seed(k), k)
+            rows, tokens, temperature = synthesizer.generate_host_rows(
+                index.numpy(), torch.Generator().manual_seed(k), k
+            )
             assert np.array_equal(rows, step.rows.numpy())
             assert np.array_equal(tokens, step.draft_tokens.numpy())
             assert np.array_equal(temperature, step.temperature.numpy())
@@ -125,5 +152,11 @@ def test_the_fast_path_refuses_a_bank_off_the_cpu():
     bank = RowBank(*synthesizer.banks())
     bank.host = None  # as for a bank on a GPU
     with pytest.raises(ValueError, match="bank on the CPU"):
-        count_emitted_banked(bank, np.zeros((1, 2), dtype=np.int64), np.zeros((1, 1), dtype=np.int64),
-                             temperature=np.ones(1, np.float32), seed=np.zeros(1, np.int64), method="standard")
+        count_emitted_banked(
+            bank,
+            np.zeros((1, 2), dtype=np.int64),
+            np.zeros((1, 1), dtype=np.int64),
+            temperature=np.ones(1, np.float32),
+            seed=np.zeros(1, np.int64),
+            method="standard",
+        )

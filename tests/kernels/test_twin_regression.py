@@ -24,11 +24,15 @@ from spectune.kernels.reference import rejection_sample_from_inputs
 GOLDEN = Path(__file__).parent / "fixtures" / "twin_tokens.json"
 
 
-def _random_case(seed: int, requests: int, drafts: int, vocab: int, dtype: torch.dtype, temperatures: list[float]) -> dict:
+def _random_case(
+    seed: int, requests: int, drafts: int, vocab: int, dtype: torch.dtype, temperatures: list[float]
+) -> dict:
     generator = torch.Generator().manual_seed(seed)
     target = torch.randn(requests, drafts + 1, vocab, generator=generator) * 3
     draft = target[:, :drafts] + torch.randn(requests, drafts, vocab, generator=generator) * 1.5
-    tokens = torch.multinomial(torch.softmax(draft.reshape(-1, vocab), -1), 1, generator=generator).view(requests, drafts)
+    tokens = torch.multinomial(torch.softmax(draft.reshape(-1, vocab), -1), 1, generator=generator).view(
+        requests, drafts
+    )
     if seed % 3 == 0 and drafts > 2:
         tokens[::5, 2:] = -1
         tokens[1::7, 1] = vocab + 2
@@ -38,8 +42,11 @@ def _random_case(seed: int, requests: int, drafts: int, vocab: int, dtype: torch
         draft[2 % requests, 0, :] = float("-inf")
     temperature = torch.tensor(temperatures)[torch.arange(requests) % len(temperatures)]
     return dict(
-        target_logits=target.to(dtype), draft_tokens=tokens, draft_logits=draft.to(dtype),
-        temperature=temperature.float(), seed=torch.randint(0, 2**62, (requests,), generator=generator),
+        target_logits=target.to(dtype),
+        draft_tokens=tokens,
+        draft_logits=draft.to(dtype),
+        temperature=temperature.float(),
+        seed=torch.randint(0, 2**62, (requests,), generator=generator),
     )
 
 
@@ -47,14 +54,21 @@ def _synthesised_case(seed: int, requests: int, drafts: int, vocab: int, samplin
     from spectune.workload import LogitSynthesizer
 
     synthesizer = LogitSynthesizer(
-        [0.8, 0.75, 0.7, 0.7, 0.65, 0.6, 0.6, 0.55][:drafts], [0.0, 0.7, 1.0], vocab_size=vocab,
-        draft_sample_method=sampling, device="cpu", bank_rows=64,
+        [0.8, 0.75, 0.7, 0.7, 0.65, 0.6, 0.6, 0.55][:drafts],
+        [0.0, 0.7, 1.0],
+        vocab_size=vocab,
+        draft_sample_method=sampling,
+        device="cpu",
+        bank_rows=64,
     )
     generator = torch.Generator().manual_seed(seed)
     step = synthesizer.generate(torch.randint(0, 3, (requests,), generator=generator), generator)
     return dict(
-        target_logits=step.target_logits, draft_tokens=step.draft_tokens, draft_logits=step.draft_logits,
-        temperature=step.temperature, seed=torch.randint(0, 2**62, (requests,), generator=generator),
+        target_logits=step.target_logits,
+        draft_tokens=step.draft_tokens,
+        draft_logits=step.draft_logits,
+        temperature=step.temperature,
+        seed=torch.randint(0, 2**62, (requests,), generator=generator),
     )
 
 
@@ -73,7 +87,11 @@ def cases() -> dict[str, tuple[dict, str, int]]:
                     for with_draft in (False, True):
                         tile = 64 if vocab >= 300 and seed % 2 else 4096
                         name = f"r{requests}-k{drafts}-v{vocab}-{str(dtype)[6:]}-{mix}-{method}-{'draft' if with_draft else 'onehot'}-t{tile}"
-                        case = dict(arguments) if with_draft else {k: v for k, v in arguments.items() if k != "draft_logits"}
+                        case = (
+                            dict(arguments)
+                            if with_draft
+                            else {k: v for k, v in arguments.items() if k != "draft_logits"}
+                        )
                         if method == "synthetic":
                             case["synthetic_conditional_rates"] = torch.linspace(0.9, 0.4, drafts)
                         found[name] = (case, method, tile)
@@ -87,8 +105,13 @@ def cases() -> dict[str, tuple[dict, str, int]]:
 
 def digest(arguments: dict, method: str, tile: int) -> str:
     inputs = validate_inputs(
-        arguments["target_logits"], arguments["draft_tokens"], arguments.get("draft_logits"),
-        arguments["temperature"], arguments["seed"], method, arguments.get("synthetic_conditional_rates"),
+        arguments["target_logits"],
+        arguments["draft_tokens"],
+        arguments.get("draft_logits"),
+        arguments["temperature"],
+        arguments["seed"],
+        method,
+        arguments.get("synthetic_conditional_rates"),
     )
     tokens, counts = rejection_sample_from_inputs(inputs, tile_size=tile)
     return hashlib.sha256(tokens.numpy().tobytes() + counts.numpy().tobytes()).hexdigest()[:16]

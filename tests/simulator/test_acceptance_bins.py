@@ -11,7 +11,9 @@ BINS = [
 
 
 def test_the_bin_is_found_by_position_and_extrapolates_by_the_sources_rule():
-    source = AcceptanceSource.model_validate({"conditional_rates": [0.7], "extrapolation": "geometric_decay", "bins": BINS})
+    source = AcceptanceSource.model_validate(
+        {"conditional_rates": [0.7], "extrapolation": "geometric_decay", "bins": BINS}
+    )
     assert [source.bin_index(b) for b in (1, 4, 5, 300)] == [0, 0, 1, 1]
     chosen = source.rates_for_batch(2)
     assert chosen.conditional() == [0.9, 0.8] and chosen.extrapolation == "geometric_decay"

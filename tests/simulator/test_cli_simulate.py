@@ -19,8 +19,14 @@ simulation: {bank_rows: 64}
 """
 
 REQUIRED = {
-    "throughput_tokens_per_s", "tpot_p50_ms", "tpot_p99_ms", "mean_acceptance_length",
-    "acceptance_per_position", "speedup_vs_no_spec", "simulated_steps", "wall_time_s",
+    "throughput_tokens_per_s",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "mean_acceptance_length",
+    "acceptance_per_position",
+    "speedup_vs_no_spec",
+    "simulated_steps",
+    "wall_time_s",
 }
 
 
@@ -40,7 +46,9 @@ def test_json_has_the_documented_fields(tmp_path):
 
 
 def test_set_overrides_a_field_for_a_what_if_run(tmp_path):
-    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--json", "--set", "speculative.num_speculative_tokens=5"])
+    result = runner.invoke(
+        app, ["simulate", str(_write(tmp_path)), "--json", "--set", "speculative.num_speculative_tokens=5"]
+    )
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.output)["acceptance_per_position"]) == 5
 
@@ -83,12 +91,17 @@ def test_measured_table_fit_is_reported(tmp_path):
 
 def test_speculation_off_validates_and_simulates_as_plain_decoding(tmp_path):
     path = tmp_path / "plain.yaml"
-    path.write_text(DOC.replace("speculative: {method: eagle3, num_speculative_tokens: 3}", "speculative: null")
-                    .replace("acceptance: {conditional_rates: [0.7]}\n", ""))
+    path.write_text(
+        DOC.replace("speculative: {method: eagle3, num_speculative_tokens: 3}", "speculative: null").replace(
+            "acceptance: {conditional_rates: [0.7]}\n", ""
+        )
+    )
     checked = runner.invoke(app, ["validate", str(path)])
     assert checked.exit_code == 0 and "1 valid" in checked.output, checked.output
     table = runner.invoke(app, ["simulate", str(path), "--no-baseline"])
-    assert table.exit_code == 0 and "cli: no speculation · Llama-3.1-8B" in table.output.replace("\n", " "), table.output
+    assert table.exit_code == 0 and "cli: no speculation · Llama-3.1-8B" in table.output.replace("\n", " "), (
+        table.output
+    )
     assert "acceptance length" not in table.output
     values = json.loads(runner.invoke(app, ["simulate", str(path), "--json"]).output)
     assert (values["num_drafts"], values["mean_acceptance_length"], values["speedup_vs_no_spec"]) == (0, None, 1.0)

@@ -48,7 +48,9 @@ def test_the_library_checks_the_interpreter_and_never_switches_it_on(document):
     result = _run(["-c", script], interpret=None)
     assert result.returncode == 0, result.stderr
     message, still_unset = result.stdout.splitlines()
-    assert message.startswith("simulation.kernel_backend: 'triton' on the CPU runs the kernels under Triton's interpreter")
+    assert message.startswith(
+        "simulation.kernel_backend: 'triton' on the CPU runs the kernels under Triton's interpreter"
+    )
     assert "TRITON_INTERPRET=1" in message and "kernel_backend: reference" in message
     assert still_unset == "False"
 

@@ -16,21 +16,39 @@ def _documents(simulation_document, rule, sampling, backend="reference", vocab=2
     common = {"kernel_backend": backend, "bank_rows": 64}
     return [
         simulation_document(
-            speculative={"method": "eagle3", "num_speculative_tokens": 3, "rejection_sample_method": rule, "draft_sample_method": sampling},
+            speculative={
+                "method": "eagle3",
+                "num_speculative_tokens": 3,
+                "rejection_sample_method": rule,
+                "draft_sample_method": sampling,
+            },
             workload={"concurrency": 16, "num_requests": requests, "temperature": 0.7, "vocab_size": vocab},
             simulation=common,
         ),
         simulation_document(  # another K, another seed, a temperature mix with greedy requests
             seed=5,
-            speculative={"method": "eagle3", "num_speculative_tokens": 5, "rejection_sample_method": rule, "draft_sample_method": sampling},
+            speculative={
+                "method": "eagle3",
+                "num_speculative_tokens": 5,
+                "rejection_sample_method": rule,
+                "draft_sample_method": sampling,
+            },
             acceptance={"conditional_rates": [0.9, 0.8, 0.6, 0.5, 0.4]},
-            workload={"concurrency": 4, "num_requests": requests // 2, "temperature": [{"temperature": 0.0, "weight": 1}, {"temperature": 1.0, "weight": 1}], "vocab_size": vocab},
+            workload={
+                "concurrency": 4,
+                "num_requests": requests // 2,
+                "temperature": [{"temperature": 0.0, "weight": 1}, {"temperature": 1.0, "weight": 1}],
+                "vocab_size": vocab,
+            },
             simulation=common,
         ),
         simulation_document(  # a schedule: K changes with the batch, so steps verify fewer drafts than the engine's K
             seed=2,
             speculative={
-                "method": "eagle3", "num_speculative_tokens": 4, "rejection_sample_method": rule, "draft_sample_method": sampling,
+                "method": "eagle3",
+                "num_speculative_tokens": 4,
+                "rejection_sample_method": rule,
+                "draft_sample_method": sampling,
                 "num_speculative_tokens_per_batch_size": [[1, 6, 4], [7, 256, 1]],
             },
             acceptance={"conditional_rates": [0.8, 0.7, 0.7, 0.6]},
@@ -38,14 +56,20 @@ def _documents(simulation_document, rule, sampling, backend="reference", vocab=2
             simulation=common,
         ),
         simulation_document(  # speculation off at every batch size: a plain loop beside the others
-            speculative={"method": "ngram", "num_speculative_tokens": 1, "num_speculative_tokens_per_batch_size": [[1, 256, 0]]},
+            speculative={
+                "method": "ngram",
+                "num_speculative_tokens": 1,
+                "num_speculative_tokens_per_batch_size": [[1, 256, 0]],
+            },
             workload={"concurrency": 16, "num_requests": requests, "vocab_size": vocab},
             simulation=common,
         ),
     ]
 
 
-@pytest.mark.parametrize(("rule", "sampling"), [("standard", "greedy"), ("block", "probabilistic"), ("standard", "probabilistic")])
+@pytest.mark.parametrize(
+    ("rule", "sampling"), [("standard", "greedy"), ("block", "probabilistic"), ("standard", "probabilistic")]
+)
 def test_lockstep_equals_alone_on_the_twin(simulation_document, rule, sampling):
     documents = _documents(simulation_document, rule, sampling)
     assert sorted(map(len, lockstep_groups(documents))) == [1, 3]  # the three that verify share a call
@@ -66,14 +90,22 @@ def test_lockstep_equals_alone_on_the_kernels(simulation_document):
 
 def test_a_memory_budget_splits_the_group_and_keeps_the_numbers(simulation_document):
     documents = _documents(simulation_document, "standard", "greedy")[:3]
-    tight = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"lockstep_memory_gib": 1e-4})}) for d in documents]
+    tight = [
+        d.model_copy(update={"simulation": d.simulation.model_copy(update={"lockstep_memory_gib": 1e-4})})
+        for d in documents
+    ]
     assert [len(g) for g in lockstep_groups(tight)] == [1, 1, 1]
     assert [len(g) for g in lockstep_groups(documents)] == [3]
-    assert [_numbers(r) for r in simulate_many(tight, baseline=False)] == [_numbers(r) for r in simulate_many(documents, baseline=False)]
+    assert [_numbers(r) for r in simulate_many(tight, baseline=False)] == [
+        _numbers(r) for r in simulate_many(documents, baseline=False)
+    ]
 
 
 def test_different_rules_do_not_share_a_call(simulation_document):
-    documents = _documents(simulation_document, "standard", "greedy")[:1] + _documents(simulation_document, "block", "greedy")[:1]
+    documents = (
+        _documents(simulation_document, "standard", "greedy")[:1]
+        + _documents(simulation_document, "block", "greedy")[:1]
+    )
     assert [len(g) for g in lockstep_groups(documents)] == [1, 1]
 
 
@@ -90,10 +122,13 @@ def test_lockstep_equals_alone_with_replicas_and_acceptance_bins(simulation_docu
     bins = simulation_document(
         seed=3,
         speculative={"method": "eagle3", "num_speculative_tokens": 2},
-        acceptance={"conditional_rates": [0.5], "bins": [
-            {"min_running": 1, "max_running": 4, "conditional_rates": [0.9]},
-            {"min_running": 5, "max_running": 64, "conditional_rates": [0.3]},
-        ]},
+        acceptance={
+            "conditional_rates": [0.5],
+            "bins": [
+                {"min_running": 1, "max_running": 4, "conditional_rates": [0.9]},
+                {"min_running": 5, "max_running": 64, "conditional_rates": [0.3]},
+            ],
+        },
         workload={"concurrency": 8, "num_requests": 40, "temperature": 0.7},
         simulation={"bank_rows": 64},
     )
@@ -109,20 +144,32 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     """The kernels read each step's rows in the banks of every synthesizer the group meets (another
     document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
     numbers of the twin, which takes the same bank rows."""
-    bins = {"conditional_rates": [0.5, 0.5], "bins": [
-        {"min_running": 1, "max_running": 3, "conditional_rates": [0.9, 0.8]},
-        {"min_running": 4, "max_running": 64, "conditional_rates": [0.3, 0.2]},
-    ]}
+    bins = {
+        "conditional_rates": [0.5, 0.5],
+        "bins": [
+            {"min_running": 1, "max_running": 3, "conditional_rates": [0.9, 0.8]},
+            {"min_running": 4, "max_running": 64, "conditional_rates": [0.3, 0.2]},
+        ],
+    }
     documents = _documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2]
-    documents.append(simulation_document(
-        seed=3,
-        speculative={"method": "eagle3", "num_speculative_tokens": 2, "rejection_sample_method": "block",
-                     "draft_sample_method": "probabilistic"},
-        acceptance=bins,
-        workload={"concurrency": 6, "num_requests": 12, "temperature": 0.7, "vocab_size": 128},
-        simulation={"bank_rows": 64},
-    ))
-    kernels = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})}) for d in documents]
+    documents.append(
+        simulation_document(
+            seed=3,
+            speculative={
+                "method": "eagle3",
+                "num_speculative_tokens": 2,
+                "rejection_sample_method": "block",
+                "draft_sample_method": "probabilistic",
+            },
+            acceptance=bins,
+            workload={"concurrency": 6, "num_requests": 12, "temperature": 0.7, "vocab_size": 128},
+            simulation={"bank_rows": 64},
+        )
+    )
+    kernels = [
+        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
+        for d in documents
+    ]
     assert [len(g) for g in lockstep_groups(kernels)] == [3]
     twin = simulate_many(documents, baseline=False)
     for result, expected in zip(simulate_many(kernels, baseline=False), twin):
@@ -137,7 +184,9 @@ def test_step_graphs_replay_what_eager_steps_give(simulation_document, monkeypat
     from spectune.simulator import _engine
 
     documents = _documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3]
-    documents = [d.model_copy(update={"simulation": d.simulation.model_copy(update={"device": "cuda"})}) for d in documents]
+    documents = [
+        d.model_copy(update={"simulation": d.simulation.model_copy(update={"device": "cuda"})}) for d in documents
+    ]
     captured: list[int] = []
     original = _engine._StepGraphs.replay
 

@@ -59,7 +59,9 @@ def test_same_seed_same_numbers_and_other_seed_differs(simulation_document):
 
 
 def test_every_request_finishes_with_exactly_its_output_tokens(simulation_document):
-    document = simulation_document(workload={"output_tokens": {"distribution": "uniform", "min_tokens": 1, "max_tokens": 80}})
+    document = simulation_document(
+        workload={"output_tokens": {"distribution": "uniform", "min_tokens": 1, "max_tokens": 80}}
+    )
     result = simulate(document, baseline=True)
     assert result.num_requests == 64
     assert not result.truncated
@@ -85,7 +87,13 @@ def test_best_k_falls_as_the_batch_grows(simulation_document):
             document = simulation_document(
                 speculative={"method": "eagle3", "num_speculative_tokens": k},
                 acceptance={"conditional_rates": [0.75]},
-                workload={"concurrency": batch, "num_requests": max(2 * batch, 8), "output_tokens": 48, "prompt_tokens": 16, "max_num_batched_tokens": 65536},
+                workload={
+                    "concurrency": batch,
+                    "num_requests": max(2 * batch, 8),
+                    "output_tokens": 48,
+                    "prompt_tokens": 16,
+                    "max_num_batched_tokens": 65536,
+                },
             )
             throughput[k] = simulate(document, baseline=False).throughput_tokens_per_s
         best[batch] = max(throughput, key=throughput.get)
@@ -94,7 +102,11 @@ def test_best_k_falls_as_the_batch_grows(simulation_document):
 
 def test_schedule_row_sets_k_per_batch_size(simulation_document):
     document = simulation_document(
-        speculative={"method": "eagle3", "num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 64, 0]]},
+        speculative={
+            "method": "eagle3",
+            "num_speculative_tokens": 4,
+            "num_speculative_tokens_per_batch_size": [[1, 8, 4], [9, 64, 0]],
+        },
         workload={"concurrency": 16},
     )
     result = simulate(document, baseline=False)
@@ -105,7 +117,13 @@ def test_schedule_row_sets_k_per_batch_size(simulation_document):
 
 def test_open_loop_throughput_follows_the_offered_load(simulation_document):
     document = simulation_document(
-        workload={"concurrency": None, "arrival_rate_per_s": 5.0, "num_requests": 200, "output_tokens": 32, "max_num_seqs": 64}
+        workload={
+            "concurrency": None,
+            "arrival_rate_per_s": 5.0,
+            "num_requests": 200,
+            "output_tokens": 32,
+            "max_num_seqs": 64,
+        }
     )
     result = simulate(document, baseline=False)
     offered = 5.0 * 32
@@ -135,12 +153,24 @@ def test_speculation_off_is_the_baseline_a_speculative_config_is_compared_with(s
     of a speculative document on the same deployment and requests reports (one replica, or two)."""
     workload = {"concurrency": 8, "num_requests": 48, "output_tokens": 48}
     speculative = simulate(simulation_document(workload=workload, hardware={"gpu": "h100-sxm", "num_gpus": num_gpus}))
-    off = simulate(simulation_document(
-        speculative=None, acceptance=None, workload=workload, hardware={"gpu": "h100-sxm", "num_gpus": num_gpus}
-    ))
-    assert (off.num_drafts, off.num_draft_tokens, off.mean_acceptance_length, off.acceptance_per_position) == (0, 0, None, [])
+    off = simulate(
+        simulation_document(
+            speculative=None, acceptance=None, workload=workload, hardware={"gpu": "h100-sxm", "num_gpus": num_gpus}
+        )
+    )
+    assert (off.num_drafts, off.num_draft_tokens, off.mean_acceptance_length, off.acceptance_per_position) == (
+        0,
+        0,
+        None,
+        [],
+    )
     assert off.step_time_share["drafting"] == 0.0 and off.num_replicas == num_gpus
     assert off.throughput_tokens_per_s == speculative.baseline_throughput_tokens_per_s
     assert off.tpot_p50_ms == speculative.baseline_tpot_p50_ms
     assert (off.speedup_vs_no_spec, off.tpot_speedup_vs_no_spec) == (1.0, 1.0)  # its own baseline
-    assert simulate(simulation_document(speculative=None, acceptance=None, workload=workload), baseline=False).speedup_vs_no_spec is None
+    assert (
+        simulate(
+            simulation_document(speculative=None, acceptance=None, workload=workload), baseline=False
+        ).speedup_vs_no_spec
+        is None
+    )

@@ -55,7 +55,9 @@ def test_kv_cap_binds_and_preempts_where_the_blocks_run_out(simulation_document)
     assert ample.num_preemptions == 0 and ample.kv_cache_bound_steps == 0
     assert tight.kv_cache_peak_usage <= 1.0 and ample.kv_cache_peak_usage <= 144 / 160
     # preempted requests recompute and still finish with exactly their output
-    expected_tokens = int(generate_requests(simulation_document(workload=workload).workload, seed=0).output_tokens.sum())
+    expected_tokens = int(
+        generate_requests(simulation_document(workload=workload).workload, seed=0).output_tokens.sum()
+    )
     assert tight.num_requests == ample.num_requests == 48
     assert tight.output_tokens == ample.output_tokens == expected_tokens
     assert tight.throughput_tokens_per_s < ample.throughput_tokens_per_s
@@ -64,7 +66,9 @@ def test_kv_cap_binds_and_preempts_where_the_blocks_run_out(simulation_document)
 def test_a_request_larger_than_the_kv_cache_is_an_error_not_a_hang(simulation_document):
     from spectune.errors import SpectuneError
 
-    document = _with_kv_blocks(simulation_document, 3, workload={"concurrency": 1, "num_requests": 2, "prompt_tokens": 64})
+    document = _with_kv_blocks(
+        simulation_document, 3, workload={"concurrency": 1, "num_requests": 2, "prompt_tokens": 64}
+    )
     with pytest.raises(SpectuneError, match="needs 64 tokens of KV cache, more than the 48"):
         simulate(document, baseline=False)
 
@@ -81,11 +85,14 @@ def test_weights_that_leave_no_kv_cache_are_refused(simulation_document):
 
 def test_four_gpus_at_tp_2_give_about_twice_the_throughput_of_two(simulation_document):
     def run(num_gpus: int):
-        return simulate(simulation_document(
-            hardware={"gpu": "h100-sxm", "num_gpus": num_gpus},
-            target_model={"preset": "llama-3.1-8b", "tensor_parallel_size": 2},
-            workload={"concurrency": 64, "max_num_seqs": 16, "num_requests": 256, "output_tokens": 32},
-        ), baseline=False)
+        return simulate(
+            simulation_document(
+                hardware={"gpu": "h100-sxm", "num_gpus": num_gpus},
+                target_model={"preset": "llama-3.1-8b", "tensor_parallel_size": 2},
+                workload={"concurrency": 64, "max_num_seqs": 16, "num_requests": 256, "output_tokens": 32},
+            ),
+            baseline=False,
+        )
 
     two, four = run(2), run(4)
     assert two.num_replicas == 1 and four.num_replicas == 2
@@ -97,9 +104,15 @@ def test_four_gpus_at_tp_2_give_about_twice_the_throughput_of_two(simulation_doc
 def test_dynamic_speculation_is_off_under_data_parallelism_with_a_warning(simulation_document, tmp_path):
     from spectune.config import load_document
 
-    spec = {"method": "eagle3", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 64, 0]]}
+    spec = {
+        "method": "eagle3",
+        "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 64, 0]],
+    }
     one = simulation_document(speculative=spec, workload={"concurrency": 32})
-    two = simulation_document(speculative=spec, workload={"concurrency": 32}, hardware={"gpu": "h100-sxm", "num_gpus": 2})
+    two = simulation_document(
+        speculative=spec, workload={"concurrency": 32}, hardware={"gpu": "h100-sxm", "num_gpus": 2}
+    )
     notices = load_document(tmp_path / "sim.yaml").notices
     assert any("disables dynamic speculation under data parallelism" in n.message for n in notices)
     # one replica at batch 32 runs K = 0 from the table; two replicas at 16 each serve K = 3 throughout
@@ -112,27 +125,41 @@ def test_dynamic_speculation_is_off_under_data_parallelism_with_a_warning(simula
 def test_draft_tensor_parallel_size_reaches_the_drafter_and_its_cost(simulation_document):
     deployment = {"hardware": {"gpu": "h100-sxm", "num_gpus": 4}, "target_model": "llama-3.1-70b"}
     same = simulation_document(speculative={"method": "eagle", "num_speculative_tokens": 3}, **deployment)
-    one = simulation_document(speculative={"method": "eagle", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1},
-                              **deployment)
+    one = simulation_document(
+        speculative={"method": "eagle", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 1}, **deployment
+    )
     assert same.effective_drafter().tensor_parallel_size is None and one.effective_drafter().tensor_parallel_size == 1
-    cost_same, cost_one = (build_cost_model(d.hardware, d.target_model, d.effective_drafter(), d.cost_model) for d in (same, one))
+    cost_same, cost_one = (
+        build_cost_model(d.hardware, d.target_model, d.effective_drafter(), d.cost_model) for d in (same, one)
+    )
     assert cost_one.step_time(8, 3, 500).drafting_s > 1.2 * cost_same.step_time(8, 3, 500).drafting_s
 
 
 def test_draft_tensor_parallel_size_must_be_one_or_the_targets(simulation_document):
     from spectune.errors import DocumentError
 
-    with pytest.raises(DocumentError, match=r"speculative.draft_tensor_parallel_size: must be 1 or the target's "
-                                            r"tensor_parallel_size \(4\) as vLLM requires, got 2"):
-        simulation_document(speculative={"method": "eagle", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2},
-                            hardware={"gpu": "h100-sxm", "num_gpus": 4}, target_model="llama-3.1-70b")
+    with pytest.raises(
+        DocumentError,
+        match=r"speculative.draft_tensor_parallel_size: must be 1 or the target's "
+        r"tensor_parallel_size \(4\) as vLLM requires, got 2",
+    ):
+        simulation_document(
+            speculative={"method": "eagle", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 2},
+            hardware={"gpu": "h100-sxm", "num_gpus": 4},
+            target_model="llama-3.1-70b",
+        )
 
 
 def test_parallel_drafting_is_costed_as_one_pass(simulation_document):
     sequential = simulation_document(speculative={"method": "eagle3", "num_speculative_tokens": 5})
-    parallel = simulation_document(speculative={"method": "eagle3", "num_speculative_tokens": 5, "parallel_drafting": True})
+    parallel = simulation_document(
+        speculative={"method": "eagle3", "num_speculative_tokens": 5, "parallel_drafting": True}
+    )
     assert parallel.effective_drafter().drafting == "parallel"
-    costs = [build_cost_model(d.hardware, d.target_model, d.effective_drafter(), d.cost_model) for d in (sequential, parallel)]
+    costs = [
+        build_cost_model(d.hardware, d.target_model, d.effective_drafter(), d.cost_model)
+        for d in (sequential, parallel)
+    ]
     assert costs[1].step_time(8, 5, 500).drafting_s < 0.5 * costs[0].step_time(8, 5, 500).drafting_s
 
 
@@ -143,12 +170,25 @@ def test_a_dynamic_run_takes_the_acceptance_bin_of_each_steps_batch(simulation_d
     # Drafts happen only at batch sizes 1-2 (the table turns speculation off above); the bin measured
     # there accepts 0.9, the bin of the configured max_num_seqs 0.2. The run must draw from the first.
     document = simulation_document(
-        speculative={"method": "eagle3", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 64, 0]]},
-        acceptance={"conditional_rates": [0.5], "bins": [
-            {"min_running": 1, "max_running": 2, "conditional_rates": [0.9]},
-            {"min_running": 3, "max_running": 64, "conditional_rates": [0.2]},
-        ]},
-        workload={"concurrency": None, "arrival_rate_per_s": 5.0, "max_num_seqs": 64, "num_requests": 96, "output_tokens": 48},
+        speculative={
+            "method": "eagle3",
+            "num_speculative_tokens": 3,
+            "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 64, 0]],
+        },
+        acceptance={
+            "conditional_rates": [0.5],
+            "bins": [
+                {"min_running": 1, "max_running": 2, "conditional_rates": [0.9]},
+                {"min_running": 3, "max_running": 64, "conditional_rates": [0.2]},
+            ],
+        },
+        workload={
+            "concurrency": None,
+            "arrival_rate_per_s": 5.0,
+            "max_num_seqs": 64,
+            "num_requests": 96,
+            "output_tokens": 48,
+        },
     )
     result = simulate(document, baseline=False)
     assert result.num_drafts > 200

@@ -31,7 +31,9 @@ def make_space(
     objectives: tuple[str, ...] = ("throughput",),
     weights: tuple[float, ...] = (),
 ) -> StudySpace:
-    candidates = tuple(Candidate(m, {"method": m} | ({"model": f"org/{m}-head"} if m != "ngram" else {})) for m in methods)
+    candidates = tuple(
+        Candidate(m, {"method": m} | ({"model": f"org/{m}-head"} if m != "ngram" else {})) for m in methods
+    )
     combos = []
     for m in methods:
         for rule in ("standard", "block"):
@@ -65,8 +67,16 @@ def true_metrics(point: Point) -> dict[str, float]:
         alpha, draft_ms, extra_ms = 0.0, 0.0, 0.0
     else:
         assert point.combo is not None
-        method, rule, sampling = point.combo.candidate, point.combo.rejection_sample_method, point.combo.draft_sample_method
-        alpha = ACCEPTANCE[method] + (0.03 if sampling == "probabilistic" else 0.0) + (0.015 if rule == "block" and sampling == "probabilistic" else 0.0)
+        method, rule, sampling = (
+            point.combo.candidate,
+            point.combo.rejection_sample_method,
+            point.combo.draft_sample_method,
+        )
+        alpha = (
+            ACCEPTANCE[method]
+            + (0.03 if sampling == "probabilistic" else 0.0)
+            + (0.015 if rule == "block" and sampling == "probabilistic" else 0.0)
+        )
         draft_ms = DRAFT_MS_PER_TOKEN[method] * k * (1 + bs / 64)
         extra_ms = 0.05 * k if sampling == "probabilistic" else 0.0
     tokens_per_step = (1 - alpha ** (k + 1)) / (1 - alpha) if alpha > 0 else 1.0
@@ -83,7 +93,9 @@ def true_metrics(point: Point) -> dict[str, float]:
 class SyntheticEvaluator:
     """Closed-form metrics with +-``noise`` relative pseudo-noise; optionally slow, optionally logging calls."""
 
-    def __init__(self, *, seed: int = 0, noise: float = 0.003, delay_s: float = 0.0, call_log: str | None = None) -> None:
+    def __init__(
+        self, *, seed: int = 0, noise: float = 0.003, delay_s: float = 0.0, call_log: str | None = None
+    ) -> None:
         self.seed = seed
         self.noise = noise
         self.delay_s = delay_s

@@ -53,11 +53,17 @@ def test_run_prints_the_recommendation_and_writes_artefacts_that_validate(ran):
     document, out, result = ran
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == f"study tiny: 2 batch sizes x 1 combos x K 1-2 (+ K=0) = 6 points; sampler exhaustive; storage {out}/study.journal"
+    assert (
+        lines[0]
+        == f"study tiny: 2 batch sizes x 1 combos x K 1-2 (+ K=0) = 6 points; sampler exhaustive; storage {out}/study.journal"
+    )
     assert lines[1].startswith("6 complete trials (6 simulations), 6 new in this run")
     assert lines[2].startswith("Recommendation: eagle3/standard/greedy")
-    assert any(line.startswith("vllm serve TARGET --speculative-config '{\"method\": \"eagle3\"") for line in lines)
-    assert lines[-1] == f"wrote {out}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html"
+    assert any(line.startswith('vllm serve TARGET --speculative-config \'{"method": "eagle3"') for line in lines)
+    assert (
+        lines[-1]
+        == f"wrote {out}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html"
+    )
     check = runner.invoke(app, ["validate", "--strict", str(out / "recommended.yaml"), str(out / "vllm.json")])
     assert check.exit_code == 0, check.output
 
@@ -81,7 +87,17 @@ def test_show_reads_the_study_by_name_or_by_document(ran):
 def test_export_rewrites_the_artefacts_from_storage_with_the_legacy_synthetic_form(ran, tmp_path):
     _, out, _ = ran
     result = runner.invoke(
-        app, ["export", "tiny", "--storage", str(out / "study.journal"), "--out", str(tmp_path), "--vllm-synthetic-form", "legacy"]
+        app,
+        [
+            "export",
+            "tiny",
+            "--storage",
+            str(out / "study.journal"),
+            "--out",
+            str(tmp_path),
+            "--vllm-synthetic-form",
+            "legacy",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "vllm.json").read_text() == (out / "vllm.json").read_text()
@@ -95,7 +111,9 @@ def test_a_changed_document_is_refused_with_a_clear_message(ran, tmp_path):
     changed.write_text(document.read_text().replace("output_tokens: 64", "output_tokens: 65"))
     result = runner.invoke(app, ["study", "run", str(changed), "--out", str(out)])
     assert result.exit_code == 1
-    assert "error: study 'tiny' in" in result.output and "made from a different version of this document" in result.output
+    assert (
+        "error: study 'tiny' in" in result.output and "made from a different version of this document" in result.output
+    )
     assert "Traceback" not in result.output
 
 

@@ -47,12 +47,24 @@ def test_an_earlier_journal_resumes_from_its_document_without_simulating_its_poi
     journal = _journal(tmp_path)
     document = load_document(DATA / "quickstart-8-trials.study.yaml", expect="study").model
     records = [json.loads(line) for line in Path(journal).read_text().splitlines()]
-    stored = {k: v for r in records for k, v in (r.get("user_attr") or {}).items() if k.startswith("spectune.") and "version" in k}
+    stored = {
+        k: v
+        for r in records
+        for k, v in (r.get("user_attr") or {}).items()
+        if k.startswith("spectune.") and "version" in k
+    }
     # The document hashes as it did (a changed hash refuses to resume); the simulator version is whatever ran it.
     fingerprint = document_fingerprint(document) | {"simulator_version": stored["spectune.simulator_version"]}
     before = {t.point for t in load_outcome(journal, "quickstart").trials}
     calls = tmp_path / "calls.log"
-    run_study(space_from_document(document), SyntheticEvaluator(call_log=str(calls)), fingerprint, storage=journal, n_trials=10, strategy="exhaustive")
+    run_study(
+        space_from_document(document),
+        SyntheticEvaluator(call_log=str(calls)),
+        fingerprint,
+        storage=journal,
+        n_trials=10,
+        strategy="exhaustive",
+    )
     outcome = load_outcome(journal, "quickstart")
     assert sum(t.state == "COMPLETE" for t in outcome.trials) == 10
     simulated = [line.split(" ", 1)[1] for line in calls.read_text().splitlines()]

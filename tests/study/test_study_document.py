@@ -126,10 +126,14 @@ def test_bad_study_documents_get_located_messages(tmp_path, old, new, line, expe
 def test_a_space_with_no_valid_combination_is_refused(tmp_path):
     text = STUDY.replace(
         "  - name: eagle3\n    speculative: {method: eagle3, model: RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3}\n"
-        "    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}\n", ""
+        "    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}\n",
+        "",
     ).replace("[standard, block]", "[block]")
     problems, path = _problems(tmp_path, text)
-    assert any(p.startswith(f"{path}:") and "search: no valid (method, rule, draft sampling) combination" in p for p in problems)
+    assert any(
+        p.startswith(f"{path}:") and "search: no valid (method, rule, draft sampling) combination" in p
+        for p in problems
+    )
 
 
 def test_fingerprint_follows_what_changes_results_only(tmp_path):
@@ -152,7 +156,9 @@ def test_profile_path_is_hashed_by_content_not_location(tmp_path):
 
 
 def test_each_point_becomes_a_closed_loop_simulation_at_its_batch_size(tmp_path):
-    _, loaded = _load(tmp_path, STUDY.replace("  batch_sizes: [1, 8]", "  batch_sizes: [1, 8]\n  requests_per_batch_size: 3"))
+    _, loaded = _load(
+        tmp_path, STUDY.replace("  batch_sizes: [1, 8]", "  batch_sizes: [1, 8]\n  requests_per_batch_size: 3")
+    )
     document = loaded.model
     space = space_from_document(document)
     on = simulation_document(document, space.point(8, "eagle3/block/probabilistic", 2))
@@ -201,7 +207,10 @@ def test_a_document_hashes_as_it_did_before_candidates_lost_their_k(tmp_path):
     _, loaded = _load(tmp_path, LEGACY)
     document = loaded.model
     assert [c.speculative.num_speculative_tokens for c in document.candidates] == [None, None, None]
-    assert document_fingerprint(document)["document_sha256"] == "bd2b499d6b5aa8ce70d6739b8bc93a07e0b2b9bfd267603f8259ab50ccdbfa56"
+    assert (
+        document_fingerprint(document)["document_sha256"]
+        == "bd2b499d6b5aa8ce70d6739b8bc93a07e0b2b9bfd267603f8259ab50ccdbfa56"
+    )
     assert [c.label for c in document.constraints] == ["tpot_p99_ms <= 50", "throughput_tokens_per_s >= 100"]
 
 
@@ -222,8 +231,10 @@ def test_a_point_serves_its_candidates_base_with_its_k_rule_and_sampling(tmp_pat
 def test_a_candidates_draft_tensor_parallelism_is_checked_with_the_study(tmp_path):
     text = STUDY.replace("{method: ngram}", "{method: ngram, draft_tensor_parallel_size: 2}")
     problems, path = _problems(tmp_path, text)
-    assert f"{path}:16: candidates[1].speculative.draft_tensor_parallel_size: must be 1 or the target's " \
-        "tensor_parallel_size (1) as vLLM requires, got 2" in problems, problems
+    assert (
+        f"{path}:16: candidates[1].speculative.draft_tensor_parallel_size: must be 1 or the target's "
+        "tensor_parallel_size (1) as vLLM requires, got 2" in problems
+    ), problems
 
 
 def test_a_study_of_several_replicas_is_refused_at_num_gpus(tmp_path):

@@ -29,10 +29,14 @@ def test_repair_takes_a_free_backup_name_and_keeps_a_whole_record_that_lacks_its
     journal = tmp_path / "s.journal"
     (tmp_path / "s.journal.bak").write_bytes(b"an older backup\n")
     journal.write_bytes(b"[1, 2]\n" + good[:-1])  # a JSON list first; the last record's newline lost
-    with pytest.raises(SpectuneError, match=f"{journal}:1: unreadable journal record \\(not a journal record: no op_code\\)"):
+    with pytest.raises(
+        SpectuneError, match=f"{journal}:1: unreadable journal record \\(not a journal record: no op_code\\)"
+    ):
         load_outcome(str(journal), space.name)
     result = repair_journal(str(journal))
-    assert result.dropped == ((1, "not a journal record: no op_code"),) and result.backup == tmp_path / "s.journal.bak.1"
+    assert (
+        result.dropped == ((1, "not a journal record: no op_code"),) and result.backup == tmp_path / "s.journal.bak.1"
+    )
     assert journal.read_bytes() == good
     assert (tmp_path / "s.journal.bak").read_bytes() == b"an older backup\n"
     assert sum(t.state == "COMPLETE" for t in load_outcome(str(journal), space.name).trials) == space.size

@@ -48,14 +48,18 @@ def postgres_url():
         return
     initdb, pg_ctl = _find_binary("initdb"), _find_binary("pg_ctl")
     if initdb is None or pg_ctl is None:
-        pytest.skip("PostgreSQL's initdb/pg_ctl not found (apt-get install postgresql) and SPECTUNE_TEST_POSTGRES_URL not set")
+        pytest.skip(
+            "PostgreSQL's initdb/pg_ctl not found (apt-get install postgresql) and SPECTUNE_TEST_POSTGRES_URL not set"
+        )
     prefix: list[str] = []
     owner = None
     if os.geteuid() == 0:
         try:
             owner = pwd.getpwnam("postgres")
         except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run the server as (PostgreSQL refuses root)")
+            pytest.skip(
+                "running as root and there is no 'postgres' user to run the server as (PostgreSQL refuses root)"
+            )
         prefix = ["runuser", "-u", "postgres", "--"]
     folder = tempfile.mkdtemp(prefix="spectune-pg-")
     if owner is not None:

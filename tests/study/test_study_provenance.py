@@ -22,8 +22,12 @@ QUICKSTART = Path(__file__).parents[2] / "studies" / "quickstart.yaml"
 
 
 def _context(measured_positions: int, measured_with: str = "greedy", measured_temperature: float | None = 0.0) -> dict:
-    facts = {"measured_positions": measured_positions, "measured_with": measured_with,
-             "measured_temperature": measured_temperature, "extrapolation": "repeat_last"}
+    facts = {
+        "measured_positions": measured_positions,
+        "measured_with": measured_with,
+        "measured_temperature": measured_temperature,
+        "extrapolation": "repeat_last",
+    }
     return {"temperatures": [0.0], "candidates": {"eagle3": facts, "ngram": facts}}
 
 
@@ -40,7 +44,9 @@ def _recommendation(space: StudySpace, throughput_of=None):
 
 def _marks(space: StudySpace, **kwargs) -> dict[int, set[str]]:
     recommendation, completed = _recommendation(space, **kwargs)
-    return {b.batch_size: {m.code for m in b.marks} for b in recommendation_provenance(recommendation, completed)}, recommendation
+    return {
+        b.batch_size: {m.code for m in b.marks} for b in recommendation_provenance(recommendation, completed)
+    }, recommendation
 
 
 def test_k_past_the_measured_positions_is_marked_and_k_within_is_not() -> None:
@@ -58,7 +64,9 @@ def test_draft_sampling_and_temperature_other_than_measured_are_marked() -> None
     assert recommendation.combo.draft_sample_method == "probabilistic"
     speculating = [b for b, c in zip(marks, recommendation.choices, strict=True) if c.num_speculative_tokens > 0]
     assert speculating and all({"draft_sampling", "temperature"} <= marks[b] for b in speculating)
-    same = dataclasses.replace(make_space(), context=_context(3, measured_with="probabilistic", measured_temperature=0.0))
+    same = dataclasses.replace(
+        make_space(), context=_context(3, measured_with="probabilistic", measured_temperature=0.0)
+    )
     marks, _ = _marks(same)
     assert not any({"draft_sampling", "temperature"} & codes for codes in marks.values())
 
@@ -72,17 +80,25 @@ def test_fastest_k_at_the_top_of_the_range_says_widen_it_even_when_a_tie_picked_
     recommendation, completed = _recommendation(space, throughput_of=rising)
     provenance = {b.batch_size: b for b in recommendation_provenance(recommendation, completed)}
     assert "range_edge" in {m.code for m in provenance[1].marks}
-    assert any("widen search.num_speculative_tokens.max" in note for note in provenance_notes(tuple(provenance.values())))
+    assert any(
+        "widen search.num_speculative_tokens.max" in note for note in provenance_notes(tuple(provenance.values()))
+    )
     wide = make_space(max_k=12)
     recommendation, completed = _recommendation(wide)
-    assert not any(m.code == "range_edge" for b in recommendation_provenance(recommendation, completed) for m in b.marks)
+    assert not any(
+        m.code == "range_edge" for b in recommendation_provenance(recommendation, completed) for m in b.marks
+    )
 
 
 def test_the_study_space_carries_the_profile_facts_through_storage_json() -> None:
     document = load_document(QUICKSTART, expect="study").model
     space = space_from_document(document)
     facts = space.context["candidates"]["eagle3"]
-    assert facts["measured_positions"] == 3 and facts["measured_with"] == "greedy" and facts["extrapolation"] == "repeat_last"
+    assert (
+        facts["measured_positions"] == 3
+        and facts["measured_with"] == "greedy"
+        and facts["extrapolation"] == "repeat_last"
+    )
     assert StudySpace.from_json(space.to_json()).context == space.context
     assert space.context["prompt_tokens"] == 600 and space.context["output_tokens"] == 128
 
@@ -90,6 +106,8 @@ def test_the_study_space_carries_the_profile_facts_through_storage_json() -> Non
 def test_the_extrapolation_rule_is_part_of_the_study_hash() -> None:
     document = load_document(QUICKSTART, expect="study").model
     candidates = list(document.candidates)
-    candidates[0] = candidates[0].model_copy(update={"acceptance": candidates[0].acceptance.model_copy(update={"extrapolation": "geometric_decay"})})
+    candidates[0] = candidates[0].model_copy(
+        update={"acceptance": candidates[0].acceptance.model_copy(update={"extrapolation": "geometric_decay"})}
+    )
     changed = document.model_copy(update={"candidates": candidates})
     assert document_fingerprint(changed)["document_sha256"] != document_fingerprint(document)["document_sha256"]

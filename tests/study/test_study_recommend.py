@@ -3,7 +3,6 @@
 import random
 
 import pytest
-
 from study_doubles import SyntheticEvaluator, make_point, make_space
 
 from spectune.config import SpeculativeConfig, StudyMetrics
@@ -19,7 +18,9 @@ def _evaluation(point, throughput, stderr=0.0, tpot=10.0, space=SPACE):
 
 def test_a_larger_k_within_two_sigma_loses_to_the_smaller_k():
     small = _evaluation(make_point(8, "eagle3/standard/greedy", 3), 1000.0, stderr=10.0)
-    large = _evaluation(make_point(8, "eagle3/standard/greedy", 5), 1025.0, stderr=10.0)  # 25 < 2 * hypot(10, 10) = 28.3
+    large = _evaluation(
+        make_point(8, "eagle3/standard/greedy", 5), 1025.0, stderr=10.0
+    )  # 25 < 2 * hypot(10, 10) = 28.3
     assert choose_in_bucket([large, small]) is small
 
 
@@ -89,11 +90,17 @@ def test_recommendation_is_one_combo_with_its_own_k_per_bucket():
 def test_near_tied_combos_go_to_the_earlier_one():
     completed = {}
     for bs in SPACE.batch_sizes:
-        completed[make_point(bs, "eagle3/standard/greedy", 3)] = _evaluation(make_point(bs, "eagle3/standard/greedy", 3), 1000.0)
-        completed[make_point(bs, "eagle3/block/greedy", 3)] = _evaluation(make_point(bs, "eagle3/block/greedy", 3), 1003.0)
+        completed[make_point(bs, "eagle3/standard/greedy", 3)] = _evaluation(
+            make_point(bs, "eagle3/standard/greedy", 3), 1000.0
+        )
+        completed[make_point(bs, "eagle3/block/greedy", 3)] = _evaluation(
+            make_point(bs, "eagle3/block/greedy", 3), 1003.0
+        )
     assert recommend(SPACE, completed).combo.label == "eagle3/standard/greedy"
     for bs in SPACE.batch_sizes:
-        completed[make_point(bs, "eagle3/block/greedy", 3)] = _evaluation(make_point(bs, "eagle3/block/greedy", 3), 1020.0)
+        completed[make_point(bs, "eagle3/block/greedy", 3)] = _evaluation(
+            make_point(bs, "eagle3/block/greedy", 3), 1020.0
+        )
     assert recommend(SPACE, completed).combo.label == "eagle3/block/greedy"
 
 
@@ -112,7 +119,9 @@ def test_speculation_off_everywhere_is_a_valid_all_zero_schedule():
     completed = {}
     for bs in SPACE.batch_sizes:
         completed[Point.off(bs)] = _evaluation(Point.off(bs), 1000.0)
-        completed[make_point(bs, "ngram/standard/greedy", 1)] = _evaluation(make_point(bs, "ngram/standard/greedy", 1), 800.0)
+        completed[make_point(bs, "ngram/standard/greedy", 1)] = _evaluation(
+            make_point(bs, "ngram/standard/greedy", 1), 800.0
+        )
     recommendation = recommend(SPACE, completed)
     assert recommendation.schedule == ((1, 256, 0),)
     assert recommendation.num_speculative_tokens == 1 and recommendation.speculation_off_everywhere
@@ -144,7 +153,17 @@ def test_comparison_noise_is_the_acceptance_noise_of_the_counters():
 
 def test_ties_use_the_noise_not_common_to_the_bucket():
     counters = {"num_drafts": 100_000, "acceptance_per_position": [0.7, 0.5, 0.35], "mean_acceptance_length": 2.55}
-    small = evaluate_metrics(SPACE, make_point(8, "eagle3/standard/greedy", 3), counters | {"throughput_tokens_per_s": 1000.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
-    large = evaluate_metrics(SPACE, make_point(8, "eagle3/standard/greedy", 5), counters | {"throughput_tokens_per_s": 1030.0, "throughput_stderr_tokens_per_s": 60.0}, 0)
+    small = evaluate_metrics(
+        SPACE,
+        make_point(8, "eagle3/standard/greedy", 3),
+        counters | {"throughput_tokens_per_s": 1000.0, "throughput_stderr_tokens_per_s": 60.0},
+        0,
+    )
+    large = evaluate_metrics(
+        SPACE,
+        make_point(8, "eagle3/standard/greedy", 5),
+        counters | {"throughput_tokens_per_s": 1030.0, "throughput_stderr_tokens_per_s": 60.0},
+        0,
+    )
     assert small.noise < 5 and large.noise < 5  # the 6 % drift of the load is shared by both
     assert choose_in_bucket([small, large]) is large  # 3 % apart: beyond 2 sigma and the 0.5 % floor

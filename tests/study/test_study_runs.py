@@ -118,7 +118,9 @@ def test_a_running_trial_of_a_dead_process_is_failed_and_its_point_run_again(tmp
     study._storage.set_trial_user_attr(orphan._trial_id, ATTR_OWNER, {"host": os.uname().nodename, "pid": dead.pid})
     params = {"batch_size": 8, "combo": "eagle3/standard/greedy", "num_speculative_tokens": 1}
     for name, distribution in search_space(space).items():
-        study._storage.set_trial_param(orphan._trial_id, name, distribution.to_internal_repr(params[name]), distribution)
+        study._storage.set_trial_param(
+            orphan._trial_id, name, distribution.to_internal_repr(params[name]), distribution
+        )
     run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage)
     outcome = load_outcome(storage, space.name)
     assert outcome.trials[orphan.number].state == "FAIL"
@@ -130,7 +132,14 @@ def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
     space = make_space(batch_sizes=(1, 32), max_k=3)
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
-    run = run_study(space, SyntheticEvaluator(delay_s=0.05, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive", workers=2)
+    run = run_study(
+        space,
+        SyntheticEvaluator(delay_s=0.05, call_log=str(calls)),
+        fingerprint(),
+        storage=storage,
+        strategy="exhaustive",
+        workers=2,
+    )
     assert run.completed_trials == space.size
     outcome = load_outcome(storage, space.name)
     points = _completed_points(outcome)
@@ -143,7 +152,15 @@ def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
 def test_workers_racing_for_the_last_budget_slots_end_with_the_exact_budget(tmp_path):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4)
     storage = str(tmp_path / "s.journal")
-    run_study(space, SyntheticEvaluator(delay_s=0.02), fingerprint(), storage=storage, strategy="structured", n_trials=7, workers=3)
+    run_study(
+        space,
+        SyntheticEvaluator(delay_s=0.02),
+        fingerprint(),
+        storage=storage,
+        strategy="structured",
+        n_trials=7,
+        workers=3,
+    )
     outcome = load_outcome(storage, space.name)
     points = _completed_points(outcome)
     assert len(points) == 7 and len(set(points)) == 7
@@ -153,7 +170,9 @@ def test_tpe_runs_its_budget_and_answers_repeated_points_from_storage(tmp_path):
     space = make_space(batch_sizes=(8,), max_k=3, methods=("ngram",))
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
-    run_study(space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="tpe", n_trials=12)
+    run_study(
+        space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="tpe", n_trials=12
+    )
     outcome = load_outcome(storage, space.name)
     complete = [t for t in outcome.trials if t.state == "COMPLETE"]
     assert len(complete) == 12
@@ -190,7 +209,11 @@ def _kill_mid_run(tmp_path: Path, strategy: str, workers: int, after: int):
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(calls), storage=storage, workers=workers, strategy=strategy)))
+    script.write_text(
+        textwrap.dedent(
+            _KILLED_RUN.format(here=str(HERE), calls=str(calls), storage=storage, workers=workers, strategy=strategy)
+        )
+    )
     process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
     before = None
     try:
@@ -224,9 +247,19 @@ def test_sigkill_mid_structured_search_then_rerun_loses_nothing_and_ends_as_an_u
     complete_before = {t.number: (t.point, t.metrics) for t in before.trials if t.state == "COMPLETE"}
     assert len(complete_before) >= 8
 
-    run_study(space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="structured", workers=workers)
+    run_study(
+        space,
+        SyntheticEvaluator(call_log=str(calls)),
+        fingerprint(),
+        storage=storage,
+        strategy="structured",
+        workers=workers,
+    )
     after = load_outcome(storage, space.name)
-    assert all(after.trials[n].state == "COMPLETE" and (after.trials[n].point, after.trials[n].metrics) == kept for n, kept in complete_before.items())
+    assert all(
+        after.trials[n].state == "COMPLETE" and (after.trials[n].point, after.trials[n].metrics) == kept
+        for n, kept in complete_before.items()
+    )
     points = _completed_points(after)
     assert len(points) == len(set(points))
     assert not [t for t in after.trials if t.state == "RUNNING" and t.point is not None]
@@ -253,7 +286,10 @@ def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothi
 
     run_study(space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive")
     after = load_outcome(storage, space.name)
-    assert all(after.trials[n].state == "COMPLETE" and (after.trials[n].point, after.trials[n].metrics) == kept for n, kept in complete_before.items())
+    assert all(
+        after.trials[n].state == "COMPLETE" and (after.trials[n].point, after.trials[n].metrics) == kept
+        for n, kept in complete_before.items()
+    )
     points = _completed_points(after)
     assert sorted(points) == sorted(space.points()) and len(points) == len(set(points))
     # (a trial killed in the milliseconds between its creation and its owner stamp holds no point and
@@ -270,7 +306,13 @@ def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4)
     storage = str(tmp_path / "s.journal")
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(tmp_path / "calls.log"), storage=storage, workers=2, strategy="exhaustive")))
+    script.write_text(
+        textwrap.dedent(
+            _KILLED_RUN.format(
+                here=str(HERE), calls=str(tmp_path / "calls.log"), storage=storage, workers=2, strategy="exhaustive"
+            )
+        )
+    )
     process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
     try:
         deadline = time.monotonic() + 120
@@ -324,7 +366,15 @@ def test_tpe_with_many_workers_simulates_each_point_once(tmp_path):
     space = make_space(batch_sizes=(8,), max_k=3, methods=("ngram",))  # 5 points, 12 trials: TPE repeats points
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
-    run_study(space, SyntheticEvaluator(delay_s=0.3, call_log=str(calls)), fingerprint(), storage=storage, strategy="tpe", n_trials=12, workers=3)
+    run_study(
+        space,
+        SyntheticEvaluator(delay_s=0.3, call_log=str(calls)),
+        fingerprint(),
+        storage=storage,
+        strategy="tpe",
+        n_trials=12,
+        workers=3,
+    )
     outcome = load_outcome(storage, space.name)
     assert sum(t.state == "COMPLETE" for t in outcome.trials) == 12
     simulated = [line.split()[1] for line in calls.read_text().splitlines()]

@@ -36,7 +36,9 @@ def _curves(space, plateaus, *, other_level=0.9):
     for i, combo in enumerate(space.combos):
         for batch_size, (low, high) in zip(space.batch_sizes, plateaus):
             level = 1000.0 * batch_size * (1 if i == 0 else other_level)
-            curves[(combo.label, batch_size)] = plateau_curve(low, high, max_k=space.max_num_speculative_tokens, level=level)
+            curves[(combo.label, batch_size)] = plateau_curve(
+                low, high, max_k=space.max_num_speculative_tokens, level=level
+            )
     return curves
 
 
@@ -70,7 +72,11 @@ def test_the_search_finds_each_plateaus_low_end_and_the_k_below_it():
         needed = batch_size >= 4 or low - 1 >= plateaus[i + 1][0]
         assert (space.point(batch_size, EAGLE, low - 1) in state.completed) == needed, batch_size
         if not needed:  # and the tie set says so
-            assert bucket_tie_set(space, EAGLE, batch_size, state.completed).describe().endswith(f"(K {low - 1} not simulated)")
+            assert (
+                bucket_tie_set(space, EAGLE, batch_size, state.completed)
+                .describe()
+                .endswith(f"(K {low - 1} not simulated)")
+            )
     # Overlapping tie sets share one K (vLLM captures CUDA graphs per K): two rows instead of five.
     assert [c.num_speculative_tokens for c in recommendation.choices] == [5, 5, 5, 5, 2, 2]
     assert recommendation.schedule == ((1, 32, 5), (33, 256, 2))
@@ -111,7 +117,9 @@ def test_smallest_tied_k_alone_would_rise_and_the_monotone_table_does_not():
         for k in space.k_values:
             point = space.point(batch_size, EAGLE, k)
             value = 1000.0 if k in tied else 800.0
-            completed[point] = evaluate_metrics(space, point, {"throughput_tokens_per_s": value, "throughput_stderr_tokens_per_s": 1.0}, 0)
+            completed[point] = evaluate_metrics(
+                space, point, {"throughput_tokens_per_s": value, "throughput_stderr_tokens_per_s": 1.0}, 0
+            )
     recommendation = recommend(space, completed)
     assert [c.num_speculative_tokens for c in recommendation.choices] == [5, 5, 3]
     assert not any("rises" in note for note in recommendation.notes)
@@ -150,7 +158,9 @@ def test_adaptive_precision_separates_two_combos_one_percent_apart():
     refined = _search(space, evaluator, keep_combos=2, refine_budget=2.0)
     assert recommend(space, refined.completed).combo.label == "eagle3/block/greedy"
     extra = [p for p in refined.completed if p.refinement]
-    assert sorted(extra) == sorted([make_point(8, EAGLE, 2, 1), make_point(8, "eagle3/block/greedy", 2, 1)])  # only the contested points
+    assert sorted(extra) == sorted(
+        [make_point(8, EAGLE, 2, 1), make_point(8, "eagle3/block/greedy", 2, 1)]
+    )  # only the contested points
 
 
 def test_adaptive_precision_stops_at_its_budget_and_calls_the_rest_a_tie():
@@ -210,12 +220,26 @@ def test_workers_share_a_refining_search_without_simulating_a_point_twice(tmp_pa
     calls = tmp_path / "calls.log"
     evaluator.call_log = str(calls)
     storage = str(tmp_path / "s.journal")
-    run_study(space, evaluator, fingerprint(), storage=storage, strategy="structured", keep_combos=2, refine_budget=2.0, workers=workers)
+    run_study(
+        space,
+        evaluator,
+        fingerprint(),
+        storage=storage,
+        strategy="structured",
+        keep_combos=2,
+        refine_budget=2.0,
+        workers=workers,
+    )
     outcome = load_outcome(storage, space.name)
     assert outcome.recommendation.combo.label == "eagle3/block/greedy"
     simulated = Counter(line.split(" ", 1)[1] for line in calls.read_text().splitlines())
     assert max(simulated.values()) == 1 and any("requests x4" in key for key in simulated)
-    assert run_study(space, evaluator, fingerprint(), storage=storage, strategy="structured", keep_combos=2, refine_budget=2.0).completed_trials == 0
+    assert (
+        run_study(
+            space, evaluator, fingerprint(), storage=storage, strategy="structured", keep_combos=2, refine_budget=2.0
+        ).completed_trials
+        == 0
+    )
 
 
 def test_screening_keeps_a_combo_tied_with_the_last_kept_one_or_refines_them_apart():
@@ -231,7 +255,10 @@ def test_screening_keeps_a_combo_tied_with_the_last_kept_one_or_refines_them_apa
     followed = {p.label for p in tied.completed if p.batch_size != 8 and not p.is_off}
     assert followed == {EAGLE, "eagle3/block/greedy"}  # within noise of the kept one: followed too
     refined = _search(space, evaluator, keep_combos=1, refine_budget=2.0)
-    assert {p for p in refined.completed if p.refinement} >= {make_point(8, EAGLE, 2, 1), make_point(8, "eagle3/block/greedy", 2, 1)}
+    assert {p for p in refined.completed if p.refinement} >= {
+        make_point(8, EAGLE, 2, 1),
+        make_point(8, "eagle3/block/greedy", 2, 1),
+    }
     followed = {p.label for p in refined.completed if p.batch_size != 8 and not p.is_off}
     assert followed == {"eagle3/block/greedy"}  # told apart at the screening bucket: only the faster one
 
@@ -246,7 +273,9 @@ def test_a_combo_whose_first_runs_never_filled_the_batch_is_refined_not_screened
     best = "eagle3/block/probabilistic"
     curves = _curves(space, [(4, 5), (4, 5), (3, 4), (2, 3)], other_level=0.95)
     for batch_size in space.batch_sizes:
-        curves[(best, batch_size)] = {k: v * 1.1 for k, v in curves[(EAGLE, batch_size)].items() if k > 0} | {0: curves[(best, batch_size)][0]}
+        curves[(best, batch_size)] = {k: v * 1.1 for k, v in curves[(EAGLE, batch_size)].items() if k > 0} | {
+            0: curves[(best, batch_size)][0]
+        }
     evaluator = PlantedEvaluator(curves, noise=0.003, short=frozenset({(best, rep)}))
     state = _search(space, evaluator, refine_budget=1.0)  # two tie sets at 4x: more than half this small search
     recommendation = recommend(space, state.completed)
@@ -263,11 +292,26 @@ def test_the_table_takes_a_measured_k_over_an_underfilled_one_in_its_tie_set():
     curve = {0: 400.0, 1: 700.0, 2: 900.0, 3: 996.0, 4: 1000.0, 5: 560.0, 6: 550.0}
 
     def evaluated(k, fill):
-        metrics = {"throughput_tokens_per_s": curve[k], "throughput_stderr_tokens_per_s": 3.0, "mean_batch_size": 16 * fill}
+        metrics = {
+            "throughput_tokens_per_s": curve[k],
+            "throughput_stderr_tokens_per_s": 3.0,
+            "mean_batch_size": 16 * fill,
+        }
         return evaluate_metrics(space, space.point(16, EAGLE, k), metrics, k)
 
     # K 1 and 2 also underfilled: K 1 ties with the best through its own noise, yet the table may not take it.
-    completed = {e.point: e for e in [evaluated(0, 0.99), evaluated(1, 0.5), evaluated(2, 0.99), evaluated(3, 0.99), evaluated(4, 0.99), evaluated(5, 0.5), evaluated(6, 0.55)]}
+    completed = {
+        e.point: e
+        for e in [
+            evaluated(0, 0.99),
+            evaluated(1, 0.5),
+            evaluated(2, 0.99),
+            evaluated(3, 0.99),
+            evaluated(4, 0.99),
+            evaluated(5, 0.5),
+            evaluated(6, 0.55),
+        ]
+    }
     ties = bucket_tie_set(space, EAGLE, 16, completed)
     assert ties.ks == (1, 3, 4, 5, 6) and ties.choosable == (3, 4)
     recommendation = recommend(space, completed)

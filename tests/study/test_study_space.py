@@ -62,7 +62,9 @@ def test_representative_bucket_is_the_heaviest_or_the_lower_median():
 
 
 def test_space_round_trips_through_json():
-    space = make_space(constraints=(Constraint(metric="tpot_p99_ms", op="<=", bound=50.0),), objectives=("throughput", "tpot_p99"))
+    space = make_space(
+        constraints=(Constraint(metric="tpot_p99_ms", op="<=", bound=50.0),), objectives=("throughput", "tpot_p99")
+    )
     import json
 
     again = StudySpace.from_json(json.loads(json.dumps(space.to_json())))
@@ -101,7 +103,13 @@ def test_a_point_holds_its_combo_and_k0_holds_none():
 def test_points_sort_by_batch_size_label_k_and_refinement():
     ngram = make_space(methods=("ngram",)).combos[0]
     points = [Point(8, ngram, 1), Point.off(8), Point(1, ngram, 2), Point(1, ngram, 1, 1), Point(1, ngram, 1)]
-    assert sorted(points) == [Point(1, ngram, 1), Point(1, ngram, 1, 1), Point(1, ngram, 2), Point(8, ngram, 1), Point.off(8)]
+    assert sorted(points) == [
+        Point(1, ngram, 1),
+        Point(1, ngram, 1, 1),
+        Point(1, ngram, 2),
+        Point(8, ngram, 1),
+        Point.off(8),
+    ]
 
 
 def test_a_trial_of_a_combo_outside_the_space_is_refused_by_name():
@@ -117,8 +125,16 @@ def test_a_trial_of_a_combo_outside_the_space_is_refused_by_name():
         "combo": optuna.distributions.CategoricalDistribution(labels),
         "num_speculative_tokens": optuna.distributions.IntDistribution(0, 6),
     }
-    known = optuna.trial.create_trial(params={"batch_size": 8, "combo": labels[1], "num_speculative_tokens": 2}, distributions=distributions, value=1.0)
+    known = optuna.trial.create_trial(
+        params={"batch_size": 8, "combo": labels[1], "num_speculative_tokens": 2},
+        distributions=distributions,
+        value=1.0,
+    )
     assert trial_point(space, known) == space.point(8, labels[1], 2)
-    foreign = optuna.trial.create_trial(params={"batch_size": 8, "combo": labels[0], "num_speculative_tokens": 2}, distributions=distributions, value=1.0)
+    foreign = optuna.trial.create_trial(
+        params={"batch_size": 8, "combo": labels[0], "num_speculative_tokens": 2},
+        distributions=distributions,
+        value=1.0,
+    )
     with pytest.raises(SpectuneError, match="trial -1: combo 'medusa/standard/greedy' is not one of the study's"):
         trial_point(space, foreign)

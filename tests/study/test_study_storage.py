@@ -12,13 +12,26 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_option_wins_then_the_document_relative_to_itself_then_out():
     docs = Path("/studies")
-    assert resolve_storage("s", option="x.journal", document_storage="y.journal", document_dir=docs, out=None) == "x.journal"
-    assert resolve_storage("s", option=None, document_storage="y.journal", document_dir=docs, out=None) == "/studies/y.journal"
+    assert (
+        resolve_storage("s", option="x.journal", document_storage="y.journal", document_dir=docs, out=None)
+        == "x.journal"
+    )
+    assert (
+        resolve_storage("s", option=None, document_storage="y.journal", document_dir=docs, out=None)
+        == "/studies/y.journal"
+    )
     url = "postgresql+psycopg://u:p@h/db"
     assert resolve_storage("s", option=None, document_storage=url, document_dir=docs, out=None) == url
-    assert resolve_storage("s", option=None, document_storage="/abs/y.journal", document_dir=docs, out=None) == "/abs/y.journal"
-    assert resolve_storage("s", option=None, document_storage=None, document_dir=docs, out=Path("o")) == "o/study.journal"
-    assert resolve_storage("s", option=None, document_storage=None, document_dir=None, out=None) == "runs/s/study.journal"
+    assert (
+        resolve_storage("s", option=None, document_storage="/abs/y.journal", document_dir=docs, out=None)
+        == "/abs/y.journal"
+    )
+    assert (
+        resolve_storage("s", option=None, document_storage=None, document_dir=docs, out=Path("o")) == "o/study.journal"
+    )
+    assert (
+        resolve_storage("s", option=None, document_storage=None, document_dir=None, out=None) == "runs/s/study.journal"
+    )
     assert default_out_dir("s") == Path("runs/s")
 
 

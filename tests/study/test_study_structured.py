@@ -104,7 +104,12 @@ def test_slo_steers_the_search_to_feasible_k():
     from spectune.study import Constraint
 
     limit = 6.0  # p99 TPOT (ms) of the double: met only with enough accepted tokens per step at bs 8
-    space = make_space(batch_sizes=(8,), max_k=8, methods=("eagle3",), constraints=(Constraint(metric="tpot_p99_ms", op="<=", bound=limit),))
+    space = make_space(
+        batch_sizes=(8,),
+        max_k=8,
+        methods=("eagle3",),
+        constraints=(Constraint(metric="tpot_p99_ms", op="<=", bound=limit),),
+    )
     evaluator = SyntheticEvaluator(noise=0.0)
     state = SearchState(space)
     while not structured_converged(state, keep_combos=4):

@@ -28,7 +28,9 @@ def bank_acceptance(knob: float, temperature: float, mode: str) -> float:
 @pytest.mark.parametrize("measured_with", ["greedy", "probabilistic"])
 @pytest.mark.parametrize("rate", [0.05, 0.35, 0.7, 0.93])
 def test_bank_acceptance_at_the_knob_equals_the_rate(temperature, measured_with, rate):
-    calibration = calibrate_knob(rate, temperature=temperature, measured_with=measured_with, vocab_size=V, bank_rows=ROWS)
+    calibration = calibrate_knob(
+        rate, temperature=temperature, measured_with=measured_with, vocab_size=V, bank_rows=ROWS
+    )
     # The bank's acceptance jumps by up to 1/rows where a row's argmax changes (T = 0, or one-hot drafts).
     tolerance = 1.0 / ROWS if temperature == 0.0 or measured_with == "greedy" else 2e-4
     assert bank_acceptance(calibration.knob, temperature, measured_with) == pytest.approx(rate, abs=tolerance)
@@ -55,7 +57,10 @@ def test_other_mode_is_read_off_the_same_pairs():
 
 
 def test_every_positive_temperature_shares_one_knob_and_zero_has_its_own():
-    at = {t: calibrate_knob(0.6, temperature=t, measured_with="greedy", vocab_size=V, bank_rows=ROWS) for t in (0.0, 0.3, 1.7)}
+    at = {
+        t: calibrate_knob(0.6, temperature=t, measured_with="greedy", vocab_size=V, bank_rows=ROWS)
+        for t in (0.0, 0.3, 1.7)
+    }
     assert at[0.3].knob == at[1.7].knob
     assert at[0.0].knob != at[0.3].knob
     assert at[0.0].expected_greedy == at[0.0].expected_probabilistic  # argmax agreement either way

@@ -55,7 +55,10 @@ def measure(synthesizer: LogitSynthesizer, num_requests: int, chunk: int = 4000,
 @pytest.mark.parametrize("draft_sample_method", ["greedy", "probabilistic"])
 def test_measured_acceptance_reproduces_the_rates_at_two_temperatures(vocab_size, draft_sample_method):
     synthesizer = LogitSynthesizer(
-        RATES, [0.0, 0.8], vocab_size=vocab_size, draft_sample_method=draft_sample_method,
+        RATES,
+        [0.0, 0.8],
+        vocab_size=vocab_size,
+        draft_sample_method=draft_sample_method,
         measured_with=draft_sample_method,
     )
     for temperature, (rates, reached) in zip(synthesizer.temperature_values, measure(synthesizer, 32_000), strict=True):
@@ -71,8 +74,9 @@ def test_measured_acceptance_reproduces_the_rates_at_two_temperatures(vocab_size
 def test_triton_kernel_under_the_interpreter_reproduces_the_rates():
     """One small case through the Triton kernels (interpreted on the CPU, compiled on a GPU)."""
     rates = [0.8, 0.6]
-    synthesizer = LogitSynthesizer(rates, [1.0], vocab_size=256, draft_sample_method="probabilistic",
-                                   measured_with="probabilistic")
+    synthesizer = LogitSynthesizer(
+        rates, [1.0], vocab_size=256, draft_sample_method="probabilistic", measured_with="probabilistic"
+    )
     [(measured, reached)] = measure(synthesizer, 12_000, kernel=triton_rejection_sample)
     assert min(reached) > 9000  # +-0.02 is >= 4 standard errors at both positions
     assert measured == pytest.approx(rates, abs=0.02)
@@ -80,7 +84,9 @@ def test_triton_kernel_under_the_interpreter_reproduces_the_rates():
 
 def test_the_other_drafting_mode_accepts_what_the_family_predicts():
     """Rates measured with greedy drafts, simulated with probabilistic drafts: acceptance follows the prediction."""
-    synthesizer = LogitSynthesizer(RATES, [1.0], vocab_size=256, draft_sample_method="probabilistic", measured_with="greedy")
+    synthesizer = LogitSynthesizer(
+        RATES, [1.0], vocab_size=256, draft_sample_method="probabilistic", measured_with="greedy"
+    )
     predicted = synthesizer.expected_conditional_rates(0)
     assert all(p > r + 0.01 for p, r in zip(predicted, RATES, strict=True)), predicted
     [(rates, _)] = measure(synthesizer, 16_000)
@@ -141,7 +147,9 @@ def test_generation_is_deterministic_by_generator_seed():
 
 def test_rows_look_like_a_language_model_and_a_noisy_drafter():
     """Peaked targets (the top token usually holds most of the mass) and drafts that mostly agree."""
-    synthesizer = LogitSynthesizer([0.7], [1.0], vocab_size=4096, draft_sample_method="probabilistic", measured_with="greedy")
+    synthesizer = LogitSynthesizer(
+        [0.7], [1.0], vocab_size=4096, draft_sample_method="probabilistic", measured_with="greedy"
+    )
     inputs = synthesizer.generate(torch.zeros(4000, dtype=torch.int64), torch.Generator().manual_seed(0))
     target = torch.softmax(inputs.target_logits[:, 0].double(), dim=-1)
     draft = torch.softmax(inputs.draft_logits[:, 0].double(), dim=-1)
@@ -195,6 +203,9 @@ def test_out_buffers_are_overwritten_with_what_a_fresh_call_returns():
     assert reused.draft_logits.data_ptr() == buffers.draft_logits.data_ptr()
     for name in ("target_logits", "draft_tokens", "draft_logits", "temperature"):
         assert torch.equal(getattr(reused, name), getattr(fresh, name))
-    with pytest.raises(ValueError, match=r"out.target_logits must be a contiguous float32 tensor \[2, 3, 256\] on cpu, "
-                                         r"got torch.float32 \[3, 3, 256\] on cpu"):
+    with pytest.raises(
+        ValueError,
+        match=r"out.target_logits must be a contiguous float32 tensor \[2, 3, 256\] on cpu, "
+        r"got torch.float32 \[3, 3, 256\] on cpu",
+    ):
         synthesizer.generate(index[:2], torch.Generator().manual_seed(2), out=buffers)

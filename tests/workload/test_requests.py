@@ -56,7 +56,9 @@ def test_fixed_lengths_are_exact():
 
 
 def test_uniform_lengths_cover_the_range_evenly():
-    table = generate_requests(workload(prompt_tokens={"distribution": "uniform", "min_tokens": 3, "max_tokens": 12}), seed=1)
+    table = generate_requests(
+        workload(prompt_tokens={"distribution": "uniform", "min_tokens": 3, "max_tokens": 12}), seed=1
+    )
     observed = np.bincount(table.prompt_tokens, minlength=13)[3:]
     assert observed.sum() == N  # nothing outside [3, 12]
     statistic, threshold = chi_square(observed, np.full(10, N / 10))
@@ -86,7 +88,11 @@ def test_lengths_are_clipped_to_the_bounds():
 
 
 def test_temperature_mix_follows_the_weights():
-    mix = [{"temperature": 0.0, "weight": 1.0}, {"temperature": 0.7, "weight": 2.0}, {"temperature": 1.0, "weight": 5.0}]
+    mix = [
+        {"temperature": 0.0, "weight": 1.0},
+        {"temperature": 0.7, "weight": 2.0},
+        {"temperature": 1.0, "weight": 5.0},
+    ]
     table = generate_requests(workload(temperature=mix), seed=5)
     assert table.temperatures == (0.0, 0.7, 1.0)
     observed = np.bincount(table.temperature_index, minlength=3)
@@ -98,12 +104,18 @@ def test_temperature_mix_follows_the_weights():
 
 def test_csv_trace_in_order_cycles_and_random_order_samples_every_row_evenly(tmp_path):
     (tmp_path / "t.csv").write_text("10,1\n20,2\n30,3\n")
-    table = generate_requests(workload(prompt_tokens=None, output_tokens=None, num_requests=7,
-                                       lengths_csv={"path": str(tmp_path / "t.csv")}), seed=0)
+    table = generate_requests(
+        workload(prompt_tokens=None, output_tokens=None, num_requests=7, lengths_csv={"path": str(tmp_path / "t.csv")}),
+        seed=0,
+    )
     assert table.prompt_tokens.tolist() == [10, 20, 30, 10, 20, 30, 10]
     assert table.output_tokens.tolist() == [1, 2, 3, 1, 2, 3, 1]
-    shuffled = generate_requests(workload(prompt_tokens=None, output_tokens=None,
-                                          lengths_csv={"path": str(tmp_path / "t.csv"), "order": "random"}), seed=0)
+    shuffled = generate_requests(
+        workload(
+            prompt_tokens=None, output_tokens=None, lengths_csv={"path": str(tmp_path / "t.csv"), "order": "random"}
+        ),
+        seed=0,
+    )
     assert np.array_equal(shuffled.prompt_tokens // 10, shuffled.output_tokens)  # pairs stay together
     statistic, threshold = chi_square(np.bincount(shuffled.output_tokens)[1:], np.full(3, N / 3))
     assert statistic < threshold

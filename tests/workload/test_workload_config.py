@@ -10,7 +10,12 @@ LENGTHS = "concurrency: 4\nnum_requests: 10\ntemperature: 1.0\n"
 
 # (document text, line, dotted field, fragment of the message)
 BAD_DOCUMENTS = [
-    (LOOP, 1, "concurrency", "give exactly one of concurrency (closed loop), arrival_rate_per_s (open loop); got neither"),
+    (
+        LOOP,
+        1,
+        "concurrency",
+        "give exactly one of concurrency (closed loop), arrival_rate_per_s (open loop); got neither",
+    ),
     ("concurrency: 4\narrival_rate_per_s: 2.0\n" + LOOP, 1, "concurrency", "got both"),
     ("concurrency: 0\n" + LOOP, 1, "concurrency", "must be >= 1, got 0"),
     ("concurrency: true\n" + LOOP, 1, "concurrency", "must be an integer, got true"),
@@ -19,51 +24,135 @@ BAD_DOCUMENTS = [
     ("arrival_rate_per_s: -3.5\n" + LOOP, 1, "arrival_rate_per_s", "must be > 0.0, got -3.5"),
     ("arrival_rate_per_s: fast\n" + LOOP, 1, "arrival_rate_per_s", "must be a number, got 'fast'"),
     (BASE + "max_num_seqs: 0\n", 6, "max_num_seqs", "must be >= 1, got 0"),
-    ("concurrency: 4\nprompt_tokens: 5\noutput_tokens: 5\ntemperature: 0.0\n", 1, "num_requests", "required field is missing"),
-    ("concurrency: 4\nnum_requests: 0\nprompt_tokens: 5\noutput_tokens: 5\ntemperature: 0.0\n", 2, "num_requests",
-     "must be >= 1, got 0"),
+    (
+        "concurrency: 4\nprompt_tokens: 5\noutput_tokens: 5\ntemperature: 0.0\n",
+        1,
+        "num_requests",
+        "required field is missing",
+    ),
+    (
+        "concurrency: 4\nnum_requests: 0\nprompt_tokens: 5\noutput_tokens: 5\ntemperature: 0.0\n",
+        2,
+        "num_requests",
+        "must be >= 1, got 0",
+    ),
     (LENGTHS + "prompt_tokens: 0\noutput_tokens: 5\n", 4, "prompt_tokens", "must be >= 1, got 0"),
     (LENGTHS + "prompt_tokens: 1.5\noutput_tokens: 5\n", 4, "prompt_tokens", "must be an integer, got 1.5"),
     (LENGTHS + "prompt_tokens: 5\noutput_tokens: 2000000\n", 5, "output_tokens", "must be <= 1048576, got 2000000"),
     (LENGTHS + "prompt_tokens: 5\n", 1, "output_tokens", "required unless lengths_csv is given"),
-    (LENGTHS + "prompt_tokens: 5\noutput_tokens: {distribution: zipf, mean_tokens: 5, std_tokens: 1}\n", 5,
-     "output_tokens.distribution", "must be one of 'uniform', 'normal', 'lognormal', got 'zipf'"),
-    (LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: normal\n  std_tokens: 10\n", 6,
-     "output_tokens.mean_tokens", "required for distribution 'normal'"),
-    (LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: lognormal\n  mean_tokens: 100\n", 6,
-     "output_tokens.std_tokens", "required for distribution 'lognormal'"),
-    (LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: normal\n  mean_tokens: 100\n  std_tokens: -1\n", 8,
-     "output_tokens.std_tokens", "must be >= 0.0, got -1"),
-    (LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: normal\n  mean_tokens: 0\n  std_tokens: 1\n", 7,
-     "output_tokens.mean_tokens", "must be > 0.0, got 0"),
-    (LENGTHS + "prompt_tokens: {distribution: uniform, min_tokens: 10}\noutput_tokens: 5\n", 4,
-     "prompt_tokens.max_tokens", "required for distribution 'uniform'"),
-    (LENGTHS + "prompt_tokens:\n  distribution: uniform\n  min_tokens: 10\n  max_tokens: 20\n  mean_tokens: 15\n"
-     "output_tokens: 5\n", 8, "prompt_tokens.mean_tokens", "only for distribution normal or lognormal"),
-    (LENGTHS + "prompt_tokens:\n  distribution: uniform\n  min_tokens: 30\n  max_tokens: 20\noutput_tokens: 5\n", 7,
-     "prompt_tokens.max_tokens", "must be >= min_tokens (30), got 20"),
-    (LENGTHS + "prompt_tokens:\n  distribution: normal\n  mean_tokens: 500\n  std_tokens: 10\n  max_tokens: 100\n"
-     "output_tokens: 5\n", 6, "prompt_tokens.mean_tokens", "must be in [min_tokens, max_tokens] = [1, 100], got 500"),
-    (LENGTHS + "prompt_tokens: {distribution: uniform, min_tokens: 0, max_tokens: 3}\noutput_tokens: 5\n", 4,
-     "prompt_tokens.min_tokens", "must be >= 1, got 0"),
+    (
+        LENGTHS + "prompt_tokens: 5\noutput_tokens: {distribution: zipf, mean_tokens: 5, std_tokens: 1}\n",
+        5,
+        "output_tokens.distribution",
+        "must be one of 'uniform', 'normal', 'lognormal', got 'zipf'",
+    ),
+    (
+        LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: normal\n  std_tokens: 10\n",
+        6,
+        "output_tokens.mean_tokens",
+        "required for distribution 'normal'",
+    ),
+    (
+        LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: lognormal\n  mean_tokens: 100\n",
+        6,
+        "output_tokens.std_tokens",
+        "required for distribution 'lognormal'",
+    ),
+    (
+        LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: normal\n  mean_tokens: 100\n  std_tokens: -1\n",
+        8,
+        "output_tokens.std_tokens",
+        "must be >= 0.0, got -1",
+    ),
+    (
+        LENGTHS + "prompt_tokens: 5\noutput_tokens:\n  distribution: normal\n  mean_tokens: 0\n  std_tokens: 1\n",
+        7,
+        "output_tokens.mean_tokens",
+        "must be > 0.0, got 0",
+    ),
+    (
+        LENGTHS + "prompt_tokens: {distribution: uniform, min_tokens: 10}\noutput_tokens: 5\n",
+        4,
+        "prompt_tokens.max_tokens",
+        "required for distribution 'uniform'",
+    ),
+    (
+        LENGTHS + "prompt_tokens:\n  distribution: uniform\n  min_tokens: 10\n  max_tokens: 20\n  mean_tokens: 15\n"
+        "output_tokens: 5\n",
+        8,
+        "prompt_tokens.mean_tokens",
+        "only for distribution normal or lognormal",
+    ),
+    (
+        LENGTHS + "prompt_tokens:\n  distribution: uniform\n  min_tokens: 30\n  max_tokens: 20\noutput_tokens: 5\n",
+        7,
+        "prompt_tokens.max_tokens",
+        "must be >= min_tokens (30), got 20",
+    ),
+    (
+        LENGTHS + "prompt_tokens:\n  distribution: normal\n  mean_tokens: 500\n  std_tokens: 10\n  max_tokens: 100\n"
+        "output_tokens: 5\n",
+        6,
+        "prompt_tokens.mean_tokens",
+        "must be in [min_tokens, max_tokens] = [1, 100], got 500",
+    ),
+    (
+        LENGTHS + "prompt_tokens: {distribution: uniform, min_tokens: 0, max_tokens: 3}\noutput_tokens: 5\n",
+        4,
+        "prompt_tokens.min_tokens",
+        "must be >= 1, got 0",
+    ),
     (LENGTHS + "prompt_tokens: [5]\noutput_tokens: 5\n", 4, "prompt_tokens", "must be an integer"),
-    (LENGTHS + "prompt_tokens: 5\noutput_tokens: {distribution: uniform, max_tokens: 9, mean: 4}\n", 5,
-     "output_tokens.mean", "unknown field"),
-    ("concurrency: 4\nnum_requests: 10\nprompt_tokens: 5\noutput_tokens: 5\n", 1, "temperature", "required field is missing"),
+    (
+        LENGTHS + "prompt_tokens: 5\noutput_tokens: {distribution: uniform, max_tokens: 9, mean: 4}\n",
+        5,
+        "output_tokens.mean",
+        "unknown field",
+    ),
+    (
+        "concurrency: 4\nnum_requests: 10\nprompt_tokens: 5\noutput_tokens: 5\n",
+        1,
+        "temperature",
+        "required field is missing",
+    ),
     (BASE.replace("temperature: 0.0", "temperature: -0.5"), 5, "temperature", "must be >= 0.0, got -0.5"),
     (BASE.replace("temperature: 0.0", "temperature: 11"), 5, "temperature", "must be <= 10.0, got 11"),
     (BASE.replace("temperature: 0.0", "temperature: hot"), 5, "temperature", "must be a number, got 'hot'"),
     (BASE.replace("temperature: 0.0", "temperature: []"), 5, "temperature", "must have at least 1 items, got 0"),
-    (BASE.replace("temperature: 0.0", "temperature:\n  - {temperature: 0.7, weight: 0}"), 6, "temperature[0].weight",
-     "must be > 0.0, got 0"),
-    (BASE.replace("temperature: 0.0", "temperature:\n  - {temperature: 0.7, weight: 1}\n  - {temperature: 0.7, weight: 2}"),
-     7, "temperature[1].temperature", "each temperature once; 0.7 is already entry 0"),
-    (BASE.replace("temperature: 0.0", "temperature:\n  - {temperature: 12, weight: 1}"), 6, "temperature[0].temperature",
-     "must be <= 10.0, got 12"),
-    (BASE.replace("temperature: 0.0", "temperature:\n  - {temp: 0.5, weight: 1}"), 6, "temperature[0].temp",
-     "unknown field"),
-    (BASE.replace("temperature: 0.0", "temperature: [" + ", ".join(f"{{temperature: {t}, weight: 1}}" for t in range(9)) + "]"),
-     5, "temperature", "must have at most 8 items, got 9"),
+    (
+        BASE.replace("temperature: 0.0", "temperature:\n  - {temperature: 0.7, weight: 0}"),
+        6,
+        "temperature[0].weight",
+        "must be > 0.0, got 0",
+    ),
+    (
+        BASE.replace(
+            "temperature: 0.0", "temperature:\n  - {temperature: 0.7, weight: 1}\n  - {temperature: 0.7, weight: 2}"
+        ),
+        7,
+        "temperature[1].temperature",
+        "each temperature once; 0.7 is already entry 0",
+    ),
+    (
+        BASE.replace("temperature: 0.0", "temperature:\n  - {temperature: 12, weight: 1}"),
+        6,
+        "temperature[0].temperature",
+        "must be <= 10.0, got 12",
+    ),
+    (
+        BASE.replace("temperature: 0.0", "temperature:\n  - {temp: 0.5, weight: 1}"),
+        6,
+        "temperature[0].temp",
+        "unknown field",
+    ),
+    (
+        BASE.replace(
+            "temperature: 0.0", "temperature: [" + ", ".join(f"{{temperature: {t}, weight: 1}}" for t in range(9)) + "]"
+        ),
+        5,
+        "temperature",
+        "must have at most 8 items, got 9",
+    ),
     (BASE + "vocab_size: 64\n", 6, "vocab_size", "must be >= 128, got 64"),
     (BASE + "vocab_size: 1000000\n", 6, "vocab_size", "must be <= 262144, got 1000000"),
     (BASE + "vocab_sise: 1024\n", 6, "vocab_sise", "did you mean 'vocab_size'"),
@@ -123,15 +212,28 @@ CSV_DOC = "concurrency: 2\nnum_requests: 3\ntemperature: 0.0\nlengths_csv:\n  pa
 @pytest.mark.parametrize(
     ("csv_text", "fragments"),
     [
-        ("prompt_tokens,output_tokens\n10,20\n0,5\n7,x\n", ["trace.csv:3: prompt_tokens must be a whole number in [1, 1048576], got '0'",
-                                                             "trace.csv:4: output_tokens must be a whole number in [1, 1048576], got 'x'"]),
+        (
+            "prompt_tokens,output_tokens\n10,20\n0,5\n7,x\n",
+            [
+                "trace.csv:3: prompt_tokens must be a whole number in [1, 1048576], got '0'",
+                "trace.csv:4: output_tokens must be a whole number in [1, 1048576], got 'x'",
+            ],
+        ),
         ("10,20\n5\n", ["trace.csv:2: expected 2 columns (prompt_tokens,output_tokens), got 1"]),
         ("10,20\n\n5,2.5\n", ["trace.csv:3: output_tokens must be a whole number"]),
-        ("prompt,output\n10,20\n", ["trace.csv:1: header must name columns prompt_tokens, output_tokens; missing "
-                                    "prompt_tokens, output_tokens, got prompt, output"]),
+        (
+            "prompt,output\n10,20\n",
+            [
+                "trace.csv:1: header must name columns prompt_tokens, output_tokens; missing "
+                "prompt_tokens, output_tokens, got prompt, output"
+            ],
+        ),
         ("prompt_tokens,output_tokens\n", ["trace.csv: has a header but no rows"]),
         ("", ["trace.csv: holds no rows"]),
-        ("id,output_tokens,prompt_tokens\n1,20,10\n2,30\n", ["trace.csv:3: expected 3 columns (as many as the header), got 2"]),
+        (
+            "id,output_tokens,prompt_tokens\n1,20,10\n2,30\n",
+            ["trace.csv:3: expected 3 columns (as many as the header), got 2"],
+        ),
     ],
 )
 def test_bad_csv_rows_are_reported_with_csv_file_and_line(load_workload, tmp_path, csv_text, fragments):
