@@ -26,29 +26,6 @@ from spectune.study import load_outcome
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
-TINY = """\
-kind: study
-name: NAME
-workload:
-  num_requests: 8
-  prompt_tokens: 64
-  output_tokens: 64
-  temperature: 0.7
-  vocab_size: 128
-  max_num_seqs: 16
-hardware: h100-sxm
-target_model: llama-3.1-8b
-candidates:
-  - name: eagle3
-    speculative: {method: eagle3, model: RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3}
-    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}
-search:
-  num_speculative_tokens: {min: 1, max: 1}
-schedule:
-  batch_sizes: [1, 4]
-  requests_per_batch_size: 3
-"""
-
 
 def _cli(*args: str):
     result = runner.invoke(app, list(args))
@@ -57,11 +34,11 @@ def _cli(*args: str):
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(tmp_path_factory, tiny_study):
     """A finished 4-point study: (document, out folder, journal bytes)."""
     folder = tmp_path_factory.mktemp("hostile")
     document = folder / "tiny.yaml"
-    document.write_text(TINY.replace("NAME", "tiny"))
+    document.write_text(tiny_study())
     out = folder / "out"
     result = _cli("study", "run", str(document), "--out", str(out))
     assert result.exit_code == 0, result.output
@@ -304,9 +281,9 @@ def test_a_write_that_fails_midway_leaves_the_previous_artefacts_whole(study, tm
     assert sorted(p.name for p in folder.iterdir()) == sorted(before)  # no temporary file left behind
 
 
-def test_study_run_checks_out_before_it_runs_anything(tmp_path):
+def test_study_run_checks_out_before_it_runs_anything(tmp_path, tiny_study):
     document = tmp_path / "tiny.yaml"
-    document.write_text(TINY.replace("NAME", "tiny"))
+    document.write_text(tiny_study())
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("x")
     journal = tmp_path / "s.journal"
@@ -341,9 +318,9 @@ def test_exporting_a_study_without_trials_removes_another_studys_recommendation(
 # 5. --n-trials 0 -------------------------------------------------------------------------------------
 
 
-def test_n_trials_0_is_refused_before_anything_runs(tmp_path):
+def test_n_trials_0_is_refused_before_anything_runs(tmp_path, tiny_study):
     document = tmp_path / "tiny.yaml"
-    document.write_text(TINY.replace("NAME", "tiny"))
+    document.write_text(tiny_study())
     result = _cli("study", "run", str(document), "--out", str(tmp_path / "out"), "--n-trials", "0")
     assert result.exit_code == 1
     assert result.output.startswith("error: --n-trials: must be >= 1, got 0")
@@ -354,9 +331,9 @@ def test_n_trials_0_is_refused_before_anything_runs(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path):
+def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny_study):
     document = tmp_path / "tiny.yaml"
-    document.write_text(TINY.replace("NAME", "tiny").replace("max: 1}", "max: 3}"))
+    document.write_text(tiny_study(max_k=3))
     out = tmp_path / "out"
     command = [sys.executable, "-m", "spectune", "study", "run", str(document), "--out", str(out), "--no-progress"]
     process = subprocess.Popen(

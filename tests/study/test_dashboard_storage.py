@@ -8,23 +8,9 @@ from typer.testing import CliRunner
 
 from spectune.cli import app
 
-TINY = """\
-kind: study
-name: tiny
-workload: {num_requests: 8, prompt_tokens: 64, output_tokens: 64, temperature: 0.7, vocab_size: 128, max_num_seqs: 16}
-hardware: h100-sxm
-target_model: llama-3.1-8b
-candidates:
-  - name: eagle3
-    speculative: {method: eagle3, model: RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3}
-    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}
-search: {num_speculative_tokens: {min: 1, max: 2}}
-schedule: {batch_sizes: [1, 4], requests_per_batch_size: 3}
-"""
 
-
-def test_the_journal_reads_as_plain_optuna_storage_with_importances(tmp_path):
-    (tmp_path / "tiny.yaml").write_text(TINY)
+def test_the_journal_reads_as_plain_optuna_storage_with_importances(tmp_path, tiny_study):
+    (tmp_path / "tiny.yaml").write_text(tiny_study(max_k=2))
     result = CliRunner().invoke(app, ["study", "run", str(tmp_path / "tiny.yaml"), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "out" / "study.journal")))

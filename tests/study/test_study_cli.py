@@ -14,36 +14,14 @@ from spectune.cli import app
 from spectune.errors import SpectuneError
 from spectune.study import load_outcome
 
-TINY = """\
-kind: study
-name: tiny
-workload:
-  num_requests: 8
-  prompt_tokens: 64
-  output_tokens: 64
-  temperature: 0.7
-  vocab_size: 128
-  max_num_seqs: 16
-hardware: h100-sxm
-target_model: llama-3.1-8b
-candidates:
-  - name: eagle3
-    speculative: {method: eagle3, model: RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3}
-    acceptance: {unconditional_rates: [0.73, 0.52, 0.35]}
-search:
-  num_speculative_tokens: {min: 1, max: MAX_K}
-schedule:
-  batch_sizes: [1, 4]
-  requests_per_batch_size: 3
-"""
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def ran(tmp_path_factory):
+def ran(tmp_path_factory, tiny_study):
     folder = tmp_path_factory.mktemp("cli")
     document = folder / "tiny.yaml"
-    document.write_text(TINY.replace("MAX_K", "2"))
+    document.write_text(tiny_study(max_k=2))
     out = folder / "out"
     result = runner.invoke(app, ["study", "run", str(document), "--out", str(out)])
     return document, out, result
@@ -117,9 +95,9 @@ def test_a_changed_document_is_refused_with_a_clear_message(ran, tmp_path):
     assert "Traceback" not in result.output
 
 
-def test_bad_input_gets_one_located_line_and_exit_1(tmp_path):
+def test_bad_input_gets_one_located_line_and_exit_1(tmp_path, tiny_study):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(TINY.replace("MAX_K", "2").replace("batch_sizes: [1, 4]", "batch_sizes: [1, 32]"))
+    bad.write_text(tiny_study(max_k=2).replace("batch_sizes: [1, 4]", "batch_sizes: [1, 32]"))
     result = runner.invoke(app, ["study", "run", str(bad), "--out", str(tmp_path / "out")])
     assert result.exit_code == 1
     assert result.output.strip() == f"{bad}:19: schedule.batch_sizes[1]: must be <= workload.max_num_seqs (16), got 32"
@@ -130,9 +108,9 @@ def test_bad_input_gets_one_located_line_and_exit_1(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigkill_during_a_real_study_then_rerun_keeps_every_completed_trial(tmp_path):
+def test_sigkill_during_a_real_study_then_rerun_keeps_every_completed_trial(tmp_path, tiny_study):
     document = tmp_path / "tiny.yaml"
-    document.write_text(TINY.replace("MAX_K", "3"))
+    document.write_text(tiny_study(max_k=3))
     out = tmp_path / "out"
     command = [sys.executable, "-m", "spectune", "study", "run", str(document), "--out", str(out)]
     log = tmp_path / "first-run.log"
