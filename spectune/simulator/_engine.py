@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -178,23 +179,52 @@ class _TwinVerifier(_Verifier):
             )
         return self.offsets[key]
 
-    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
-        if self.device.type == "cpu":
-            return self._verify_host(requests)
-        started = time.perf_counter()
+    def _members(
+        self, requests: dict[EngineMember, VerifyRequest], padded_step: Callable[..., tuple[Any, Any, Any]]
+    ) -> tuple[list[Any], list[Any], list[Any], list[np.ndarray], list[int]]:
+        """Each member's padded step -- bank rows (offset into the shared bank), draft tokens,
+        temperatures -- from ``padded_step(member, synthesizer, ids, k)``, with its kernel seeds and size."""
         rows, tokens, temperature, seeds, sizes = [], [], [], [], []
         for member, (ids, steps_done, k) in requests.items():
             assert member.synthesizer is not None
             synthesizer = member.synthesizer(len(ids))
             ids = member.global_ids[ids] if member.global_ids is not None else ids
-            index = member.temperature_index.index_select(0, torch.from_numpy(ids).to(self.device))
-            step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+            step_rows, step_tokens, step_temperature = padded_step(member, synthesizer, ids, k)
             offset = self._offset(synthesizer)
-            rows.append(_padded_rows(step.rows + offset if offset else step.rows, self.num_drafts))
-            tokens.append(_padded_drafts(step.draft_tokens, self.num_drafts))
-            temperature.append(step.temperature)
+            rows.append(step_rows + offset if offset else step_rows)  # padding repeats rows: offsets commute
+            tokens.append(step_tokens)
+            temperature.append(step_temperature)
             seeds.append(_kernel_seeds(member.request_seeds[ids], steps_done))
             sizes.append(len(ids))
+        return rows, tokens, temperature, seeds, sizes
+
+    def _torch_step(
+        self, member: EngineMember, synthesizer: LogitSynthesizer, ids: np.ndarray, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        index = member.temperature_index.index_select(0, torch.from_numpy(ids).to(self.device))
+        step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
+        return (
+            _padded_rows(step.rows, self.num_drafts),
+            _padded_drafts(step.draft_tokens, self.num_drafts),
+            step.temperature,
+        )
+
+    def _host_step(
+        self, member: EngineMember, synthesizer: LogitSynthesizer, ids: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows, tokens, temperature = synthesizer.generate_host_rows(
+            member.temperature_index.numpy()[ids], member.generator, k
+        )
+        if k < self.num_drafts:  # the bonus row moves to column k and repeats; placeholder drafts
+            rows = np.concatenate([rows, np.repeat(rows[:, k:], self.num_drafts - k, axis=1)], axis=1)
+            tokens = np.concatenate([tokens, np.full((len(ids), self.num_drafts - k), -1, dtype=np.int64)], axis=1)
+        return rows, tokens, temperature
+
+    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+        if self.device.type == "cpu":
+            return self._verify_host(requests)
+        started = time.perf_counter()
+        rows, tokens, temperature, seeds, sizes = self._members(requests, self._torch_step)
         single = len(rows) == 1
         generated = time.perf_counter()
         assert self.bank is not None
@@ -215,29 +245,7 @@ class _TwinVerifier(_Verifier):
         """The CPU step on numpy arrays, counts only (the tokens themselves are never read): the same
         draws and numbers as the torch path, without torch's per-operation cost on small tensors."""
         started = time.perf_counter()
-        rows, tokens, temperature, seeds, sizes = [], [], [], [], []
-        for member, (ids, steps_done, k) in requests.items():
-            assert member.synthesizer is not None
-            synthesizer = member.synthesizer(len(ids))
-            ids = member.global_ids[ids] if member.global_ids is not None else ids
-            step_rows, step_tokens, step_temperature = synthesizer.generate_host_rows(
-                member.temperature_index.numpy()[ids], member.generator, k
-            )
-            offset = self._offset(synthesizer)
-            if offset:
-                step_rows += offset
-            if k < self.num_drafts:  # the bonus row moves to column k and repeats; placeholder drafts
-                step_rows = np.concatenate(
-                    [step_rows, np.repeat(step_rows[:, k:], self.num_drafts - k, axis=1)], axis=1
-                )
-                step_tokens = np.concatenate(
-                    [step_tokens, np.full((len(ids), self.num_drafts - k), -1, dtype=np.int64)], axis=1
-                )
-            rows.append(step_rows)
-            tokens.append(step_tokens)
-            temperature.append(step_temperature)
-            seeds.append(_kernel_seeds(member.request_seeds[ids], steps_done))
-            sizes.append(len(ids))
+        rows, tokens, temperature, seeds, sizes = self._members(requests, self._host_step)
         single = len(rows) == 1
         generated = time.perf_counter()
         assert self.bank is not None
