@@ -101,6 +101,11 @@ def run_lockstep(
         verifier = _TwinVerifier(device, num_drafts, method, synthetic_rates)
     else:
         verifier = _KernelVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
+    drive(members, verifier)
+
+
+def drive(members: Sequence[EngineMember], verifier: _Verifier) -> None:
+    """Run every member's loop to its end, each step's requests verified by ``verifier`` in one call."""
     pending: dict[int, VerifyRequest] = {}
     for index, member in enumerate(members):
         _advance(member, index, pending, None)
