@@ -6,7 +6,16 @@ between its points. ``CostModel``'s docstring walks through the call order.
 """
 
 from spectune.cost._build import build_cost_model
-from spectune.cost._interface import CostLimits, CostModel, FitReport, HeldOutPoint, OutOfTableRange, StepTime
+from spectune.cost._interface import (
+    CostLimits,
+    CostModel,
+    FitReport,
+    HeldOutPoint,
+    OutOfTableRange,
+    StepPhases,
+    StepTime,
+    StepTimer,
+)
 from spectune.cost._log_fit import LogFit, StepSample, fit_roofline, fitted_cost_model
 from spectune.cost._measured import MAX_BATCH_EXTRAPOLATION, MeasuredCostModel, StepTimeInterpolator
 from spectune.cost._roofline import RooflineCostModel, expected_experts_touched
@@ -25,8 +34,10 @@ __all__ = [
     "RooflineCostModel",
     "SamplerWork",
     "StepSample",
+    "StepPhases",
     "StepTime",
     "StepTimeInterpolator",
+    "StepTimer",
     "VllmSamplerTimes",
     "ZeroRowDraftCostModel",
     "build_cost_model",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import SpectuneError
 
-__all__ = ["CostLimits", "CostModel", "FitReport", "HeldOutPoint", "StepTime"]
+__all__ = ["CostLimits", "CostModel", "FitReport", "HeldOutPoint", "StepPhases", "StepTime", "StepTimer"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,11 @@ class StepTime:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_s", self.drafting_s + self.verification_s + self.sampling_s + self.overhead_s)
+
+
+StepPhases = tuple[float, float, float, float]  # drafting_s, verification_s, sampling_s, overhead_s
+# (batch_size, num_speculative_tokens, context_tokens) -> the step's phases: ``CostModel.step_timer``
+StepTimer = Callable[[int, int, float], StepPhases]
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,8 @@ class CostModel(ABC):
     3. Each simulated iteration: ``step_time(batch_size, num_speculative_tokens, context_tokens)``
        -> ``StepTime``; advance the clock by ``total_s``. ``batch_size`` counts decoding requests,
        K = 0 is plain decoding (no draft, one token verified per request), ``context_tokens`` is the
-       mean number of tokens already in each request's KV cache.
+       mean number of tokens already in each request's KV cache. A simulator's loop asks through
+       ``step_timer()`` instead: the same numbers as plain floats, its arguments trusted.
     4. Each step that admits requests: ``prefill_time(num_prompt_tokens, num_prompts=...)`` for their
        prompts (target and neural drafter both read them); it is the time to their first token.
     5. ``fit_report()`` after building, to show how well a measured table predicts its own held-back
@@ -125,6 +132,20 @@ class CostModel(ABC):
         ``draft_probabilities``: the drafter hands over its full distributions (vLLM
         ``draft_sample_method: probabilistic``), so sampling also reads B·K draft-logit rows.
         """
+
+    def step_timer(self, *, draft_probabilities: bool = False) -> StepTimer:
+        """``step_time`` for a loop that asks every step: a function of (batch_size, num_speculative_tokens,
+        context_tokens) -> (drafting_s, verification_s, sampling_s, overhead_s), the numbers ``step_time``
+        gives, bit for bit. It does not check its arguments (the loop's are valid by construction); a
+        model may keep what depends only on (batch size, K), which the loop asks for again and again."""
+
+        def timer(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> StepPhases:
+            step = self.step_time(
+                batch_size, num_speculative_tokens, context_tokens, draft_probabilities=draft_probabilities
+            )
+            return step.drafting_s, step.verification_s, step.sampling_s, step.overhead_s
+
+        return timer
 
     @abstractmethod
     def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
@@ -167,8 +188,8 @@ def check_prompt_tokens(num_prompt_tokens: int, num_prompts: int = 1) -> None:
 
 
 def _is_integer(value: object) -> bool:
-    # numpy integers count; bools do not
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    # numpy integers count; bools do not (a plain int first: the ABC check is the slow path)
+    return type(value) is int or (isinstance(value, Integral) and not isinstance(value, bool))
 
 
 class OutOfTableRange(SpectuneError):

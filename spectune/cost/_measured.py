@@ -27,7 +27,9 @@ from spectune.cost._interface import (
     FitReport,
     HeldOutPoint,
     OutOfTableRange,
+    StepPhases,
     StepTime,
+    StepTimer,
     check_step_arguments,
 )
 from spectune.cost._roofline import RooflineCostModel
@@ -119,6 +121,23 @@ def leave_one_out(points: list[tuple[int, int, float]], label: str) -> FitReport
     return FitReport(num_points=len(points), held_out=tuple(held_out), skipped=tuple(skipped))
 
 
+def _total(phases: StepPhases) -> float:
+    drafting_s, verification_s, sampling_s, overhead_s = phases
+    return drafting_s + verification_s + sampling_s + overhead_s  # as StepTime.total_s adds them
+
+
+def _scaled(point: tuple[float, float | None], estimate: StepPhases) -> StepPhases:
+    """The roofline's phases scaled to the table's total (moved by the roofline's change with context)."""
+    measured, at_table_context = point
+    estimate_s = _total(estimate)
+    total = measured
+    if at_table_context is not None:
+        total = max(measured + estimate_s - at_table_context, min(measured, estimate_s))
+    scale = total / estimate_s
+    drafting_s, verification_s, sampling_s, overhead_s = estimate
+    return drafting_s * scale, verification_s * scale, sampling_s * scale, overhead_s * scale
+
+
 class MeasuredCostModel(CostModel):
     """A measured step-time table, interpolated; the roofline supplies the phase split and prefill."""
 
@@ -141,23 +160,30 @@ class MeasuredCostModel(CostModel):
         """The table's time at (B, K); with ``step_times_context_tokens`` set, plus the roofline's change
         from that context to ``context_tokens`` (never below the smaller of table and roofline)."""
         check_step_arguments(batch_size, num_speculative_tokens, context_tokens)
+        estimate = self._roofline.step_timer(draft_probabilities=draft_probabilities)
+        point = self._point(batch_size, num_speculative_tokens, estimate)
+        return StepTime(*_scaled(point, estimate(batch_size, num_speculative_tokens, context_tokens)))
+
+    def step_timer(self, *, draft_probabilities: bool = False) -> StepTimer:
+        estimate = self._roofline.step_timer(draft_probabilities=draft_probabilities)
+        points: dict[tuple[int, int], tuple[float, float | None]] = {}
+
+        def timer(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> StepPhases:
+            point = points.get((batch_size, num_speculative_tokens))
+            if point is None:
+                point = points[batch_size, num_speculative_tokens] = self._point(
+                    batch_size, num_speculative_tokens, estimate
+                )
+            return _scaled(point, estimate(batch_size, num_speculative_tokens, context_tokens))
+
+        return timer
+
+    def _point(self, batch_size: int, num_speculative_tokens: int, estimate: StepTimer) -> tuple[float, float | None]:
+        """The table's time at (B, K), and the roofline's total there at the table's context (None: not given)."""
         measured = self._interpolate(batch_size, num_speculative_tokens)
-        estimate = self._roofline.step_time(
-            batch_size, num_speculative_tokens, context_tokens, draft_probabilities=draft_probabilities
-        )
-        total = measured
-        if self._table_context_tokens is not None:
-            at_table_context = self._roofline.step_time(
-                batch_size, num_speculative_tokens, self._table_context_tokens, draft_probabilities=draft_probabilities
-            )
-            total = max(measured + estimate.total_s - at_table_context.total_s, min(measured, estimate.total_s))
-        scale = total / estimate.total_s
-        return StepTime(
-            drafting_s=estimate.drafting_s * scale,
-            verification_s=estimate.verification_s * scale,
-            sampling_s=estimate.sampling_s * scale,
-            overhead_s=estimate.overhead_s * scale,
-        )
+        if self._table_context_tokens is None:
+            return measured, None
+        return measured, _total(estimate(batch_size, num_speculative_tokens, self._table_context_tokens))
 
     def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
         return self._roofline.prefill_time(num_prompt_tokens, num_prompts=num_prompts)

@@ -35,13 +35,16 @@ Llama-3.1-8B at batch 1 takes 6.6 ms a step, between the public 6.3 ms (SGLang d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS, CostModelConfig, DrafterSpec, HardwareConfig, TargetModelSpec
 from spectune.cost._interface import (
     CostLimits,
     CostModel,
+    StepPhases,
     StepTime,
+    StepTimer,
     check_prompt_tokens,
     check_step_arguments,
 )
@@ -143,6 +146,57 @@ def _drafter_shape(drafter: DrafterSpec, tp: int) -> _PassShape:
     )
 
 
+def _no_time(context: float) -> float:
+    return 0.0
+
+
+class _Pass:
+    """One forward pass over ``requests`` × ``tokens_each`` new tokens with logits at ``outputs`` positions,
+    as a function of the context already cached: what does not depend on it is computed once (a
+    simulation asks for the same few passes every step, at a new mean context)."""
+
+    __slots__ = (
+        "attention_flops_per_query_key",
+        "bandwidth",
+        "communication",
+        "flops",
+        "keys_past_context",
+        "kv_bytes_per_token",
+        "linear",
+        "requests",
+        "tokens",
+        "tokens_each",
+    )
+
+    def __init__(
+        self, model: RooflineCostModel, shape: _PassShape, requests: int, tokens_each: float, outputs: int
+    ) -> None:
+        tokens = requests * tokens_each
+        self.linear = max(
+            (shape.weight_bytes + _routed_expert_bytes(shape, tokens)) / model._bandwidth,
+            (tokens * shape.body_flops_per_token + outputs * shape.head_flops_per_output) / model._flops,
+        )
+        self.communication = shape.num_allreduces * (
+            model._allreduce_latency_s + tokens * shape.allreduce_bytes_per_token / model._link
+        )
+        self.requests, self.tokens_each, self.tokens = requests, tokens_each, tokens
+        self.keys_past_context = (tokens_each + 1) / 2  # causal among the new tokens
+        self.kv_bytes_per_token, self.bandwidth = shape.kv_bytes_per_token, model._bandwidth
+        self.attention_flops_per_query_key, self.flops = shape.attention_flops_per_query_key, model._flops
+
+    def seconds(self, context: float) -> float:
+        attention = max(
+            self.requests * (context + self.tokens_each) * self.kv_bytes_per_token / self.bandwidth,
+            self.tokens * (context + self.keys_past_context) * self.attention_flops_per_query_key / self.flops,
+        )
+        return self.linear + attention + self.communication
+
+
+def _routed_expert_bytes(shape: _PassShape, tokens: float) -> float:
+    """MoE: bytes of the distinct routed experts a pass of ``tokens`` tokens reads (0 for a dense model)."""
+    return expected_experts_touched(shape.num_experts, shape.experts_per_token, tokens) * shape.expert_bytes
+
+
 class RooflineCostModel(CostModel):
     """Step times from bandwidth, FLOP/s and model shapes (see the module docstring for the formulas)."""
 
@@ -183,46 +237,38 @@ class RooflineCostModel(CostModel):
 
     def _pass_time(self, shape: _PassShape, requests: int, tokens_each: float, context: float, outputs: int) -> float:
         """Seconds for one forward pass of ``requests`` × ``tokens_each`` new tokens over ``context`` cached ones."""
-        tokens = requests * tokens_each
-        linear = max(
-            (shape.weight_bytes + self._routed_expert_bytes(shape, tokens)) / self._bandwidth,
-            (tokens * shape.body_flops_per_token + outputs * shape.head_flops_per_output) / self._flops,
-        )
-        keys_per_query = context + (tokens_each + 1) / 2  # causal among the new tokens
-        attention = max(
-            requests * (context + tokens_each) * shape.kv_bytes_per_token / self._bandwidth,
-            tokens * keys_per_query * shape.attention_flops_per_query_key / self._flops,
-        )
-        communication = shape.num_allreduces * (
-            self._allreduce_latency_s + tokens * shape.allreduce_bytes_per_token / self._link
-        )
-        return linear + attention + communication
-
-    @staticmethod
-    def _routed_expert_bytes(shape: _PassShape, tokens: float) -> float:
-        """MoE: bytes of the distinct routed experts a pass of ``tokens`` tokens reads (0 for a dense model)."""
-        return expected_experts_touched(shape.num_experts, shape.experts_per_token, tokens) * shape.expert_bytes
+        return _Pass(self, shape, requests, tokens_each, outputs).seconds(context)
 
     def verification_time(self, batch_size: int, num_speculative_tokens: int, context_tokens: float) -> float:
         """One target pass over B·(K+1) tokens with logits at every position (seconds)."""
+        return self._verification_pass(batch_size, num_speculative_tokens).seconds(context_tokens)
+
+    def _verification_pass(self, batch_size: int, num_speculative_tokens: int) -> _Pass:
         tokens_each = num_speculative_tokens + 1
-        return self._pass_time(self._target, batch_size, tokens_each, context_tokens, batch_size * tokens_each)
+        return _Pass(self, self._target, batch_size, tokens_each, batch_size * tokens_each)
 
     def drafting_time(self, batch_size: int, num_speculative_tokens: int, context_tokens: float) -> float:
         """Proposing K tokens for each of ``batch_size`` requests (seconds; 0 when K = 0)."""
+        return self._drafting(batch_size, num_speculative_tokens)(context_tokens)
+
+    def _drafting(self, batch_size: int, num_speculative_tokens: int) -> Callable[[float], float]:
+        """``drafting_time`` at (batch size, K) as a function of the context."""
         k = num_speculative_tokens
         if k == 0:
-            return 0.0
+            return _no_time
         if self._drafter is None:
             raise ValueError(f"num_speculative_tokens {k} needs a drafter; this cost model was built without one")
         if self._draft is None:  # lookup: CPU (or a tiny GPU kernel), no neural pass
-            return batch_size * self._drafter.host_time_per_request_s
+            host_s = batch_size * self._drafter.host_time_per_request_s
+            return lambda context: host_s
+        pass_overhead_s = self._draft_pass_overhead_s
         if self._drafter.drafting == "parallel":
-            first = self._pass_time(self._draft, batch_size, k + 1, context_tokens, batch_size * k)
-            return first + self._draft_pass_overhead_s
-        first = self._pass_time(self._draft, batch_size, k + 1, context_tokens, batch_size)
-        later = self._pass_time(self._draft, batch_size, 1, context_tokens, batch_size)
-        return first + (k - 1) * later + k * self._draft_pass_overhead_s
+            one = _Pass(self, self._draft, batch_size, k + 1, batch_size * k).seconds
+            return lambda context: one(context) + pass_overhead_s
+        first = _Pass(self, self._draft, batch_size, k + 1, batch_size).seconds
+        later = _Pass(self, self._draft, batch_size, 1, batch_size).seconds
+        overheads_s = k * pass_overhead_s
+        return lambda context: first(context) + (k - 1) * later(context) + overheads_s
 
     def sampling_time(
         self, batch_size: int, num_speculative_tokens: int, *, draft_probabilities: bool = False
@@ -246,12 +292,30 @@ class RooflineCostModel(CostModel):
         self, batch_size: int, num_speculative_tokens: int, context_tokens: float, *, draft_probabilities: bool = False
     ) -> StepTime:
         check_step_arguments(batch_size, num_speculative_tokens, context_tokens)
-        return StepTime(
-            drafting_s=self.drafting_time(batch_size, num_speculative_tokens, context_tokens),
-            verification_s=self.verification_time(batch_size, num_speculative_tokens, context_tokens),
-            sampling_s=self.sampling_time(batch_size, num_speculative_tokens, draft_probabilities=draft_probabilities),
-            overhead_s=self._overhead_s,
-        )
+        return StepTime(*self._step(batch_size, num_speculative_tokens, draft_probabilities)(context_tokens))
+
+    def step_timer(self, *, draft_probabilities: bool = False) -> StepTimer:
+        steps: dict[tuple[int, int], Callable[[float], StepPhases]] = {}
+
+        def timer(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> StepPhases:
+            step = steps.get((batch_size, num_speculative_tokens))
+            if step is None:
+                step = steps[batch_size, num_speculative_tokens] = self._step(
+                    batch_size, num_speculative_tokens, draft_probabilities
+                )
+            return step(context_tokens)
+
+        return timer
+
+    def _step(
+        self, batch_size: int, num_speculative_tokens: int, draft_probabilities: bool
+    ) -> Callable[[float], StepPhases]:
+        """A step's phases at (batch size, K) as a function of the context: only attention depends on it."""
+        drafting = self._drafting(batch_size, num_speculative_tokens)
+        verification = self._verification_pass(batch_size, num_speculative_tokens).seconds
+        sampling_s = self.sampling_time(batch_size, num_speculative_tokens, draft_probabilities=draft_probabilities)
+        overhead_s = self._overhead_s
+        return lambda context: (drafting(context), verification(context), sampling_s, overhead_s)
 
     def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
         check_prompt_tokens(num_prompt_tokens, num_prompts)

@@ -19,7 +19,7 @@ drafter).
 
 from __future__ import annotations
 
-from spectune.cost._interface import CostLimits, CostModel, FitReport, StepTime
+from spectune.cost._interface import CostLimits, CostModel, FitReport, StepPhases, StepTime, StepTimer
 from spectune.cost._roofline import RooflineCostModel
 
 __all__ = ["ZeroRowDraftCostModel", "zero_row_draft_time"]
@@ -66,6 +66,21 @@ class ZeroRowDraftCostModel(CostModel):
             sampling_s=step.sampling_s,
             overhead_s=step.overhead_s,
         )
+
+    def step_timer(self, *, draft_probabilities: bool = False) -> StepTimer:
+        inner = self._inner.step_timer(draft_probabilities=draft_probabilities)
+
+        def timer(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> StepPhases:
+            phases = inner(batch_size, num_speculative_tokens, context_tokens)
+            if num_speculative_tokens > 0:
+                return phases
+            extra = zero_row_draft_time(
+                self._roofline, self._mode, batch_size, context_tokens, self._num_speculative_tokens
+            )
+            drafting_s, verification_s, sampling_s, overhead_s = phases
+            return drafting_s + extra, verification_s, sampling_s, overhead_s
+
+        return timer
 
     def prefill_time(self, num_prompt_tokens: int, *, num_prompts: int = 1) -> float:
         return self._inner.prefill_time(num_prompt_tokens, num_prompts=num_prompts)

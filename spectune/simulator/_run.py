@@ -253,7 +253,7 @@ class _Setup:
                 part,
                 k_for_batch=k_for_batch,
                 verifies=verifies,
-                step_time=_step_time_fn(cost, draft_probabilities=draft_probabilities),
+                step_time=cost.step_timer(draft_probabilities=draft_probabilities),
                 prefill_time=_prefill_time_fn(cost),
                 max_steps=document.simulation.max_steps,
                 on_step=progress if replicas == 1 else None,
@@ -326,7 +326,7 @@ class _Setup:
                     part,
                     k_for_batch=lambda batch: 0,
                     verify=None,
-                    step_time=_step_time_fn(plain, draft_probabilities=False),
+                    step_time=plain.step_timer(),
                     prefill_time=_prefill_time_fn(plain),
                     max_steps=document.simulation.max_steps,
                     kv=KvCacheCapacity(plain_kv_tokens // BLOCK_SIZE_TOKENS, len(part.output_tokens)),
@@ -364,18 +364,6 @@ def _loop_inputs(document: SimulationDocument, requests: RequestTable) -> LoopIn
         max_running_requests=workload.max_num_seqs,
         max_num_batched_tokens=workload.max_num_batched_tokens,
     )
-
-
-def _step_time_fn(
-    cost: CostModel, *, draft_probabilities: bool
-) -> Callable[[int, int, float], tuple[float, float, float, float]]:
-    def step_time(
-        batch_size: int, num_speculative_tokens: int, context_tokens: float
-    ) -> tuple[float, float, float, float]:
-        t = cost.step_time(batch_size, num_speculative_tokens, context_tokens, draft_probabilities=draft_probabilities)
-        return t.drafting_s, t.verification_s, t.sampling_s, t.overhead_s
-
-    return step_time
 
 
 def _prefill_time_fn(cost: CostModel) -> Callable[[int, int, bool], float]:
