@@ -24,7 +24,7 @@ and reading the emitted counts is its one host sync.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ import torch
 from spectune.kernels._contract import validate_inputs
 from spectune.kernels._launcher import RowTable, launch, plan_for
 from spectune.kernels.reference import RowBank, count_emitted_banked, rejection_sample_banked
-from spectune.simulator._loop import LoopTrace, VerifyRequest
+from spectune.simulator._loop import LoopSteps, LoopTrace, VerifyRequest
 from spectune.workload import LogitSynthesizer
 
 __all__ = ["EngineMember", "run_lockstep", "slot_rows"]
@@ -64,7 +64,7 @@ class EngineMember:
     its replicas); ``concurrency`` bounds the decode batch and ``num_drafts`` its K.
     """
 
-    loop: Generator[VerifyRequest, np.ndarray, LoopTrace]
+    loop: LoopSteps
     synthesizer: Callable[[int], LogitSynthesizer] | None
     temperature_index: torch.Tensor
     request_seeds: np.ndarray
@@ -105,12 +105,20 @@ def run_lockstep(
 
 
 def drive(members: Sequence[EngineMember], verifier: _Verifier) -> None:
-    """Run every member's loop to its end, each step's requests verified by ``verifier`` in one call."""
+    """Run every member's loop to its end, each step's requests verified by ``verifier`` in one call.
+
+    A step: ``verifier.start`` on every pending member's request; each of those members does its
+    step's host work that needs no emitted counts (``serving_loop``'s stage 3) while the verifier runs;
+    ``verifier.finish`` once; each member takes its counts and runs on to its next request.
+    """
     pending: dict[int, VerifyRequest] = {}
     for index, member in enumerate(members):
         _advance(member, index, pending, None)
     while pending:
-        emitted = verifier.verify({members[i]: request for i, request in pending.items()})
+        verifier.start({members[i]: request for i, request in pending.items()})
+        for index in pending:
+            members[index].loop.send(None)
+        emitted = verifier.finish()
         for index in list(pending):
             member = members[index]
             del pending[index]
@@ -118,17 +126,45 @@ def drive(members: Sequence[EngineMember], verifier: _Verifier) -> None:
 
 
 def _advance(member: EngineMember, index: int, pending: dict[int, VerifyRequest], emitted: np.ndarray | None) -> None:
+    """Run the member's loop on to its next request (``pending[index]``) or its end (``member.trace``)."""
     try:
-        pending[index] = next(member.loop) if emitted is None else member.loop.send(emitted)
+        request = next(member.loop) if emitted is None else member.loop.send(emitted)
     except StopIteration as done:
         member.trace = done.value
+        return
+    assert request is not None
+    pending[index] = request
 
 
 class _Verifier:
-    """Verifies one lockstep step of its members (this base: an engine whose members never verify)."""
+    """Verifies one lockstep step of its members, in two halves so that the members' host work runs
+    between them:
+
+    1. ``start(requests)``: begin verifying the step (CUDA: everything up to and including the kernel
+       launch, asynchronously; no host sync);
+    2. ``finish()``: the emitted counts of the step begun by ``start``, int64 [B] per member, keyed by
+       ``id(member)`` (CUDA: the step's one host sync).
+
+    ``verify(requests)`` is both in one. A subclass overrides ``start`` and ``finish``, or only ``verify``
+    (then ``start`` keeps the requests and ``finish`` verifies them). This base, which overrides
+    neither, is the verifier of an engine whose members never verify.
+    """
+
+    _started: dict[EngineMember, VerifyRequest] | None = None
+
+    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+        self._started = requests
+
+    def finish(self) -> dict[int, np.ndarray]:
+        requests, self._started = self._started, None
+        assert requests is not None, "finish() without start()"
+        return self.verify(requests)
 
     def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
-        raise AssertionError("a member without a synthesizer asked for verification")
+        if type(self).finish is _Verifier.finish:  # finish() would come back here
+            raise AssertionError("a member without a synthesizer asked for verification")
+        self.start(requests)
+        return self.finish()
 
 
 def _kernel_seeds(request_seeds: np.ndarray, steps_done: np.ndarray) -> np.ndarray:
@@ -169,6 +205,12 @@ class _TwinVerifier(_Verifier):
         self.banks: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``offsets``
         self.bank: RowBank | None = None
+        # the step begun by start(): its requests, and on CUDA its rows a member, counts (on the device)
+        # and times (started, rows drawn, launched)
+        self._requests: dict[EngineMember, VerifyRequest] = {}
+        self._sizes: list[int] = []
+        self._num_tokens = torch.zeros(0, dtype=torch.int32)
+        self._times = (0.0, 0.0, 0.0)
 
     def _offset(self, synthesizer: LogitSynthesizer) -> int:
         key = id(synthesizer)
@@ -225,16 +267,19 @@ class _TwinVerifier(_Verifier):
             tokens = np.concatenate([tokens, np.full((len(ids), self.num_drafts - k), -1, dtype=np.int64)], axis=1)
         return rows, tokens, temperature
 
-    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+        """On CUDA: draw the step's rows and launch the twin; on the CPU: keep the requests (the twin is
+        host work there, like the members' own, and runs in ``finish``)."""
+        self._requests = requests
         if self.device.type == "cpu":
-            return self._verify_host(requests)
+            return
         started = time.perf_counter()
-        rows, tokens, temperature, seeds, sizes = self._members(requests, self._torch_step)
+        rows, tokens, temperature, seeds, self._sizes = self._members(requests, self._torch_step)
         single = len(rows) == 1
         generated = time.perf_counter()
         assert self.bank is not None
         rates = self.synthetic_rates[: self.num_drafts] if self.synthetic_rates is not None else None
-        _, num_tokens = rejection_sample_banked(
+        _, self._num_tokens = rejection_sample_banked(
             self.bank,
             rows[0] if single else torch.cat(rows),
             tokens[0] if single else torch.cat(tokens),
@@ -243,8 +288,17 @@ class _TwinVerifier(_Verifier):
             method=self.method,
             synthetic_conditional_rates=rates,
         )
-        emitted = num_tokens.to("cpu", torch.int64).numpy()
-        return _split(requests, emitted, sizes, started, generated)
+        self._times = (started, generated, time.perf_counter())
+
+    def finish(self) -> dict[int, np.ndarray]:
+        requests = self._requests
+        if self.device.type == "cpu":
+            return self._verify_host(requests)
+        waited = time.perf_counter()
+        emitted = self._num_tokens.to("cpu", torch.int64).numpy()
+        started, generated, launched = self._times
+        between = waited - launched  # the members' host work between start and finish is not the call's
+        return _split(requests, emitted, self._sizes, started + between, generated + between)
 
     def _verify_host(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
         """The CPU step on numpy arrays, counts only (the tokens themselves are never read): the same

@@ -13,12 +13,17 @@ that preempted admits no new prefill. ``KvCacheCapacity`` keeps that book for th
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
 __all__ = ["BLOCK_SIZE_TOKENS", "KvCacheCapacity", "drafting_slots"]
 
 BLOCK_SIZE_TOKENS = 16  # vLLM's default --block-size on CUDA
+
+_Tokens = TypeVar("_Tokens", int, np.ndarray)
+_NOBODY = np.zeros(0, dtype=np.int64)  # no request preempted (shared: read-only)
+_NOBODY.flags.writeable = False
 
 # Slots a drafter writes beyond the K lookahead, per method: vLLM's max_num_new_slots_for_drafting.
 _EXTRA_SLOTS_SEQUENTIAL: dict[str, Callable[[int], int]] = {
@@ -61,17 +66,18 @@ class KvCacheCapacity:
         self.peak_blocks_used = 0
 
     @staticmethod
-    def blocks_for(tokens: np.ndarray | int) -> np.ndarray:
-        """Blocks that hold ``tokens`` tokens (ceil division)."""
-        return -(-np.asarray(tokens, dtype=np.int64) // BLOCK_SIZE_TOKENS)
+    def blocks_for(tokens: _Tokens) -> _Tokens:
+        """Blocks that hold ``tokens`` tokens (ceil division; an int, or int64 array elementwise)."""
+        return (tokens + (BLOCK_SIZE_TOKENS - 1)) // BLOCK_SIZE_TOKENS
 
     def try_grow(self, request: int, tokens: int) -> bool:
         """Give ``request`` blocks for ``tokens`` tokens if the pool has them; False (and no change) if not."""
-        more = int(self.blocks_for(tokens)) - int(self.held[request])
+        held = int(self.held[request])
+        more = self.blocks_for(tokens) - held
         if more > self.free:
             return False
         if more > 0:
-            self.held[request] += more
+            self.held[request] = held + more
             self.free -= more
             self.peak_blocks_used = max(self.peak_blocks_used, self.num_blocks - self.free)
         return True
@@ -80,19 +86,27 @@ class KvCacheCapacity:
         """Give every running request blocks for its ``tokens``; preempt from the back until they fit.
 
         ``running``: int64 [B] request ids, oldest first; ``tokens``: int64 [B] tokens each needs this
-        step. Returns the preempted request ids (int64, most recent first); their blocks are freed.
+        step. Returns the preempted request ids (int64, most recent first; read-only when empty); their
+        blocks are freed.
         """
-        need = np.maximum(self.blocks_for(tokens) - self.held[running], 0)
-        kept = len(running)
-        while kept > 0 and int(need[:kept].sum()) > self.free + int(self.held[running[kept:]].sum()):
-            kept -= 1
-        preempted = running[kept:][::-1].copy()
-        if len(preempted):
+        held = self.held[running]
+        need = self.blocks_for(tokens) - held
+        np.maximum(need, 0, out=need)
+        total = int(need.sum())
+        preempted = _NOBODY
+        if total > self.free:
+            # keep the most requests, oldest first, whose new blocks fit in the free ones plus those
+            # of the requests after them (which are preempted): need_first[kept] <= free + freed[kept]
+            need_first = np.concatenate(([0], np.cumsum(need)))
+            freed = np.concatenate((np.cumsum(held[::-1])[::-1], [0]))
+            kept = int(np.flatnonzero(need_first <= self.free + freed)[-1])
+            preempted = running[kept:][::-1].copy()
             self.release(preempted)
             self.num_preemptions += len(preempted)
-        grow = need[:kept]
-        self.held[running[:kept]] += grow
-        self.free -= int(grow.sum())
+            running, held, need = running[:kept], held[:kept], need[:kept]
+            total = int(need.sum())
+        self.held[running] = held + need
+        self.free -= total
         self.peak_blocks_used = max(self.peak_blocks_used, self.num_blocks - self.free)
         return preempted
 
@@ -103,20 +117,22 @@ class KvCacheCapacity:
         first (vLLM preempts the lowest-priority request). Returns (tokens granted, possibly fewer than
         wanted or 0; the requests preempted, whose prefill restarts).
         """
+        held = int(self.held[request])
+        room = (held + self.free) * BLOCK_SIZE_TOKENS - done_tokens
         preempted: list[int] = []
-        holding = [other for other in behind if self.held[other] > 0]
-        while self._room(request, done_tokens) < wanted and holding:
-            other = holding.pop()
-            self.release(np.asarray([other], dtype=np.int64))
-            self.num_preemptions += 1
-            preempted.append(other)
-        granted = max(min(wanted, self._room(request, done_tokens)), 0)
+        if room < wanted:
+            holding = [other for other in behind if self.held[other] > 0]
+            while room < wanted and holding:
+                other = holding.pop()
+                self.free += int(self.held[other])
+                self.held[other] = 0
+                self.num_preemptions += 1
+                preempted.append(other)
+                room = (held + self.free) * BLOCK_SIZE_TOKENS - done_tokens
+        granted = max(min(wanted, room), 0)
         if granted:
-            self.try_grow(request, done_tokens + granted)
+            self.try_grow(request, done_tokens + granted)  # room covers it
         return granted, preempted
-
-    def _room(self, request: int, done_tokens: int) -> int:
-        return int(self.held[request] + self.free) * BLOCK_SIZE_TOKENS - done_tokens
 
     def release(self, requests: np.ndarray) -> None:
         """Free the blocks of ``requests`` (finished or preempted)."""

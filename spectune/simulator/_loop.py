@@ -23,10 +23,11 @@ from typing import Protocol
 
 import numpy as np
 
+from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import SpectuneError
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity
 
-__all__ = ["LoopInputs", "LoopTrace", "StepVerifier", "VerifyRequest", "run_serving_loop", "serving_loop"]
+__all__ = ["LoopInputs", "LoopSteps", "LoopTrace", "StepVerifier", "VerifyRequest", "run_serving_loop", "serving_loop"]
 
 
 class StepVerifier(Protocol):
@@ -82,6 +83,9 @@ class LoopTrace:
 StepTimeFn = Callable[[int, int, float], tuple[float, float, float, float]]
 VerifyRequest = tuple[np.ndarray, np.ndarray, int]  # (request ids, their steps done, K): what a StepVerifier takes
 PrefillTimeFn = Callable[[int, int, bool], float]  # (prompt tokens, prompts, shares a decode pass)
+# A serving loop as its engine drives it: it yields a step's VerifyRequest and is sent None once verification
+# has started; it yields None after the step's host work that needs no counts and is sent the emitted tokens.
+LoopSteps = Generator[VerifyRequest | None, np.ndarray | None, LoopTrace]
 
 
 def run_serving_loop(
@@ -124,8 +128,10 @@ def run_serving_loop(
     try:
         request = next(loop)
         while True:
-            assert verify is not None
-            request = loop.send(verify(*request))
+            assert verify is not None and request is not None
+            emitted = verify(*request)
+            loop.send(None)  # the step's host work that needs no counts
+            request = loop.send(emitted)
     except StopIteration as done:
         return done.value
 
@@ -142,10 +148,16 @@ def serving_loop(
     kv: KvCacheCapacity | None = None,
     lookahead_slots: Callable[[int], int] = lambda k: 0,
     lookup_counts_prefills: bool = False,
-) -> Generator[VerifyRequest, np.ndarray, LoopTrace]:
-    """``run_serving_loop`` as a generator: it yields each step's ``VerifyRequest`` and takes back the
-    emitted tokens per request, so that an engine can verify many simulations' steps in one call
-    (lockstep). Returns the trace. ``verifies`` False: plain decoding, nothing is yielded."""
+) -> LoopSteps:
+    """``run_serving_loop`` as a generator, so that an engine can verify many simulations' steps in one
+    call (lockstep) and do their host work while it verifies. A step that verifies meets the engine twice:
+
+    1. it yields its ``VerifyRequest``; the engine starts verifying and sends None;
+    2. it does the work of stage 3 (chunked prefill, the step's time), which needs no emitted counts, and
+       yields None; the engine sends the emitted tokens per request (int64 [B]) once verification is done.
+
+    Returns the trace. ``verifies`` False: plain decoding, nothing is yielded.
+    """
     n = len(inputs.output_tokens)
     trace = LoopTrace(
         arrival_s=inputs.arrival_s.astype(np.float64).copy(),
@@ -153,20 +165,26 @@ def serving_loop(
         finish_s=np.full(n, np.nan),
         output_tokens=inputs.output_tokens.astype(np.int64),
     )
-    generated = np.zeros(n, dtype=np.int64)
+    context = inputs.prompt_tokens.astype(np.int64)  # tokens in each request's context: prompt and output so far
+    left = trace.output_tokens.copy()  # output tokens each request has still to generate
     steps_done = np.zeros(n, dtype=np.int64)  # verification steps each request has taken (RNG stream index)
-    prefill_left = inputs.prompt_tokens.astype(np.int64).copy()
-    prefill_target = prefill_left.copy()  # tokens the current prefill computes (prompt, or all after a preemption)
+    prefill_left = context.tolist()  # per request: tokens its current prefill has still to compute ...
+    prefill_target = context.tolist()  # ... of all it computes (the prompt, or all so far after a preemption)
     last_chunk_s = np.zeros(n)
+    emitted_counts = np.zeros(MAX_NUM_SPECULATIVE_TOKENS + 2, dtype=np.int64)  # verified requests by tokens emitted
+    positions = 0  # the largest K verified
+    phases_s = [0.0] * 5  # drafting, verification, sampling, overhead, prefill: summed over the steps
+    reserved: dict[int, int] = {}  # K -> KV slots a decoding request takes beyond its context
     closed = inputs.closed_loop_concurrency
     cap = min(closed, inputs.max_running_requests) if closed is not None else inputs.max_running_requests
     next_request = 0
     prefilling: list[int] = []  # admitted, prompt not fully processed (FCFS)
-    running = np.zeros(0, dtype=np.int64)  # decoding
+    running = np.zeros(0, dtype=np.int64)  # decoding, oldest first
+    running_context = running
     finished = 0
     clock = 0.0
     while finished < n:
-        if trace.simulated_steps >= max_steps:
+        if len(trace.step_end_s) >= max_steps:
             trace.truncated = True
             break
         # 1. Admit arrived requests into free slots.
@@ -187,36 +205,42 @@ def serving_loop(
         batch = len(running)
         lookup = batch + len(prefilling) if lookup_counts_prefills else batch
         k = k_for_batch(lookup) if (batch and verifies) else 0
-        preempted = np.zeros(0, dtype=np.int64)
+        preempted = 0
+        if batch:
+            running_context = context[running]
         if kv is not None and batch:
-            context_after = inputs.prompt_tokens[running] + generated[running] + k + lookahead_slots(k)
-            preempted = kv.reserve_decode(running, context_after)
-            if len(preempted):  # recompute: back to the head of the queue, prompt and output so far
-                running = running[: batch - len(preempted)]
-                prefill_target[preempted] = inputs.prompt_tokens[preempted] + generated[preempted]
-                prefill_left[preempted] = prefill_target[preempted]
-                prefilling = [int(r) for r in preempted[::-1]] + prefilling
-                batch = len(running)
+            if k not in reserved:
+                reserved[k] = k + lookahead_slots(k)
+            preempted_ids = kv.reserve_decode(running, running_context + reserved[k])
+            preempted = len(preempted_ids)
+            if preempted:  # recompute: back to the head of the queue, prompt and output so far
+                batch -= preempted
+                running, running_context = running[:batch], running_context[:batch]
+                for request in preempted_ids.tolist():
+                    prefill_target[request] = prefill_left[request] = int(context[request])
+                prefilling = preempted_ids[::-1].tolist() + prefilling
                 lookup = batch + len(prefilling) if lookup_counts_prefills else batch
                 k = k_for_batch(lookup) if (batch and verifies) else 0
-        if batch and k > 0:
-            emitted = yield running, steps_done[running], k
-            _count_acceptance(trace, emitted, k)
-            steps_done[running] += 1
-        else:
-            emitted = np.ones(batch, dtype=np.int64)
+        verified = batch > 0 and k > 0
+        if verified:
+            steps = steps_done[running]
+            started = yield running, steps, k  # the engine starts verifying ...
+            assert started is None
+            steps_done[running] = steps + 1
 
-        # 3. Chunked prefill fills what the token budget leaves after the decode tokens.
-        budget = max(inputs.max_num_batched_tokens - batch * (k + 1), 0) if not len(preempted) else 0
+        # 3. Chunked prefill fills what the token budget leaves after the decode tokens (... while the
+        # engine verifies: none of this needs the emitted counts).
+        budget = max(inputs.max_num_batched_tokens - batch * (k + 1), 0) if not preempted else 0
         chunk_tokens, chunk_prompts, completed, kv_blocked = 0, 0, [], False
         for position, request in enumerate(prefilling):
             if budget <= 0:
                 break
-            take = int(min(prefill_left[request], budget))
+            take = min(prefill_left[request], budget)
             if kv is not None:
-                done_tokens = int(prefill_target[request] - prefill_left[request])
+                done_tokens = prefill_target[request] - prefill_left[request]
                 take, restarted = kv.grow_prefill(request, done_tokens, take, prefilling[position + 1 :])
-                prefill_left[restarted] = prefill_target[restarted]
+                for other in restarted:
+                    prefill_left[other] = prefill_target[other]
                 if take <= 0:
                     kv_blocked = True
                     break
@@ -226,30 +250,42 @@ def serving_loop(
             chunk_prompts += 1
             if prefill_left[request] == 0:
                 completed.append(request)
-        if kv_blocked or len(preempted):
+        if kv_blocked or preempted:
             trace.kv_bound_steps += 1
             if kv is not None and kv_blocked and batch == 0 and chunk_tokens == 0:
                 stuck = prefilling[0]
                 raise SpectuneError(
-                    f"request {stuck} needs {int(prefill_target[stuck])} tokens of KV cache, more than the "
+                    f"request {stuck} needs {prefill_target[stuck]} tokens of KV cache, more than the "
                     f"{kv.num_blocks * BLOCK_SIZE_TOKENS} one replica holds; shorten the prompts or give the "
                     "KV cache more memory (gpu_memory_utilization, tensor_parallel_size)"
                 )
         prefill_s = prefill_time(chunk_tokens, chunk_prompts, batch > 0) if chunk_tokens else 0.0
         if batch:
-            context = float(np.add.reduce(inputs.prompt_tokens[running] + generated[running], dtype=np.float64) / batch)
-            drafting, verification, sampling, overhead = step_time(batch, k, context)
+            mean_context = float(np.add.reduce(running_context, dtype=np.float64) / batch)
+            drafting, verification, sampling, overhead = step_time(batch, k, mean_context)
         else:
             drafting = verification = sampling = overhead = 0.0
         clock += drafting + verification + sampling + overhead + prefill_s
-        trace.step_breakdown_s += (drafting, verification, sampling, overhead, prefill_s)
+        for phase, seconds in enumerate((drafting, verification, sampling, overhead, prefill_s)):
+            phases_s[phase] += seconds
 
         # 4. Advance every request by what it emitted, cut at its output length.
         tokens_this_step = 0
+        decoding = running
         if batch:
-            remaining = trace.output_tokens[running] - generated[running]
+            if verified:
+                emitted = yield None  # ... and hands back the emitted tokens once it is done
+                assert emitted is not None
+                emitted_counts += np.bincount(emitted, minlength=len(emitted_counts))
+                positions = max(positions, k)
+                trace.num_drafts += batch
+                trace.num_draft_tokens += batch * k
+            else:
+                emitted = np.ones(batch, dtype=np.int64)
+            remaining = left[running]
             emitted = np.minimum(emitted, remaining)
-            generated[running] += emitted
+            left[running] = remaining - emitted
+            context[running] = running_context + emitted
             trace.chunk_gaps_s.append(clock - last_chunk_s[running])
             last_chunk_s[running] = clock
             tokens_this_step += int(emitted.sum())
@@ -259,31 +295,28 @@ def serving_loop(
             fresh = ids[np.isnan(trace.first_token_s[ids])]
             trace.first_token_s[fresh] = clock  # the prefill's last chunk samples the first token
             last_chunk_s[ids] = clock
-            generated[ids] += 1  # a recomputed request samples its next token the same way
+            context[ids] += 1  # a recomputed request samples its next token the same way
+            left[ids] -= 1
             tokens_this_step += len(ids)
-        decoding = np.concatenate([running, np.asarray(completed, dtype=np.int64)])
-        done = generated[decoding] >= trace.output_tokens[decoding]
-        if done.any() and finished == 0:
-            trace.first_finish_s = clock
-        trace.finish_s[decoding[done]] = clock
-        if kv is not None:
-            kv.release(decoding[done])
-        finished += int(done.sum())
-        running = decoding[~done]
+            decoding = np.concatenate((running, ids))
+        done = left[decoding] <= 0
+        leaving = int(np.count_nonzero(done))
+        if leaving:
+            if finished == 0:
+                trace.first_finish_s = clock
+            ids = decoding[done]
+            trace.finish_s[ids] = clock
+            if kv is not None:
+                kv.release(ids)
+            finished += leaving
+            decoding = decoding[~done]
+        running = decoding
         trace.step_end_s.append(clock)
         trace.step_tokens.append(tokens_this_step)
         trace.step_batch_size.append(batch)
         if on_step is not None:
             on_step(finished, n)
+    trace.step_breakdown_s = np.array(phases_s)
+    # vLLM's per-position counter: position i's draft was accepted where a request emitted more than i + 1 tokens
+    trace.accepted_per_position = np.cumsum(emitted_counts[::-1])[::-1][2 : 2 + positions].copy()
     return trace
-
-
-def _count_acceptance(trace: LoopTrace, emitted: np.ndarray, k: int) -> None:
-    """vLLM's counters: drafts, draft tokens, and per position the drafts accepted there."""
-    accepted = np.asarray(emitted, dtype=np.int64) - 1
-    if len(trace.accepted_per_position) < k:
-        trace.accepted_per_position = np.pad(trace.accepted_per_position, (0, k - len(trace.accepted_per_position)))
-    positions = np.arange(k)
-    trace.accepted_per_position[:k] += (accepted[:, None] > positions[None, :]).sum(axis=0)
-    trace.num_drafts += len(accepted)
-    trace.num_draft_tokens += len(accepted) * k
