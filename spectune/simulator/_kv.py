@@ -92,7 +92,7 @@ class KvCacheCapacity:
         held = self.held[running]
         need = self.blocks_for(tokens) - held
         np.maximum(need, 0, out=need)
-        total = int(need.sum())
+        total = int(np.add.reduce(need))
         preempted = _NOBODY
         if total > self.free:
             # keep the most requests, oldest first, whose new blocks fit in the free ones plus those
@@ -130,8 +130,11 @@ class KvCacheCapacity:
                 preempted.append(other)
                 room = (held + self.free) * BLOCK_SIZE_TOKENS - done_tokens
         granted = max(min(wanted, room), 0)
-        if granted:
-            self.try_grow(request, done_tokens + granted)  # room covers it
+        more = self.blocks_for(done_tokens + granted) - held  # room covers it
+        if more > 0:
+            self.held[request] = held + more
+            self.free -= more
+            self.peak_blocks_used = max(self.peak_blocks_used, self.num_blocks - self.free)
         return granted, preempted
 
     def release(self, requests: np.ndarray) -> None:

@@ -266,12 +266,12 @@ def serving_loop(
         else:
             drafting = verification = sampling = overhead = 0.0
         clock += drafting + verification + sampling + overhead + prefill_s
-        for phase, seconds in enumerate((drafting, verification, sampling, overhead, prefill_s)):
-            phases_s[phase] += seconds
+        step_s = (drafting, verification, sampling, overhead, prefill_s)
+        phases_s = [total_s + seconds for total_s, seconds in zip(phases_s, step_s)]
 
         # 4. Advance every request by what it emitted, cut at its output length.
         tokens_this_step = 0
-        decoding = running
+        decoding, done = running, np.zeros(0, dtype=bool)
         if batch:
             if verified:
                 emitted = yield None  # ... and hands back the emitted tokens once it is done
@@ -284,11 +284,12 @@ def serving_loop(
                 emitted = np.ones(batch, dtype=np.int64)
             remaining = left[running]
             emitted = np.minimum(emitted, remaining)
-            left[running] = remaining - emitted
+            left[running] = left_running = remaining - emitted
+            done = left_running <= 0
             context[running] = running_context + emitted
             trace.chunk_gaps_s.append(clock - last_chunk_s[running])
             last_chunk_s[running] = clock
-            tokens_this_step += int(emitted.sum())
+            tokens_this_step += int(np.add.reduce(emitted))
         if completed:
             ids = np.asarray(completed, dtype=np.int64)
             prefilling = prefilling[len(completed) :]  # FCFS: the completed ones are the head of the queue
@@ -299,7 +300,7 @@ def serving_loop(
             left[ids] -= 1
             tokens_this_step += len(ids)
             decoding = np.concatenate((running, ids))
-        done = left[decoding] <= 0
+            done = left[decoding] <= 0
         leaving = int(np.count_nonzero(done))
         if leaving:
             if finished == 0:
