@@ -2,7 +2,10 @@
 
 Each simulation keeps its own serving loop (a generator, ``serving_loop``), clock, requests, logit
 bank and random streams; the engine only gathers the steps that need verifying, verifies them in one
-call and hands each loop back its own rows' results. The kernels' and the twin's tokens for a request
+call and hands each loop back its own rows' results. The call comes in two halves (``_Verifier``:
+``start``, ``finish``), and between them every simulation does the host work of its step that needs
+no emitted counts (chunked prefill, the step's time), so that on CUDA the host works while the GPU
+verifies. The kernels' and the twin's tokens for a request
 depend only on that request's inputs and seed, so a simulation's numbers are the same alone or beside
 others, bit for bit (``tests/simulator/test_lockstep.py``).
 

@@ -1,18 +1,25 @@
 """The iteration-level serving loop.
 
-One iteration is one engine step, as in vLLM V1 with chunked prefill: requests that have arrived take
-free slots (up to max_num_seqs); every request already decoding gets K draft tokens, which the
-rejection kernel verifies; what is left of the step's token budget (max_num_batched_tokens minus the
-B·(K+1) decode tokens) goes to prefill chunks, first come first served, and a request whose prefill
-completes gets its first token; each decoding request advances by the tokens the kernel emitted
-(accepted drafts + 1, cut at its output length); the clock advances by the cost model's step time
-plus the prefill chunks' share. Finished requests leave; in a closed loop a new request takes each
-freed slot at once. With a KV cache (``KvCacheCapacity``), blocks bound the running batch as well:
-decoding requests reserve theirs first, preempting the newest when the pool runs short (they recompute
-later), and prefill chunks take what is left.
+One iteration is one engine step, as in vLLM V1 with chunked prefill, in four stages:
 
-The loop is plain and sequential on purpose (read it top to bottom); per-request state is kept in
-numpy arrays so that a step costs O(batch) vector operations, not Python work per token.
+1. requests that have arrived take free slots (up to max_num_seqs);
+2. every request already decoding gets K draft tokens, which the rejection kernel verifies;
+3. what is left of the step's token budget (max_num_batched_tokens minus the B·(K+1) decode tokens)
+   goes to prefill chunks, first come first served, and the clock advances by the cost model's step
+   time plus the prefill chunks' share;
+4. each decoding request advances by the tokens the kernel emitted (accepted drafts + 1, cut at its
+   output length), a request whose prefill completed gets its first token, and finished requests
+   leave; in a closed loop a new request takes each freed slot at once.
+
+Stage 3 needs none of the emitted counts, so an engine runs it while the step's verification is in
+flight (``serving_loop`` yields twice a step). With a KV cache (``KvCacheCapacity``), blocks bound
+the running batch as well: decoding requests reserve theirs first, preempting the newest when the
+pool runs short (they recompute later), and prefill chunks take what is left.
+
+The loop is plain and sequential on purpose (read it top to bottom). Per-request state is kept in
+numpy arrays, so that a step is a few dozen vector operations whatever its batch, not Python work
+per token or per request; ``tests/simulator/test_loop_reference.py`` keeps the loop as first
+written, with every quantity recomputed, and this one must give its numbers bit for bit.
 """
 
 from __future__ import annotations
