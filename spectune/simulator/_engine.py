@@ -170,14 +170,21 @@ class _Verifier:
         return self.finish()
 
 
+_SEED_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(31), np.uint64(1))
+
+
 def _kernel_seeds(request_seeds: np.ndarray, steps_done: np.ndarray) -> np.ndarray:
-    """int64 [B]: a distinct kernel seed per (request, step), mixed so nearby steps share no stream."""
-    # (uint64 arrays wrap silently; only numpy scalars warn)
-    mixed = np.atleast_1d(request_seeds).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.atleast_1d(
-        steps_done
-    ).astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
-    mixed ^= mixed >> np.uint64(31)
-    return (mixed >> np.uint64(1)).astype(np.int64)
+    """int64 [B]: a distinct kernel seed per (request, step), mixed so nearby steps share no stream.
+
+    ``request_seeds``, ``steps_done``: int64 [B]. Arithmetic modulo 2**64 (uint64 views of the int64
+    inputs; arrays wrap silently, only numpy scalars warn); the result's top bit is clear.
+    """
+    by_request, by_step, shift, last = _SEED_MIX
+    mixed = np.asarray(request_seeds, dtype=np.int64).view(np.uint64) * by_request
+    mixed += np.asarray(steps_done, dtype=np.int64).view(np.uint64) * by_step
+    mixed ^= mixed >> shift
+    mixed >>= last
+    return mixed.view(np.int64)
 
 
 def _padded_rows(rows: torch.Tensor, num_drafts: int) -> torch.Tensor:

@@ -117,3 +117,19 @@ def test_a_verifier_may_define_verify_or_start_and_finish():
     assert np.array_equal(Halves().verify(requests)["member"], expected)  # verify() is start + finish
     with pytest.raises(AssertionError, match="without a synthesizer"):  # the base verifies nothing
         _Verifier().verify(requests)
+
+
+def test_kernel_seeds_mix_request_and_step_as_written():
+    """Each (request seed, step) gets ((seed·A + step·B) mod 2^64, xor-shifted right by 31) >> 1."""
+    from spectune.simulator._engine import _kernel_seeds
+
+    seeds = np.array([0, 1, 2**62 - 1, 123456789012345, 2**40 + 7], dtype=np.int64)
+    steps = np.array([0, 5, 3, 2**20, 1], dtype=np.int64)
+    expected = []
+    for seed, step in zip(seeds.tolist(), steps.tolist()):
+        mixed = (seed * 0x9E3779B97F4A7C15 + step * 0xBF58476D1CE4E5B9) % 2**64
+        mixed ^= mixed >> 31
+        expected.append(mixed >> 1)
+    got = _kernel_seeds(seeds, steps)
+    assert got.dtype == np.int64 and got.tolist() == expected
+    assert _kernel_seeds(seeds[1:2], steps[1:2]).tolist() == expected[1:2]  # a request's seed alone or in a batch
