@@ -67,7 +67,7 @@ class LoopTrace:
     first_token_s: np.ndarray
     finish_s: np.ndarray
     output_tokens: np.ndarray
-    chunk_gaps_s: list[np.ndarray] = field(default_factory=list)  # per step: gap since each request's last chunk
+    chunk_gaps_s: list[np.ndarray] = field(default_factory=list)  # gaps between the chunks a request receives
     step_end_s: list[float] = field(default_factory=list)
     step_tokens: list[int] = field(default_factory=list)
     step_batch_size: list[int] = field(default_factory=list)
@@ -177,7 +177,6 @@ def serving_loop(
     steps_done = np.zeros(n, dtype=np.int64)  # verification steps each request has taken (RNG stream index)
     prefill_left = context.tolist()  # per request: tokens its current prefill has still to compute ...
     prefill_target = context.tolist()  # ... of all it computes (the prompt, or all so far after a preemption)
-    last_chunk_s = np.zeros(n)
     emitted_counts = np.zeros(MAX_NUM_SPECULATIVE_TOKENS + 2, dtype=np.int64)  # verified requests by tokens emitted
     positions = 0  # the largest K verified
     phases_s = [0.0] * 5  # drafting, verification, sampling, overhead, prefill: summed over the steps
@@ -294,15 +293,12 @@ def serving_loop(
             left[running] = left_running = remaining - emitted
             done = left_running <= 0
             context[running] = running_context + emitted
-            trace.chunk_gaps_s.append(clock - last_chunk_s[running])
-            last_chunk_s[running] = clock
             tokens_this_step += int(np.add.reduce(emitted))
         if completed:
             ids = np.asarray(completed, dtype=np.int64)
             prefilling = prefilling[len(completed) :]  # FCFS: the completed ones are the head of the queue
             fresh = ids[np.isnan(trace.first_token_s[ids])]
             trace.first_token_s[fresh] = clock  # the prefill's last chunk samples the first token
-            last_chunk_s[ids] = clock
             context[ids] += 1  # a recomputed request samples its next token the same way
             left[ids] -= 1
             tokens_this_step += len(ids)
@@ -325,6 +321,9 @@ def serving_loop(
         if on_step is not None:
             on_step(finished, n)
     trace.step_breakdown_s = np.array(phases_s)
+    # A decoding request receives a chunk every step, and the step before it decoded or completed its
+    # prefill (which samples a token): each gap is a step's duration, once per request it served.
+    trace.chunk_gaps_s = [np.repeat(np.diff(np.asarray(trace.step_end_s)), trace.step_batch_size[1:])]
     # vLLM's per-position counter: position i's draft was accepted where a request emitted more than i + 1 tokens
     trace.accepted_per_position = np.cumsum(emitted_counts[::-1])[::-1][2 : 2 + positions].copy()
     return trace
