@@ -186,7 +186,7 @@ def serving_loop(
     next_request = 0
     prefilling: list[int] = []  # admitted, prompt not fully processed (FCFS)
     running = np.zeros(0, dtype=np.int64)  # decoding, oldest first
-    running_context = running
+    running_context = running  # context[running], taken each step
     finished = 0
     clock = 0.0
     while finished < n:
