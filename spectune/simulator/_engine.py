@@ -114,29 +114,28 @@ def drive(members: Sequence[EngineMember], verifier: _Verifier) -> None:
     step's host work that needs no emitted counts (``serving_loop``'s stage 3) while the verifier runs;
     ``verifier.finish`` once; each member takes its counts and runs on to its next request.
     """
-    pending: dict[int, VerifyRequest] = {}
-    for index, member in enumerate(members):
-        _advance(member, index, pending, None)
-    while pending:
-        verifier.start({members[i]: request for i, request in pending.items()})
-        for index in pending:
-            members[index].loop.send(None)
+    requests: dict[EngineMember, VerifyRequest] = {}
+    for member in members:
+        _advance(member, requests, None)
+    while requests:
+        step, requests = requests, {}
+        verifier.start(step)
+        for member in step:
+            member.loop.send(None)
         emitted = verifier.finish()
-        for index in list(pending):
-            member = members[index]
-            del pending[index]
-            _advance(member, index, pending, emitted[id(member)])
+        for member in step:
+            _advance(member, requests, emitted[id(member)])
 
 
-def _advance(member: EngineMember, index: int, pending: dict[int, VerifyRequest], emitted: np.ndarray | None) -> None:
-    """Run the member's loop on to its next request (``pending[index]``) or its end (``member.trace``)."""
+def _advance(member: EngineMember, requests: dict[EngineMember, VerifyRequest], emitted: np.ndarray | None) -> None:
+    """Run the member's loop on to its next request (into ``requests``) or its end (``member.trace``)."""
     try:
         request = next(member.loop) if emitted is None else member.loop.send(emitted)
     except StopIteration as done:
         member.trace = done.value
         return
     assert request is not None
-    pending[index] = request
+    requests[member] = request
 
 
 class _Verifier:
