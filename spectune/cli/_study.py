@@ -192,7 +192,7 @@ def run(
     stop = _GracefulStop()
     try:
         run = run_study(
-            space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
+            space, SimulationEvaluator(document, workers), document_fingerprint(document), storage=storage_url, strategy=chosen,
             n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
             **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
