@@ -90,11 +90,11 @@ class KvCacheCapacity:
         blocks are freed.
         """
         held = self.held[running]
-        need = self.blocks_for(tokens) - held
-        np.maximum(need, 0, out=need)
-        total = int(np.add.reduce(need))
+        grown = np.maximum(self.blocks_for(tokens), held)
+        total = int(np.add.reduce(grown)) - int(np.add.reduce(held))
         preempted = _NOBODY
         if total > self.free:
+            need = grown - held
             # keep the most requests, oldest first, whose new blocks fit in the free ones plus those
             # of the requests after them (which are preempted): need_first[kept] <= free + freed[kept]
             need_first = np.concatenate(([0], np.cumsum(need)))
@@ -103,9 +103,9 @@ class KvCacheCapacity:
             preempted = running[kept:][::-1].copy()
             self.release(preempted)
             self.num_preemptions += len(preempted)
-            running, held, need = running[:kept], held[:kept], need[:kept]
-            total = int(need.sum())
-        self.held[running] = held + need
+            running, grown = running[:kept], grown[:kept]
+            total = int(need[:kept].sum())
+        self.held[running] = grown
         self.free -= total
         self.peak_blocks_used = max(self.peak_blocks_used, self.num_blocks - self.free)
         return preempted

@@ -179,7 +179,7 @@ def serving_loop(
     prefill_target = context.tolist()  # ... of all it computes (the prompt, or all so far after a preemption)
     emitted_counts = np.zeros(MAX_NUM_SPECULATIVE_TOKENS + 2, dtype=np.int64)  # verified requests by tokens emitted
     positions = 0  # the largest K verified
-    phases_s = [0.0] * 5  # drafting, verification, sampling, overhead, prefill: summed over the steps
+    drafting_s = verification_s = sampling_s = overhead_s = prefill_total_s = 0.0  # summed over the steps
     reserved: dict[int, int] = {}  # K -> KV slots a decoding request takes beyond its context
     closed = inputs.closed_loop_concurrency
     cap = min(closed, inputs.max_running_requests) if closed is not None else inputs.max_running_requests
@@ -272,8 +272,11 @@ def serving_loop(
         else:
             drafting = verification = sampling = overhead = 0.0
         clock += drafting + verification + sampling + overhead + prefill_s
-        step_s = (drafting, verification, sampling, overhead, prefill_s)
-        phases_s = [total_s + seconds for total_s, seconds in zip(phases_s, step_s)]
+        drafting_s += drafting
+        verification_s += verification
+        sampling_s += sampling
+        overhead_s += overhead
+        prefill_total_s += prefill_s
 
         # 4. Advance every request by what it emitted, cut at its output length.
         tokens_this_step = 0
@@ -320,7 +323,7 @@ def serving_loop(
         trace.step_batch_size.append(batch)
         if on_step is not None:
             on_step(finished, n)
-    trace.step_breakdown_s = np.array(phases_s)
+    trace.step_breakdown_s = np.array([drafting_s, verification_s, sampling_s, overhead_s, prefill_total_s])
     # A decoding request receives a chunk every step, and the step before it decoded or completed its
     # prefill (which samples a token): each gap is a step's duration, once per request it served.
     trace.chunk_gaps_s = [np.repeat(np.diff(np.asarray(trace.step_end_s)), trace.step_batch_size[1:])]
