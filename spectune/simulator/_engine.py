@@ -5,9 +5,9 @@ bank and random streams; the engine only gathers the steps that need verifying, 
 call and hands each loop back its own rows' results. The call comes in two halves (``_Verifier``:
 ``start``, ``finish``), and between them every simulation does the host work of its step that needs
 no emitted counts (chunked prefill, the step's time), so that on CUDA the host works while the GPU
-verifies. The kernels' and the twin's tokens for a request
-depend only on that request's inputs and seed, so a simulation's numbers are the same alone or beside
-others, bit for bit (``tests/simulator/test_lockstep.py``).
+verifies. The kernels' and the twin's tokens for a request depend only on that request's inputs and
+seed, so a simulation's numbers are the same alone or beside others, bit for bit
+(``tests/simulator/test_lockstep.py``).
 
 Rows: a call verifies [R, K+1] rows. The engine's K is the largest of its simulations'; a step at a
 smaller k fills drafts k..K-1 with placeholders (-1: never accepted, and the token emitted at row k
