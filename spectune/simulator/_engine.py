@@ -17,8 +17,12 @@ kernels take row tables (each row's offset in the banks): every simulation owns 
 the small-grid kernel), the rows past its current batch hold stale but valid rows whose results are
 dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
 engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
-on the grid), the launches are captured once in a CUDA graph and replayed, a step allocates nothing,
-and reading the emitted counts is its one host sync.
+on the grid), the launches are captured once in a CUDA graph and replayed, and a step allocates
+nothing. On CUDA a member's step also draws and writes its whole slice whatever its batch size, so
+its writes are one graph per (synthesizer, k), replayed from the first step on; the host stages only
+request ids and steps done, and reading the emitted counts back is the step's one host sync (in
+``finish``: ``start`` launches the step and returns, so the serving loops' own host work can run
+while the GPU verifies).
 """
 
 from __future__ import annotations
