@@ -14,8 +14,8 @@ simulations' banks. On the CPU the twin takes the bank rows and returns only the
 (``count_emitted_banked``, on numpy arrays: no token is sampled). The
 kernels take row tables (each row's offset in the banks): every simulation owns a fixed slice of R
 (on CUDA its concurrency rounded up to a multiple of 16; so R = 1 takes the large-grid launches, not
-the small-grid kernel), the rows past its current batch hold stale but valid rows whose results are
-dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
+the small-grid kernel), the rows past its current batch read the first bank's row 0 (one row, which
+the GPU's cache keeps) and their results are dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
 engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
 on the grid), the launches are captured once in a CUDA graph and replayed, and a step allocates
 nothing. On CUDA a member's step also draws and writes its whole slice whatever its batch size, so
@@ -335,9 +335,9 @@ class _KernelVerifier(_Verifier):
         self.temperature = torch.zeros(total, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(total, dtype=torch.int64, device=device)
         pin = device.type == "cuda"
-        # Request ids and their steps done; rows past a member's batch keep earlier ids (valid indices).
-        self.host = torch.zeros((2, total), dtype=torch.int64, pin_memory=pin)
-        self.staged = torch.zeros((2, total), dtype=torch.int64, device=device)
+        # Request ids, their steps done, 1 in the batch (0 past it, where earlier ids stay: valid indices).
+        self.host = torch.zeros((3, total), dtype=torch.int64, pin_memory=pin)
+        self.staged = torch.zeros((3, total), dtype=torch.int64, device=device)
         self.counts = torch.zeros(total, dtype=torch.int32, pin_memory=pin)  # the call's emitted counts
         self.read = torch.cuda.Event() if device.type == "cuda" else None  # set when ``counts`` has landed
         self.bank_offsets: dict[int, tuple[int, int]] = {}  # id(synthesizer) -> its banks' element offsets
@@ -370,9 +370,11 @@ class _KernelVerifier(_Verifier):
         started = time.perf_counter()
         host = self.host.numpy()
         for member, (ids, steps_done, _) in requests.items():
-            offset, size = self.slots[id(member)][0], len(ids)
+            (offset, slot), size = self.slots[id(member)], len(ids)
             host[0, offset : offset + size] = member.global_ids[ids] if member.global_ids is not None else ids
             host[1, offset : offset + size] = steps_done
+            host[2, offset : offset + size] = 1
+            host[2, offset + size : offset + slot] = 0
         self.staged.copy_(self.host, non_blocking=True)
         sizes, offsets = [], []
         for member, (ids, _, k) in requests.items():
@@ -426,6 +428,9 @@ class _KernelVerifier(_Verifier):
         torch.mul(_padded_rows(step.rows, num_drafts), self.vocab, out=target_rows)
         if target_offset:
             target_rows.add_(target_offset)
+        # Rows past the batch read the first banks' row 0, which stays in the GPU's cache: their drawn
+        # rows would be read from memory for results that are dropped (at B = 1, 15 rows of 16).
+        target_rows.mul_(self.staged[2, offset : offset + rows, None])
         if self.draft_rows is not None:
             torch.add(
                 target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + rows]
