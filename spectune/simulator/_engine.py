@@ -14,8 +14,8 @@ simulations' banks. On the CPU the twin takes the bank rows and returns only the
 (``count_emitted_banked``, on numpy arrays: no token is sampled). The
 kernels take row tables (each row's offset in the banks): every simulation owns a fixed slice of R
 (on CUDA its concurrency rounded up to a multiple of 16; so R = 1 takes the large-grid launches, not
-the small-grid kernel), the rows past its current batch read the first bank's row 0 (one row, which
-the GPU's cache keeps) and their results are dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
+the small-grid kernel), the rows past its current batch read row 0 of their synthesizer's banks (one
+row, which the GPU's cache keeps) and their results are dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
 engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
 on the grid), the launches are captured once in a CUDA graph and replayed, and a step allocates
 nothing. On CUDA a member's step also draws and writes its whole slice whatever its batch size, so
@@ -426,11 +426,11 @@ class _KernelVerifier(_Verifier):
         target_offset, draft_offset = bank_offsets
         target_rows = self.target_rows[offset : offset + rows]
         torch.mul(_padded_rows(step.rows, num_drafts), self.vocab, out=target_rows)
+        # Rows past the batch read row 0 of the synthesizer's banks, which stays in the GPU's cache:
+        # their drawn rows would be read from memory for results that are dropped (B = 1: 15 of 16).
+        target_rows.mul_(self.staged[2, offset : offset + rows, None])
         if target_offset:
             target_rows.add_(target_offset)
-        # Rows past the batch read the first banks' row 0, which stays in the GPU's cache: their drawn
-        # rows would be read from memory for results that are dropped (at B = 1, 15 rows of 16).
-        target_rows.mul_(self.staged[2, offset : offset + rows, None])
         if self.draft_rows is not None:
             torch.add(
                 target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + rows]

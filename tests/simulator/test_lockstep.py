@@ -141,10 +141,9 @@ def test_lockstep_equals_alone_with_replicas_and_acceptance_bins(simulation_docu
     assert together[0].num_requests == 40 and together[1].num_drafts > 0
 
 
-def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
-    """The kernels read each step's rows in the banks of every synthesizer the group meets (another
-    document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
-    numbers of the twin, which takes the same bank rows."""
+def _row_table_documents(simulation_document):
+    """Three documents whose synthesizers' banks lie at offsets of either sign from the first met: two
+    of ``_documents`` and one with two acceptance bins."""
     bins = {
         "conditional_rates": [0.5, 0.5],
         "bins": [
@@ -167,6 +166,14 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
             simulation={"bank_rows": 64},
         )
     )
+    return documents
+
+
+def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
+    """The kernels read each step's rows in the banks of every synthesizer the group meets (another
+    document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
+    numbers of the twin, which takes the same bank rows."""
+    documents = _row_table_documents(simulation_document)
     kernels = [
         d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
         for d in documents
@@ -176,6 +183,56 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     for result, expected in zip(simulate_many(kernels, baseline=False), twin):
         assert _numbers(result) == _numbers(expected)
     assert all(r.num_accepted_tokens > 0 for r in twin)
+
+
+def test_whole_slot_steps_point_every_row_inside_a_bank(simulation_document, monkeypatch):
+    """On CUDA a member's step writes its whole slot whatever its batch size, and the kernels read
+    every row of it, the rows past the batch too. Here those writes run eagerly on the CPU, over
+    synthesizers of three documents and two acceptance bins (banks at offsets of either sign from the
+    first), and before every call each row table entry must be a row of one of the engine's banks."""
+    from spectune.simulator import _engine
+
+    class EagerGraphs:
+        def replay(self, key, generator, write):
+            write()
+
+    verifiers, partial_steps = [], []
+    original_init, original_start, original_run = (
+        _engine._KernelVerifier.__init__,
+        _engine._KernelVerifier.start,
+        _engine._KernelCall.run,
+    )
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.graphs = EagerGraphs()
+        verifiers.append(self)
+
+    def start(self, requests):
+        partial_steps.extend(len(ids) < self.slots[id(member)][1] for member, (ids, _, _) in requests.items())
+        original_start(self, requests)
+
+    def run(call):
+        verifier = verifiers[-1]
+        for table, column in [(verifier.target_rows, 0), (verifier.draft_rows, 1)]:
+            inside = torch.zeros_like(table, dtype=torch.bool)
+            for synthesizer in verifier.keep:
+                start, rows = verifier.bank_offsets[id(synthesizer)][column], synthesizer.banks()[0].shape[0]
+                entries = table - start
+                inside |= (entries >= 0) & (entries < rows * verifier.vocab) & (entries % verifier.vocab == 0)
+            assert bool(inside.all()), f"row table {column} points outside the banks: {table[~inside][:4].tolist()}"
+        original_run(call)
+
+    monkeypatch.setattr(_engine._KernelVerifier, "__init__", init)
+    monkeypatch.setattr(_engine._KernelVerifier, "start", start)
+    monkeypatch.setattr(_engine._KernelCall, "run", run)
+    documents = [
+        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
+        for d in _row_table_documents(simulation_document)
+    ]
+    results = simulate_many(documents, baseline=False)
+    assert len(verifiers) == 1 and len(verifiers[0].keep) == 4  # two documents' banks and two bins'
+    assert any(partial_steps) and all(r.num_accepted_tokens > 0 for r in results)
 
 
 def test_kernel_seeds_mixed_on_the_device_equal_the_twins(device):
