@@ -11,18 +11,18 @@ smaller k fills drafts k..K-1 with placeholders (-1: never accepted, and the tok
 comes from the plain target there, where the engine puts the bonus row), which is what verifying k
 drafts does. Neither backend gathers logits: each reads a step's rows where they lie in the
 simulations' banks. On the CPU the twin takes the bank rows and returns only the emitted counts
-(``count_emitted_banked``, on numpy arrays: no token is sampled). The
-kernels take row tables (each row's offset in the banks): every simulation owns a fixed slice of R
-(on CUDA its concurrency rounded up to a multiple of 16; so R = 1 takes the large-grid launches, not
-the small-grid kernel), the rows past its current batch read row 0 of their synthesizer's banks (one
-row, which the GPU's cache keeps) and their results are dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
-engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
-on the grid), the launches are captured once in a CUDA graph and replayed, and a step allocates
-nothing. On CUDA a member's step also draws and writes its whole slice whatever its batch size, so
-its writes are one graph per (synthesizer, k), replayed from the first step on; the host stages only
-request ids and steps done, and reading the emitted counts back is the step's one host sync (in
-``finish``: ``start`` launches the step and returns, so the serving loops' own host work can run
-while the GPU verifies).
+(``count_emitted_banked``, on numpy arrays: no token is sampled). The kernels take row tables (each
+row's offset in the banks): every simulation owns a fixed slice of R (on CUDA its concurrency rounded
+up to a multiple of 16; so R = 1 takes the large-grid launches, not the small-grid kernel), the rows
+past its current batch are valid rows whose results are dropped, and the buffers persist. R and K
+never change within a run, so the kernels compile once per engine shape (Triton specialises on an
+integer argument's divisibility by 16, and the launch policy on the grid), the launches are captured
+once in a CUDA graph and replayed, and a step allocates nothing. On CUDA a member's step also draws
+and writes its whole slice whatever its batch size (the rows past the batch pointed at row 0 of its
+synthesizer's banks, one row that stays in the GPU's cache), so its writes are one graph per
+(synthesizer, k), replayed from the first step on; the host stages only request ids and steps done,
+and reading the emitted counts back is the step's one host sync (in ``finish``: ``start`` launches
+the step and returns, so the serving loops' own host work can run while the GPU verifies).
 """
 
 from __future__ import annotations
@@ -453,8 +453,7 @@ class _BegunStep:
     launched: float
 
 
-# ``_kernel_seeds``'s multipliers as int64 (two's complement: int64 products wrap as uint64 ones do).
-_REQUEST_MIX = 0x9E3779B97F4A7C15 - 2**64
+# ``_kernel_seeds``'s step multiplier as int64 (two's complement: int64 products wrap as uint64 ones do).
 _STEP_MIX = 0xBF58476D1CE4E5B9 - 2**64
 
 
