@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -168,6 +169,9 @@ def run(
         typer.echo(str(notice), err=True)
     document = loaded.model
     use_interpreter_if_asked(document.simulation)
+    shared = shared_gpu_notice(document.simulation.device, workers)
+    if shared is not None:
+        typer.echo(shared, err=True)
     chosen = sampler or document.trials.sampler
     out_dir = default_out_dir(document.name, out)
     check_output_dir(out_dir)  # before the study runs, not after
@@ -192,7 +196,7 @@ def run(
     stop = _GracefulStop()
     try:
         run = run_study(
-            space, SimulationEvaluator(document), document_fingerprint(document), storage=storage_url, strategy=chosen,
+            space, SimulationEvaluator(document, workers), document_fingerprint(document), storage=storage_url, strategy=chosen,
             n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
             keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
             **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
@@ -212,6 +216,29 @@ def run(
     if stop.requested:
         console.print("stopped early (Ctrl-C): run the same command to resume the study")
         raise typer.Exit(code=130)
+
+
+def shared_gpu_notice(device: str, workers: int, pipe_dir: Path | None = None) -> str | None:
+    """A warning when several workers would share a CUDA device without MPS, else None.
+
+    Without MPS (NVIDIA's Multi-Process Service) a GPU time-slices between processes: a simulated step
+    is a few short kernels and one read-back, so each worker's step waits for the others' slices and N
+    workers can finish later than one (docs/studies.md has the H200's numbers). Under MPS their kernels
+    share the GPU at once. The control daemon's pipe is looked for where CUDA looks for it."""
+    if workers < 2:
+        return None
+    from spectune.simulator._backend import resolve_device
+
+    if resolve_device(device).type != "cuda":
+        return None
+    pipes = pipe_dir if pipe_dir is not None else Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"))
+    if (pipes / "control").exists():
+        return None
+    return (
+        f"note: --workers {workers} share one GPU, and no MPS control daemon was found (no {pipes}/control): the GPU "
+        "time-slices between the workers' processes, so each waits for the others' slices and the study can take "
+        "longer than with --workers 1; start MPS first (nvidia-cuda-mps-control -d; see docs/studies.md)"
+    )
 
 
 def _report(console: Console, storage_url: str, name: str, new_trials: int, started: float, out_dir: Path) -> None:

@@ -139,9 +139,9 @@ class SimulationOptions(SpectuneModel):
         gt=0,
         le=1_000_000,
         description="Memory (GiB) that simulations run side by side (lockstep: one rejection-sampling call a step "
-        "over all their rows) may hold together: logit banks and step buffers. Default: half the device's free "
-        "memory when the study starts (on the CPU, a quarter of the available RAM). A smaller budget runs the "
-        "same points in smaller groups, with the same numbers.",
+        "over all their rows) may hold together in one process: logit banks and step buffers. Default: half the "
+        "device's free memory when the simulation starts (on the CPU, a quarter of the available RAM), split between "
+        "a study's --workers. A smaller budget runs the same points in smaller groups, with the same numbers.",
     )
 
     @field_validator("device")

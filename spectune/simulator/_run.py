@@ -39,17 +39,22 @@ def simulate(
 
 
 def simulate_many(
-    documents: Sequence[SimulationDocument], *, baseline: bool | None = None, progress: Progress | None = None
+    documents: Sequence[SimulationDocument],
+    *,
+    baseline: bool | None = None,
+    progress: Progress | None = None,
+    processes: int = 1,
 ) -> list[SimulationResult]:
     """Simulate several documents, side by side where they can share a rejection-sampling call.
 
     Documents on one device and backend with the same vocabulary, verification rule, draft sampling
     (and synthetic rates) run in lockstep groups sized to ``simulation.lockstep_memory_gib``; each
     result equals what ``simulate`` returns for its document alone, bit for bit (wall times aside).
-    ``progress`` is passed on only for a single document.
+    ``progress`` is passed on only for a single document. ``processes``: how many processes simulate
+    on this device at once (a study's local workers); the default memory budget is split between them.
     """
     results: list[SimulationResult | None] = [None] * len(documents)
-    for group in lockstep_groups(documents):
+    for group in lockstep_groups(documents, processes):
         devices = {resolve_device(documents[i].simulation.device) for i in group}
         device = devices.pop()
         previous_threads = torch.get_num_threads()
@@ -69,7 +74,7 @@ def simulate_many(
     return [r for r in results if r is not None]
 
 
-def lockstep_groups(documents: Sequence[SimulationDocument]) -> list[list[int]]:
+def lockstep_groups(documents: Sequence[SimulationDocument], processes: int = 1) -> list[list[int]]:
     """Indices of ``documents`` in the groups ``simulate_many`` runs together (document order kept)."""
     by_key: dict[tuple[object, ...], list[int]] = {}
     for index, document in enumerate(documents):
@@ -79,7 +84,7 @@ def lockstep_groups(documents: Sequence[SimulationDocument]) -> list[list[int]]:
         if key[0] == "plain":
             groups.extend([i] for i in indices)
             continue
-        budget = _memory_budget(documents[indices[0]])
+        budget = _memory_budget(documents[indices[0]], processes)
         current: list[int] = []
         used = 0
         for i in indices:
@@ -147,13 +152,15 @@ def _member_bytes(document: SimulationDocument) -> int:
     return bank + slot_rows(_concurrency(document), device) * (k + 1) * (32 + 24 * tiles)
 
 
-def _memory_budget(document: SimulationDocument) -> float:
+def _memory_budget(document: SimulationDocument, processes: int) -> float:
+    """A group's memory: the document's ``lockstep_memory_gib`` (each process's), else a share of what the
+    device has free (every process sees the same free memory when it starts, so each takes its part)."""
     if document.simulation.lockstep_memory_gib is not None:
         return document.simulation.lockstep_memory_gib * 2**30
     device = resolve_device(document.simulation.device)
     if device.type == "cuda":
-        return 0.5 * torch.cuda.mem_get_info(device)[0]
-    return 0.25 * _available_ram()
+        return 0.5 * torch.cuda.mem_get_info(device)[0] / processes
+    return 0.25 * _available_ram() / processes
 
 
 def _available_ram() -> float:

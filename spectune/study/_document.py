@@ -111,10 +111,12 @@ def _plain_decoding(document: StudyDocument) -> SimulationDocument:
 
 
 class SimulationEvaluator:
-    """Simulates a point of a study document (picklable, so worker processes can run it)."""
+    """Simulates a point of a study document (picklable, so worker processes can run it); ``processes``:
+    the study's worker processes on this machine, which share its device's memory."""
 
-    def __init__(self, document: StudyDocument) -> None:
+    def __init__(self, document: StudyDocument, processes: int = 1) -> None:
         self.document = document
+        self.processes = processes
 
     def __call__(self, point: Point) -> StudyMetrics:
         return self.evaluate_many([point])[0]
@@ -123,5 +125,6 @@ class SimulationEvaluator:
         """The points' metrics, simulated side by side where they can share a call (lockstep)."""
         from spectune.simulator import simulate_many
 
-        results = simulate_many([simulation_document(self.document, point) for point in points], baseline=False)
+        documents = [simulation_document(self.document, point) for point in points]
+        results = simulate_many(documents, baseline=False, processes=self.processes)
         return [StudyMetrics.from_mapping(result.to_dict()) for result in results]

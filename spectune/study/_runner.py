@@ -52,7 +52,7 @@ StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
 EXHAUSTIVE_LIMIT = 64  # 'auto' searches every point of spaces up to this size
 BATCH_POINTS = 16  # points a worker evaluates in one lockstep call (memory: simulation.lockstep_memory_gib)
 TPE_DEFAULT_SHARE = 0.25  # tpe has no natural end: without --n-trials it runs this share of the space
-_POLL_S = 0.25
+_POLL_S = 0.1  # how often an idle worker looks for new points (a round's points wait at most this long)
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class _WorkerSpec:
     keep_combos: int
     optuna_verbosity: int
     refine_budget: float = REFINE_BUDGET
+    workers: int = 1  # worker processes on this machine: a batch is a worker's share of the free points
 
 
 def resolve_strategy(space: StudySpace, choice: StrategyChoice) -> Strategy:
@@ -122,7 +123,16 @@ def run_study(
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
     spec = _WorkerSpec(
-        space, evaluator, storage, resolved, n_trials, seed, keep_combos, optuna.logging.get_verbosity(), refine_budget
+        space,
+        evaluator,
+        storage,
+        resolved,
+        n_trials,
+        seed,
+        keep_combos,
+        optuna.logging.get_verbosity(),
+        refine_budget,
+        workers,
     )
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
     opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
@@ -196,20 +206,21 @@ def _worker_loop(
 
 
 def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
-    """Trials a worker runs at once, their points evaluated in one lockstep call (up to BATCH_POINTS
-    and what the budget leaves): every point the structured search needs now (the steps no other
-    step waits for); the exhaustive search's free points of the batch size it reaches next (it goes
-    bucket by bucket). TPE decides each point from the results before it: one at a time."""
+    """Trials a worker runs at once, their points evaluated in one lockstep call: its share (one of
+    ``spec.workers``) of the points free now, at most BATCH_POINTS and what the budget leaves. The
+    free points are every point the structured search needs now (the steps no other step waits
+    for), or the exhaustive search's free points of the batch size it reaches next (it goes bucket
+    by bucket). Sharing them out runs a round's simulations in parallel processes rather than one
+    after another in one engine: a member's serving loop is host work, and lockstep groups split by
+    verification rule anyway. TPE decides each point from the results before it: one at a time."""
     if spec.strategy == "structured":
-        size = min(
-            len(structured_next_points(state, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget)),
-            BATCH_POINTS,
-        )
+        free = len(structured_next_points(state, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget))
     elif spec.strategy == "exhaustive":
-        free = state.free_points()
-        size = min(sum(1 for p in free if p.batch_size == free[0].batch_size), BATCH_POINTS) if free else 1
+        points = state.free_points()
+        free = sum(1 for p in points if p.batch_size == points[0].batch_size) if points else 1
     else:
         return 1
+    size = min(-(-free // spec.workers), BATCH_POINTS)
     if spec.n_trials is not None:
         size = min(size, spec.n_trials - state.num_complete_trials - state.num_live_trials)
     return max(size, 1)

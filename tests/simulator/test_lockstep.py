@@ -102,6 +102,21 @@ def test_a_memory_budget_splits_the_group_and_keeps_the_numbers(simulation_docum
     ]
 
 
+def test_the_default_memory_budget_is_split_between_the_processes_sharing_the_device(simulation_document, monkeypatch):
+    """A study's N local workers each see the same free memory when they start: each takes 1/N of the
+    default budget, so together they hold what one process alone would."""
+    from spectune.simulator import _run
+
+    documents = _documents(simulation_document, "standard", "greedy")[:3]
+    together = sum(_run._member_bytes(d) for d in documents)
+    monkeypatch.setattr(_run, "_available_ram", lambda: 4 * 1.5 * together)  # the CPU's default: a quarter of it
+    assert [len(g) for g in lockstep_groups(documents)] == [3]
+    assert len(lockstep_groups(documents, processes=2)) > 1
+    budget = {"lockstep_memory_gib": 1.5 * together / 2**30}
+    explicit = [d.model_copy(update={"simulation": d.simulation.model_copy(update=budget)}) for d in documents]
+    assert [len(g) for g in lockstep_groups(explicit, processes=2)] == [3]  # a set budget is each process's
+
+
 def test_different_rules_do_not_share_a_call(simulation_document):
     documents = (
         _documents(simulation_document, "standard", "greedy")[:1]

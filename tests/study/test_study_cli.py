@@ -145,3 +145,15 @@ def test_sigkill_during_a_real_study_then_rerun_keeps_every_completed_trial(tmp_
     points = [t.point for t in after.trials if t.state == "COMPLETE"]
     assert len(points) == len(set(points)) == 8
     assert f"8 complete trials (8 simulations), {8 - len(kept)} new in this run" in result.stdout
+
+
+def test_workers_sharing_a_gpu_without_mps_get_a_notice(tmp_path, monkeypatch):
+    from spectune.cli._study import shared_gpu_notice
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert shared_gpu_notice("cuda", 1, tmp_path) is None  # one worker: nothing to share
+    assert shared_gpu_notice("cpu", 8, tmp_path) is None
+    notice = shared_gpu_notice("auto", 8, tmp_path)
+    assert notice is not None and "--workers 8" in notice and "MPS" in notice and str(tmp_path) in notice
+    (tmp_path / "control").touch()  # the MPS control daemon's pipe
+    assert shared_gpu_notice("cuda:0", 8, tmp_path) is None

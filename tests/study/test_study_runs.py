@@ -405,3 +405,26 @@ def test_a_trial_stores_every_kept_metric_in_the_records_order(tmp_path):
     assert len(stored) == space.size and all(list(result) == list(STUDY_METRICS) for result in stored)
     # The double reports throughput and TPOT only; what it does not measure is stored as null, not left out.
     assert all(r["throughput_tokens_per_s"] > 0 and r["num_drafts"] is None for r in stored)
+
+
+def test_each_local_worker_takes_its_share_of_the_points_free_now():
+    """A round's free points are spread over the workers (each runs its share in lockstep), not all
+    taken by the first worker to look while the others wait."""
+    from dataclasses import replace
+
+    from spectune.study._records import SearchState
+    from spectune.study._runner import _batch_size, _WorkerSpec
+    from spectune.study._structured import structured_next_points
+
+    space = make_space(batch_sizes=(1, 8, 32, 128), max_k=6)
+    state = SearchState.from_trials(space, [])
+    free = len(structured_next_points(state, keep_combos=2))
+    assert free >= 4  # the first round holds several points
+    spec = _WorkerSpec(space, SyntheticEvaluator(), "unused", "structured", None, 0, 2, 0)
+    assert _batch_size(spec, state) == min(free, BATCH_POINTS)
+    assert _batch_size(replace(spec, workers=2), state) == -(-free // 2)
+    assert _batch_size(replace(spec, workers=free), state) == 1
+    assert _batch_size(replace(spec, workers=4 * free), state) == 1
+    exhaustive = replace(spec, strategy="exhaustive", workers=3)
+    bucket = sum(1 for p in space.points() if p.batch_size == 1)
+    assert _batch_size(exhaustive, state) == min(-(-bucket // 3), BATCH_POINTS)

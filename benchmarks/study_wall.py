@@ -1,0 +1,66 @@
+"""Where a study's wall time goes: its rounds, their longest simulation, and the workers' busy time.
+
+A structured search asks for points in rounds (a round's points are the steps no other step waits
+for; the next round needs their results), so a study takes at least the sum over its rounds of the
+round's longest simulation, however many workers run it. This reads a finished study's storage and
+prints, per round (trials that started within ``--gap`` seconds of the round's first), its points
+and its longest simulation, then the totals: wall (first start to last completion), the critical
+path (the sum of each round's longest), and the trials' summed duration over the wall (the mean
+number of trials in flight; trials simulated side by side in lockstep each count the whole call).
+
+    python benchmarks/study_wall.py runs/decision/study.journal
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import optuna
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("storage", help="a journal file path or database URL")
+    parser.add_argument("--gap", type=float, default=0.3, help="seconds after a round's first start that still join it")
+    parser.add_argument("--quiet", action="store_true", help="totals only")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage: str | optuna.storages.BaseStorage = args.storage
+    if Path(args.storage).exists():
+        storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(args.storage))
+    (summary,) = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    trials = sorted(
+        (t for t in study.trials if t.datetime_start is not None and t.datetime_complete is not None),
+        key=lambda t: t.datetime_start,
+    )
+    if not trials:
+        raise SystemExit(f"{args.storage}: no finished trial")
+    origin = trials[0].datetime_start
+    rounds: list[list[optuna.trial.FrozenTrial]] = []
+    for trial in trials:
+        if rounds and (trial.datetime_start - rounds[-1][0].datetime_start).total_seconds() < args.gap:
+            rounds[-1].append(trial)
+        else:
+            rounds.append([trial])
+    critical = busy = 0.0
+    for number, members in enumerate(rounds):
+        durations = [(t.datetime_complete - t.datetime_start).total_seconds() for t in members]
+        critical += max(durations)
+        busy += sum(durations)
+        if not args.quiet:
+            start = (members[0].datetime_start - origin).total_seconds()
+            sizes = sorted({t.params.get("batch_size") for t in members})
+            print(
+                f"round {number:3d} at {start:7.2f} s: {len(members):2d} points, batch sizes {sizes}, longest {max(durations):6.2f} s"
+            )
+    wall = (max(t.datetime_complete for t in trials) - origin).total_seconds()
+    print(
+        f"{len(trials)} trials in {len(rounds)} rounds: wall {wall:.1f} s, critical path {critical:.1f} s, "
+        f"mean trials in flight {busy / wall:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
