@@ -13,6 +13,10 @@ The floor is what a step's data costs at least:
   twice the bytes (the 2026-12-01 rows);
 - CPU: one ``torch.softmax`` over the same rows (one thread, as the simulator runs).
 
+``--members N`` runs each row as N simulations in lockstep (the same document at seeds 1..N: one
+kernel call a step over all their rows, as a study's points of one batch size run) and reports member
+steps per second (steps of all members over the wall time); the floor is per member step.
+
 ``--profile`` prints where the host's time goes in the timed run (cProfile, the top functions by
 own time; on CUDA the wait for the GPU shows in the read-back of the emitted counts).
 
@@ -22,7 +26,7 @@ own time; on CUDA the wait for the GPU shows in the read-back of the emitted cou
 Writes ``benchmarks/results/simulator-latest.csv`` (or ``--csv``; rows of the other kind of device are
 kept): device, batch_size, K, V, method, draft, steps_per_s, floor_steps_per_s, peak_memory_mib,
 warmup_s (first simulation: calibration and kernel compiles), steps, load_average_1m (other work on the
-machine slows the CPU rows), date, commit.
+machine slows the CPU rows), date, commit, members.
 """
 
 from __future__ import annotations
@@ -64,17 +68,18 @@ FIELDS = [
     "load_average_1m",
     "date",
     "commit",
+    "members",
 ]
 
 
-def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: str, steps: int):
+def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: str, steps: int, seed: int = 1):
     from spectune.config import SimulationDocument
 
     return SimulationDocument.model_validate(
         {
             "kind": "simulation",
             "name": "bench",
-            "seed": 1,
+            "seed": seed,
             "speculative": {
                 "method": "eagle3",
                 "num_speculative_tokens": k,
@@ -153,6 +158,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--rows", nargs="*", help="batch,K,V,method,draft (default: the issue's rows for the device)")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--members", type=int, default=1, help="simulations per row, in lockstep (seeds 1..N)")
     parser.add_argument("--csv", type=Path, default=Path(__file__).parent / "results" / "simulator-latest.csv")
     parser.add_argument(
         "--profile", type=int, default=0, metavar="N", help="print the timed run's top N functions by own time"
@@ -161,7 +167,7 @@ def main() -> None:
         "--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)"
     )
     args = parser.parse_args()
-    from spectune.simulator import simulate
+    from spectune.simulator import simulate_many
 
     commit = (
         args.commit
@@ -169,23 +175,31 @@ def main() -> None:
     )
     device = torch.device(args.device)
     bandwidth = _copy_bandwidth(device) if device.type == "cuda" else None
-    results = []
+    rows = []
     for spec in args.rows or (CUDA_ROWS if device.type == "cuda" else CPU_ROWS):
         batch, k, vocab, method, draft = spec.split(",")
         batch, k, vocab = int(batch), int(k), int(vocab)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         started = time.perf_counter()
-        simulate(_document(args.device, batch, k, vocab, method, draft, 20))  # calibration, compiles
+        simulate_many(  # calibration, compiles
+            [_document(args.device, batch, k, vocab, method, draft, 20, seed) for seed in range(1, args.members + 1)]
+        )
         warmup_s = time.perf_counter() - started
         variants = _compiled_variants() if device.type == "cuda" else None
-        document = _document(args.device, batch, k, vocab, method, draft, args.steps)
-        if args.profile:
-            profiler = cProfile.Profile()
-            result = profiler.runcall(simulate, document)
-        else:
-            result = simulate(document)
-        steps_per_s = result.simulated_steps / result.wall_time_s
+        documents = [
+            _document(args.device, batch, k, vocab, method, draft, args.steps, seed)
+            for seed in range(1, args.members + 1)
+        ]
+        profiler = cProfile.Profile() if args.profile else None
+        timed = time.perf_counter()
+        results = profiler.runcall(simulate_many, documents) if profiler else simulate_many(documents)
+        wall_s = time.perf_counter() - timed
+        steps = sum(r.simulated_steps for r in results)
+        steps_per_s = steps / wall_s if args.members > 1 else results[0].simulated_steps / results[0].wall_time_s
+        kernel_share = sum(r.kernel_wall_time_s for r in results) / (
+            wall_s if args.members > 1 else results[0].wall_time_s
+        )
         if device.type == "cuda":
             assert bandwidth is not None
             logit_bytes = batch * (k + 1 + (k if draft == "probabilistic" else 0)) * vocab * 4
@@ -208,19 +222,21 @@ def main() -> None:
             "floor_steps_per_s": round(floor, 1),
             "peak_memory_mib": round(peak_mib),
             "warmup_s": round(warmup_s, 2),
-            "steps": result.simulated_steps,
+            "steps": steps,
             "load_average_1m": round(os.getloadavg()[0], 2),
             "date": date.today().isoformat(),
             "commit": commit,
+            "members": args.members,
         }
-        results.append(row)
+        rows.append(row)
+        members = f" x{args.members} in lockstep" if args.members > 1 else ""
         extra = f", compiles during the timed run: {recompiled}" if recompiled is not None else ""
         sys.stdout.write(
-            f"{row['device']}: B={batch} K={k} V={vocab} {method}/{draft}: {steps_per_s:,.0f} steps/s "
-            f"(floor {floor:,.0f}; kernel {result.kernel_wall_time_s / result.wall_time_s:.0%} of the wall time; "
+            f"{row['device']}: B={batch} K={k} V={vocab} {method}/{draft}{members}: {steps_per_s:,.0f} steps/s "
+            f"(floor {floor:,.0f}; kernel {kernel_share:.0%} of the wall time; "
             f"warm-up {warmup_s:.1f} s{extra})\n"
         )
-        if args.profile:
+        if profiler:
             pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile)
         sys.stdout.flush()
     # Rows of the other kind of device stay: the file holds the latest CPU and CUDA rows together.
@@ -232,7 +248,7 @@ def main() -> None:
     with args.csv.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(kept + results)
+        writer.writerows(kept + rows)
 
 
 if __name__ == "__main__":

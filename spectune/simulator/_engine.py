@@ -14,18 +14,23 @@ smaller k fills drafts k..K-1 with placeholders (-1: never accepted, and the tok
 comes from the plain target there, where the engine puts the bonus row), which is what verifying k
 drafts does. Neither backend gathers logits: each reads a step's rows where they lie in the
 simulations' banks. On the CPU the twin takes the bank rows and returns only the emitted counts
-(``count_emitted_banked``, on numpy arrays: no token is sampled). The
-kernels take row tables (each row's offset in the banks): every simulation owns a fixed slice of R
-(on CUDA its concurrency rounded up to a multiple of 16; so R = 1 takes the large-grid launches, not
-the small-grid kernel), the rows past its current batch hold stale but valid rows whose results are
-dropped, and the buffers persist. R and K never change within a run, so the kernels compile once per
-engine shape (Triton specialises on an integer argument's divisibility by 16, and the launch policy
-on the grid), the launches are captured once in a CUDA graph and replayed, a step allocates nothing,
-and reading the emitted counts is its one host sync.
+(``count_emitted_banked``, on numpy arrays: no token is sampled). The kernels take row tables (each
+row's offset in the banks): every simulation owns a fixed slice of R (on CUDA its concurrency rounded
+up to a multiple of 16; so R = 1 takes the large-grid launches, not the small-grid kernel), the rows
+past its current batch are valid rows whose results are dropped, and the buffers persist. R and K
+never change within a run, so the kernels compile once per engine shape (Triton specialises on an
+integer argument's divisibility by 16, and the launch policy on the grid), the launches are captured
+once in a CUDA graph and replayed, and a step allocates nothing. On CUDA a member's step also draws
+and writes its whole slice whatever its batch size (the rows past the batch pointed at row 0 of its
+synthesizer's banks, one row that stays in the GPU's cache), so its writes are one graph per
+(synthesizer, k), replayed from the first step on; the host stages only request ids and steps done,
+and reading the emitted counts back is the step's one host sync (in ``finish``: ``start`` launches
+the step and returns, so the serving loops' own host work can run while the GPU verifies).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -359,8 +364,10 @@ class _KernelVerifier(_Verifier):
     Member m owns rows offset..offset+slot of the call. A step writes only the row tables (each row's
     element offset from the first bank met: ``RowTable``), the draft tokens, temperatures and seeds
     into persistent buffers; the kernels read every logit once, in place (no gathered copy of the
-    rows). On CUDA the launches are captured in a CUDA graph after the first step (R and K never
-    change), so a later step replays them.
+    rows). The host stages only each request's id and steps done (one pinned buffer, one copy); the
+    draws, tables and kernel seeds are made on the device. On CUDA a member's step writes are a graph
+    replay (``_StepGraphs``) and the launches another (``_KernelCall``), and ``start`` returns without
+    waiting for any of it: ``finish`` reads the emitted counts back, the step's one host sync.
     """
 
     def __init__(
@@ -381,11 +388,13 @@ class _KernelVerifier(_Verifier):
             has_draft,
         )
         self.rates = synthetic_rates[:num_drafts].contiguous() if synthetic_rates is not None else None
-        self.offsets: dict[int, int] = {}
+        self.slots: dict[int, tuple[int, int]] = {}  # id(member) -> (its first row in the call, its rows)
+        self.seed_bases: dict[int, torch.Tensor] = {}  # id(member) -> its requests' seeds, premixed
         total = 0
         for member in members:
-            self.offsets[id(member)] = total
-            total += slot_rows(member.concurrency, device)
+            self.slots[id(member)] = (total, slot_rows(member.concurrency, device))
+            total += self.slots[id(member)][1]
+            self.seed_bases[id(member)] = torch.from_numpy(_seed_bases(member.request_seeds)).to(device)
         self.total = total
         # Row tables start at the first bank's row 0: valid rows before a member's first step.
         self.target_rows = torch.zeros((total, num_drafts + 1), dtype=torch.int64, device=device)
@@ -394,12 +403,16 @@ class _KernelVerifier(_Verifier):
         self.temperature = torch.zeros(total, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(total, dtype=torch.int64, device=device)
         pin = device.type == "cuda"
-        self.host = torch.zeros((2, total), dtype=torch.int64, pin_memory=pin)  # request ids, seeds
-        self.staged = torch.zeros((2, total), dtype=torch.int64, device=device)
+        # Request ids, their steps done, 1 in the batch (0 past it, where earlier ids stay: valid indices).
+        self.host = torch.zeros((3, total), dtype=torch.int64, pin_memory=pin)
+        self.staged = torch.zeros((3, total), dtype=torch.int64, device=device)
+        self.counts = torch.zeros(total, dtype=torch.int32, pin_memory=pin)  # the call's emitted counts
+        self.read = torch.cuda.Event() if device.type == "cuda" else None  # set when ``counts`` has landed
         self.bank_offsets: dict[int, tuple[int, int]] = {}  # id(synthesizer) -> its banks' element offsets
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``bank_offsets`` (and their banks)
         self.call: _KernelCall | None = None
         self.graphs = _StepGraphs() if device.type == "cuda" else None
+        self.begun: _BegunStep | None = None
 
     def _bank_offsets(self, synthesizer: LogitSynthesizer) -> tuple[int, int]:
         """Element offsets of the synthesizer's target and draft banks from the first banks met."""
@@ -416,33 +429,52 @@ class _KernelVerifier(_Verifier):
         return self.bank_offsets[key]
 
     def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+        self.start(requests)
+        return self.finish()
+
+    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+        """Stage the step's request ids and steps done, and launch every member's writes and the kernel
+        call (on CUDA: graph replays, nothing waited for)."""
         started = time.perf_counter()
         host = self.host.numpy()
-        sizes, offsets = [], []
         for member, (ids, steps_done, _) in requests.items():
-            offset, size = self.offsets[id(member)], len(ids)
-            ids = member.global_ids[ids] if member.global_ids is not None else ids
-            host[0, offset : offset + size] = ids
-            host[1, offset : offset + size] = _kernel_seeds(member.request_seeds[ids], steps_done)
-            sizes.append(size)
-            offsets.append(offset)
+            (offset, slot), size = self.slots[id(member)], len(ids)
+            host[0, offset : offset + size] = member.global_ids[ids] if member.global_ids is not None else ids
+            host[1, offset : offset + size] = steps_done
+            host[2, offset : offset + size] = 1
+            host[2, offset + size : offset + slot] = 0
         self.staged.copy_(self.host, non_blocking=True)
+        sizes, offsets = [], []
         for member, (ids, _, k) in requests.items():
             assert member.synthesizer is not None
-            offset, size = self.offsets[id(member)], len(ids)
-            synthesizer = member.synthesizer(size)
+            offset, slot = self.slots[id(member)]
+            synthesizer = member.synthesizer(len(ids))
             bank_offsets = self._bank_offsets(synthesizer)
-            if self.graphs is None:
-                self._write_step(member, synthesizer, bank_offsets, offset, size, k)
+            if self.graphs is None:  # draws over the batch only: the twin's stream on the CPU
+                self._write_step(member, synthesizer, bank_offsets, offset, len(ids), k)
             else:
-                self.graphs.replay(
-                    member, (size, k), lambda: self._write_step(member, synthesizer, bank_offsets, offset, size, k)
-                )
+                write = functools.partial(self._write_step, member, synthesizer, bank_offsets, offset, slot, k)
+                self.graphs.replay((id(member), id(synthesizer), k), member.generator, write)
+            sizes.append(len(ids))
+            offsets.append(offset)
         generated = time.perf_counter()
         assert self.call is not None
-        num_tokens = self.call.run()
-        emitted = num_tokens.to("cpu", torch.int64).numpy()  # the step's one host sync
-        return _split(requests, emitted, sizes, started, generated, offsets)
+        self.call.run()
+        if self.read is not None:
+            self.read.record()
+        self.begun = _BegunStep(requests, sizes, offsets, started, generated, time.perf_counter())
+
+    def finish(self) -> dict[int, np.ndarray]:
+        """The emitted counts of the step begun by ``start``, keyed by id(member)."""
+        assert self.begun is not None, "finish() without start()"
+        step, self.begun = self.begun, None
+        waiting = time.perf_counter()
+        if self.read is not None:
+            self.read.synchronize()  # the step's one host sync
+        emitted = self.counts.numpy().astype(np.int64)  # a copy: the next step refills ``counts``
+        # The kernel share is the launch and this wait, not the host work done between start and finish.
+        gap = waiting - step.launched
+        return _split(step.requests, emitted, step.sizes, step.started + gap, step.generated + gap, step.offsets)
 
     def _write_step(
         self,
@@ -450,59 +482,89 @@ class _KernelVerifier(_Verifier):
         synthesizer: LogitSynthesizer,
         bank_offsets: tuple[int, int],
         offset: int,
-        size: int,
+        rows: int,
         k: int,
     ) -> None:
-        """Draw the member's step (its generator) and write its slice of the call's buffers."""
+        """Draw ``rows`` rows of the member's step (its generator) and write them into its slice of the
+        call's buffers, with their kernel seeds."""
         num_drafts = self.num_drafts
-        index = member.temperature_index.index_select(0, self.staged[0, offset : offset + size])
+        ids, steps_done = self.staged[0, offset : offset + rows], self.staged[1, offset : offset + rows]
+        index = member.temperature_index.index_select(0, ids)
         step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
         target_offset, draft_offset = bank_offsets
-        target_rows = self.target_rows[offset : offset + size]
+        target_rows = self.target_rows[offset : offset + rows]
         torch.mul(_padded_rows(step.rows, num_drafts), self.vocab, out=target_rows)
+        # Rows past the batch read row 0 of the synthesizer's banks, which stays in the GPU's cache:
+        # their drawn rows would be read from memory for results that are dropped (B = 1: 15 of 16).
+        target_rows.mul_(self.staged[2, offset : offset + rows, None])
         if target_offset:
             target_rows.add_(target_offset)
         if self.draft_rows is not None:
             torch.add(
-                target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + size]
+                target_rows[:, :num_drafts], draft_offset - target_offset, out=self.draft_rows[offset : offset + rows]
             )
-        self.tokens[offset : offset + size].copy_(_padded_drafts(step.draft_tokens, num_drafts))
-        self.temperature[offset : offset + size].copy_(step.temperature)
-        self.seeds[offset : offset + size].copy_(self.staged[1, offset : offset + size])
+        self.tokens[offset : offset + rows].copy_(_padded_drafts(step.draft_tokens, num_drafts))
+        self.temperature[offset : offset + rows].copy_(step.temperature)
+        _device_kernel_seeds(self.seed_bases[id(member)], ids, steps_done, self.seeds[offset : offset + rows])
+
+
+@dataclass
+class _BegunStep:
+    """What ``_KernelVerifier.start`` leaves for ``finish``: the requests, each member's batch size and
+    first row, and the host clock at the start, after the writes and after the launch."""
+
+    requests: dict[EngineMember, VerifyRequest]
+    sizes: list[int]
+    offsets: list[int]
+    started: float
+    generated: float
+    launched: float
+
+
+# ``_kernel_seeds``'s step multiplier as int64 (two's complement: int64 products wrap as uint64 ones do).
+_STEP_MIX = 0xBF58476D1CE4E5B9 - 2**64
+
+
+def _seed_bases(request_seeds: np.ndarray) -> np.ndarray:
+    """int64 [N]: each request's seed times ``_kernel_seeds``'s request multiplier (mod 2**64)."""
+    return (np.atleast_1d(request_seeds).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
+
+
+def _device_kernel_seeds(
+    seed_bases: torch.Tensor, ids: torch.Tensor, steps_done: torch.Tensor, out: torch.Tensor
+) -> None:
+    """``_kernel_seeds`` on the device, into ``out`` (int64 [B]): ``seed_bases`` from ``_seed_bases``,
+    ``ids`` and ``steps_done`` int64 [B]. The shifts are logical, as on uint64."""
+    torch.index_select(seed_bases, 0, ids, out=out)
+    out.add_(steps_done, alpha=_STEP_MIX)
+    out.bitwise_xor_(out.bitwise_right_shift(31).bitwise_and_(2**33 - 1))
+    out.bitwise_right_shift_(1).bitwise_and_(2**63 - 1)
 
 
 class _StepGraphs:
-    """CUDA graphs of members' step writes (their draws included), one per (member, batch size, k).
+    """CUDA graphs of members' step writes (their draws included), one per (member, synthesizer, k).
 
-    A closed loop's batch size stays within a few requests of its concurrency for most steps (finished
-    requests leave, new ones join after their prefill), so a member's (size, k) is captured when it
-    comes back a second time and replayed from then on; one seen once (a ramp, the drain) runs
-    eagerly. A graph's draws come from the member's generator, registered with the graph: a replay
-    takes the generator's offset where eager draws left it and moves it on by as much, so the stream,
-    and every token, is the one eager steps give. Graphs share one memory pool (their intermediates
-    only: the step's buffers live outside it) and never run concurrently.
+    A member's step draws and writes its whole slot whatever its batch size (the rows past the batch
+    are dropped), so what a step launches depends only on its synthesizer (the acceptance bin) and k:
+    the first step that meets them captures a graph, and that step and every later one replay it. No
+    step runs eagerly, ramps and drains included. A graph's draws come from the member's generator,
+    registered with the graph: a replay takes the generator's offset where the last step left it and
+    moves it on by as much as the same draws run eagerly would, so the stream, and every token, is an
+    eager step's. Graphs share one memory pool (their intermediates only: the step's buffers live
+    outside it) and never run concurrently.
     """
-
-    MAX_PER_MEMBER = 64
 
     def __init__(self) -> None:
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream()
-        self.graphs: dict[tuple[int, tuple[int, int]], torch.cuda.CUDAGraph] = {}
-        self.count: dict[int, int] = {}
-        self.seen: set[tuple[int, tuple[int, int]]] = set()
+        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
 
-    def replay(self, member: EngineMember, shape: tuple[int, int], write: Callable[[], None]) -> None:
-        key = (id(member), shape)
+    def replay(self, key: tuple[int, int, int], generator: torch.Generator, write: Callable[[], None]) -> None:
+        """Replay the graph of ``key`` (id(member), id(synthesizer), k), capturing ``write`` first if new."""
         graph = self.graphs.get(key)
         if graph is None:
-            repeated = key in self.seen
-            self.seen.add(key)
-            if not repeated or self.count.get(id(member), 0) >= self.MAX_PER_MEMBER:
-                write()
-                return
             graph = torch.cuda.CUDAGraph()
-            graph.register_generator_state(member.generator)
+            graph.register_generator_state(generator)
             # torch.cuda.graph's capture, without its device sync, garbage collection and cache flush
             self.stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(self.stream):
@@ -513,13 +575,13 @@ class _StepGraphs:
                     graph.capture_end()
             torch.cuda.current_stream().wait_stream(self.stream)
             self.graphs[key] = graph
-            self.count[id(member)] = self.count.get(id(member), 0) + 1
         graph.replay()
 
 
 class _KernelCall:
-    """The engine's one kernel call over its persistent buffers: validated and planned once; on CUDA
-    captured in a graph at its second run (the first compiles) and replayed after that."""
+    """The engine's one kernel call over its persistent buffers, with the copy of its emitted counts
+    into the verifier's pinned ``counts``: validated and planned once; on CUDA captured in a graph at
+    its second run (the first compiles) and replayed after that."""
 
     def __init__(self, verifier: _KernelVerifier, target_base: torch.Tensor, draft_base: torch.Tensor | None) -> None:
         self.target_base, self.draft_base = target_base, draft_base
@@ -537,10 +599,10 @@ class _KernelCall:
         )
         self.rows = RowTable(verifier.target_rows, verifier.draft_rows)
         self.plan = plan_for(self.inputs, row_table=True)
+        self.counts = verifier.counts
         self.graphs = verifier.device.type == "cuda"
         self.runs = 0
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.num_tokens: torch.Tensor | None = None
 
     @staticmethod
     def offset_of(bank: torch.Tensor | None, base: torch.Tensor | None) -> int:
@@ -550,17 +612,19 @@ class _KernelCall:
         assert difference % bank.element_size() == 0
         return difference // bank.element_size()
 
-    def run(self) -> torch.Tensor:
-        """The call's num_tokens (int32 [R], on the device; a graph's replays refill the same tensor)."""
+    def run(self) -> None:
+        """Launch the call and the copy of its counts (on CUDA asynchronous: wait on the stream)."""
         self.runs += 1
         if self.graph is not None:
             self.graph.replay()
-            assert self.num_tokens is not None
-            return self.num_tokens
-        if not self.graphs or self.runs == 1 or self.inputs.num_requests == 0:
-            return launch(self.inputs, self.plan, rows=self.rows)[1]
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.num_tokens = launch(self.inputs, self.plan, rows=self.rows)[1]
-        self.graph.replay()
-        return self.num_tokens
+        elif not self.graphs or self.runs == 1 or self.inputs.num_requests == 0:
+            self._launch()
+        else:
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self._launch()
+            self.graph.replay()
+
+    def _launch(self) -> None:
+        num_tokens = launch(self.inputs, self.plan, rows=self.rows)[1]
+        self.counts.copy_(num_tokens, non_blocking=True)

@@ -234,7 +234,13 @@ class LogitSynthesizer:
     ) -> BankStep:
         """One step as bank rows instead of logits: the draws of ``generate`` (same generator use, so
         the same step), for a backend that reads ``banks()`` itself. ``validate=False`` skips the
-        argument checks (their range check reads the indices back from a GPU: a host sync)."""
+        argument checks (their range check reads the indices back from a GPU: a host sync).
+
+        On CUDA a step over R requests begins with the step over its first m: torch's Philox draws
+        element i from counter i and moves the generator on by the same amount for every draw that fits
+        one pass of its launch grid (on an H200 about a million values, far more than a step draws), so
+        a caller may draw a fixed R every step (one CUDA graph) and use the first m rows. Not so on the
+        CPU, where a larger draw moves the generator further."""
         k = num_speculative_tokens or self.num_speculative_tokens
         if validate:
             k = self._check_generate_arguments(temperature_index, generator, num_speculative_tokens)

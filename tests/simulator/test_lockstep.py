@@ -1,5 +1,6 @@
 """Lockstep: simulations run side by side (one rejection-sampling call a step) give their numbers alone, bit for bit."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -155,10 +156,9 @@ def test_lockstep_equals_alone_with_replicas_and_acceptance_bins(simulation_docu
     assert together[0].num_requests == 40 and together[1].num_drafts > 0
 
 
-def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
-    """The kernels read each step's rows in the banks of every synthesizer the group meets (another
-    document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
-    numbers of the twin, which takes the same bank rows."""
+def _row_table_documents(simulation_document):
+    """Three documents whose synthesizers' banks lie at offsets of either sign from the first met: two
+    of ``_documents`` and one with two acceptance bins."""
     bins = {
         "conditional_rates": [0.5, 0.5],
         "bins": [
@@ -181,6 +181,14 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
             simulation={"bank_rows": 64},
         )
     )
+    return documents
+
+
+def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
+    """The kernels read each step's rows in the banks of every synthesizer the group meets (another
+    document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
+    numbers of the twin, which takes the same bank rows."""
+    documents = _row_table_documents(simulation_document)
     kernels = [
         d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
         for d in documents
@@ -192,26 +200,126 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     assert all(r.num_accepted_tokens > 0 for r in twin)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
-def test_step_graphs_replay_what_eager_steps_give(simulation_document, monkeypatch):
-    """On CUDA a member's step (its draws and writes) is replayed from a graph once its batch size
-    repeats: the numbers equal those of eager steps only."""
+def test_whole_slot_steps_point_every_row_inside_a_bank(simulation_document, monkeypatch):
+    """On CUDA a member's step writes its whole slot whatever its batch size, and the kernels read
+    every row of it, the rows past the batch too. Here those writes run eagerly on the CPU, over
+    synthesizers of three documents and two acceptance bins (banks at offsets of either sign from the
+    first), and before every call each row table entry must be a row of one of the engine's banks."""
     from spectune.simulator import _engine
 
-    documents = _documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3]
+    class EagerGraphs:
+        def replay(self, key, generator, write):
+            write()
+
+    verifiers, partial_steps = [], []
+    original_init, original_start, original_run = (
+        _engine._KernelVerifier.__init__,
+        _engine._KernelVerifier.start,
+        _engine._KernelCall.run,
+    )
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.graphs = EagerGraphs()
+        verifiers.append(self)
+
+    def start(self, requests):
+        partial_steps.extend(len(ids) < self.slots[id(member)][1] for member, (ids, _, _) in requests.items())
+        original_start(self, requests)
+
+    def run(call):
+        verifier = verifiers[-1]
+        for table, column in [(verifier.target_rows, 0), (verifier.draft_rows, 1)]:
+            inside = torch.zeros_like(table, dtype=torch.bool)
+            for synthesizer in verifier.keep:
+                start, rows = verifier.bank_offsets[id(synthesizer)][column], synthesizer.banks()[0].shape[0]
+                entries = table - start
+                inside |= (entries >= 0) & (entries < rows * verifier.vocab) & (entries % verifier.vocab == 0)
+            assert bool(inside.all()), f"row table {column} points outside the banks: {table[~inside][:4].tolist()}"
+        original_run(call)
+
+    monkeypatch.setattr(_engine._KernelVerifier, "__init__", init)
+    monkeypatch.setattr(_engine._KernelVerifier, "start", start)
+    monkeypatch.setattr(_engine._KernelCall, "run", run)
     documents = [
-        d.model_copy(update={"simulation": d.simulation.model_copy(update={"device": "cuda"})}) for d in documents
+        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
+        for d in _row_table_documents(simulation_document)
     ]
-    captured: list[int] = []
-    original = _engine._StepGraphs.replay
+    results = simulate_many(documents, baseline=False)
+    assert len(verifiers) == 1 and len(verifiers[0].keep) == 4  # two documents' banks and two bins'
+    assert any(partial_steps) and all(r.num_accepted_tokens > 0 for r in results)
 
-    def counting(self, member, shape, write):
-        original(self, member, shape, write)
-        captured.append(len(self.graphs))
 
-    monkeypatch.setattr(_engine._StepGraphs, "replay", counting)
+def test_kernel_seeds_mixed_on_the_device_equal_the_twins(device):
+    """The kernel verifier mixes each row's seed on the device (int64 arithmetic, logical shifts made
+    by masks); the twin mixes them on the host (uint64): the same seeds, or the two backends part."""
+    from spectune.simulator import _engine
+
+    generator = np.random.default_rng(7)
+    request_seeds = generator.integers(-(2**63), 2**63 - 1, size=64, dtype=np.int64)
+    request_seeds[:3] = [0, 2**63 - 1, -(2**63)]
+    ids = generator.integers(0, 64, size=300)
+    steps_done = generator.integers(0, 10**6, size=300)
+    steps_done[:2] = [0, 2**40]
+    expected = _engine._kernel_seeds(request_seeds[ids], steps_done)
+    seeds = torch.empty(300, dtype=torch.int64, device=device)
+    _engine._device_kernel_seeds(
+        torch.from_numpy(_engine._seed_bases(request_seeds)).to(device),
+        torch.from_numpy(ids).to(device),
+        torch.from_numpy(steps_done).to(device),
+        seeds,
+    )
+    assert np.array_equal(seeds.cpu().numpy(), expected)
+    assert (expected >= 0).all() and len(set(expected.tolist())) > 290
+
+
+def _on_cuda(documents):
+    return [d.model_copy(update={"simulation": d.simulation.model_copy(update={"device": "cuda"})}) for d in documents]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_every_cuda_step_replays_a_graph_and_gives_the_eager_numbers(simulation_document, monkeypatch):
+    """On CUDA a member's step (its draws and writes, over its whole slot) is one graph per
+    (member, synthesizer, k), captured at its first use: no step runs eagerly, and the numbers equal
+    those of eager steps only."""
+    from spectune.simulator import _engine
+
+    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
+    writes: list[int] = []
+    keys: set[tuple[int, int, int]] = set()
+    original_write, original_replay = _engine._KernelVerifier._write_step, _engine._StepGraphs.replay
+
+    def counting_write(self, *args):
+        writes.append(1)
+        original_write(self, *args)
+
+    def counting_replay(self, key, generator, write):
+        keys.add(key)
+        original_replay(self, key, generator, write)
+
+    monkeypatch.setattr(_engine._KernelVerifier, "_write_step", counting_write)
+    monkeypatch.setattr(_engine._StepGraphs, "replay", counting_replay)
     replayed = simulate_many(documents, baseline=False)
-    assert max(captured) >= 3  # every member replays its steady batch
-    monkeypatch.setattr(_engine._StepGraphs, "MAX_PER_MEMBER", 0)
+    # one capture per (member, synthesizer, k): the scheduled member verifies at two k
+    assert len(writes) == len(keys) == 4
+    monkeypatch.setattr(_engine._StepGraphs, "replay", lambda self, key, generator, write: write())
     eager = simulate_many(documents, baseline=False)
+    assert len(writes) > 4 + sum(r.simulated_steps for r in eager) // 2
     assert [_numbers(r) for r in replayed] == [_numbers(r) for r in eager]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_kernels_give_the_cuda_twins_numbers(simulation_document):
+    """The kernel verifier draws over each member's whole slot (its concurrency rounded up to 16), the
+    twin over the batch only: on CUDA the first rows of a larger draw are the smaller draw (torch's
+    Philox gives element i from counter i) and the generator moves on by the same amount, so both
+    backends take the same rows and give the same numbers."""
+    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", vocab=4096)[:3])
+    kernels = [
+        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
+        for d in documents
+    ]
+    twin = simulate_many(documents, baseline=False)
+    for result, expected in zip(simulate_many(kernels, baseline=False), twin):
+        assert _numbers(result) == _numbers(expected)
+    assert all(r.num_accepted_tokens > 0 for r in twin)

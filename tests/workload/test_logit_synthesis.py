@@ -145,6 +145,24 @@ def test_generation_is_deterministic_by_generator_seed():
     assert torch.equal(rebuilt.generate(index, torch.Generator().manual_seed(42)).target_logits, first.target_logits)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a property of torch's CUDA generator")
+@pytest.mark.parametrize("draft_sample_method", ["greedy", "probabilistic"])
+def test_cuda_rows_of_a_larger_draw_begin_with_the_smaller_draw(draft_sample_method):
+    """The simulator's kernel steps draw a member's whole slot (up to 4096 rows) and use the first m
+    rows; the twin draws m: two steps in a row of each give the same rows and tokens."""
+    synthesizer = LogitSynthesizer(
+        RATES, [0.0, 0.7], vocab_size=256, draft_sample_method=draft_sample_method, device="cuda"
+    )
+    for m, slot, k in [(1, 16, 3), (13, 16, 2), (250, 256, 3), (1000, 4096, 3)]:
+        index = torch.arange(slot, device="cuda") % 2
+        small, large = torch.Generator("cuda").manual_seed(m), torch.Generator("cuda").manual_seed(m)
+        for _ in range(2):  # the second step shows the generator moved on by the same amount
+            few = synthesizer.generate_rows(index[:m], small, num_speculative_tokens=k)
+            many = synthesizer.generate_rows(index, large, num_speculative_tokens=k)
+            assert torch.equal(many.rows[:m], few.rows) and torch.equal(many.draft_tokens[:m], few.draft_tokens)
+            assert torch.equal(many.temperature[:m], few.temperature)
+
+
 def test_rows_look_like_a_language_model_and_a_noisy_drafter():
     """Peaked targets (the top token usually holds most of the mass) and drafts that mostly agree."""
     synthesizer = LogitSynthesizer(
