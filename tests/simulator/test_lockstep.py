@@ -110,6 +110,7 @@ def test_the_default_memory_budget_is_split_between_the_processes_sharing_the_de
     documents = _documents(simulation_document, "standard", "greedy")[:3]
     together = sum(_run._member_bytes(d) for d in documents)
     monkeypatch.setattr(_run, "_available_ram", lambda: 4 * 1.5 * together)  # the CPU's default: a quarter of it
+    monkeypatch.setattr("torch.cuda.mem_get_info", lambda device=None: (2 * 1.5 * together, 0))  # CUDA's: half
     assert [len(g) for g in lockstep_groups(documents)] == [3]
     assert len(lockstep_groups(documents, processes=2)) > 1
     budget = {"lockstep_memory_gib": 1.5 * together / 2**30}

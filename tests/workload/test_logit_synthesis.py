@@ -35,13 +35,14 @@ def measured_conditional_rates(accepted: torch.Tensor, k: int) -> tuple[list[flo
 
 def measure(synthesizer: LogitSynthesizer, num_requests: int, chunk: int = 4000, kernel=reference_rejection_sample):
     """Conditional rates and reach counts per temperature, over batches that mix every temperature evenly."""
-    generator = torch.Generator().manual_seed(1234)
+    on = synthesizer.device
+    generator = torch.Generator(device=on).manual_seed(1234)
     num_temperatures = len(synthesizer.temperature_values)
     accepted, indices = [], []
     for start in range(0, num_requests, chunk):
         size = min(chunk, num_requests - start)
-        index = torch.arange(start, start + size, dtype=torch.int64) % num_temperatures
-        seeds = torch.arange(start, start + size, dtype=torch.int64) + 7_000_000
+        index = torch.arange(start, start + size, dtype=torch.int64, device=on) % num_temperatures
+        seeds = torch.arange(start, start + size, dtype=torch.int64, device=on) + 7_000_000
         accepted.append(accepted_drafts(synthesizer.generate(index, generator), seeds, kernel))
         indices.append(index)
     accepted, index = torch.cat(accepted), torch.cat(indices)
@@ -71,11 +72,11 @@ def test_measured_acceptance_reproduces_the_rates_at_two_temperatures(vocab_size
 
 
 @pytest.mark.slow
-def test_triton_kernel_under_the_interpreter_reproduces_the_rates():
+def test_triton_kernel_under_the_interpreter_reproduces_the_rates(device):
     """One small case through the Triton kernels (interpreted on the CPU, compiled on a GPU)."""
     rates = [0.8, 0.6]
     synthesizer = LogitSynthesizer(
-        rates, [1.0], vocab_size=256, draft_sample_method="probabilistic", measured_with="probabilistic"
+        rates, [1.0], vocab_size=256, draft_sample_method="probabilistic", measured_with="probabilistic", device=device
     )
     [(measured, reached)] = measure(synthesizer, 12_000, kernel=triton_rejection_sample)
     assert min(reached) > 9000  # +-0.02 is >= 4 standard errors at both positions
