@@ -428,10 +428,6 @@ class _KernelVerifier(_Verifier):
             self.keep.append(synthesizer)
         return self.bank_offsets[key]
 
-    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
-        self.start(requests)
-        return self.finish()
-
     def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
         """Stage the step's request ids and steps done, and launch every member's writes and the kernel
         call (on CUDA: graph replays, nothing waited for)."""
@@ -522,12 +518,12 @@ class _BegunStep:
 
 
 # ``_kernel_seeds``'s step multiplier as int64 (two's complement: int64 products wrap as uint64 ones do).
-_STEP_MIX = 0xBF58476D1CE4E5B9 - 2**64
+_STEP_MIX = int(_SEED_MIX[1]) - 2**64
 
 
 def _seed_bases(request_seeds: np.ndarray) -> np.ndarray:
     """int64 [N]: each request's seed times ``_kernel_seeds``'s request multiplier (mod 2**64)."""
-    return (np.atleast_1d(request_seeds).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
+    return (np.atleast_1d(request_seeds).astype(np.uint64) * _SEED_MIX[0]).view(np.int64)
 
 
 def _device_kernel_seeds(
