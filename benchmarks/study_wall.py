@@ -7,6 +7,8 @@ prints, per round (trials that started within ``--gap`` seconds of the round's f
 and its longest simulation, then the totals: wall (first start to last completion), the critical
 path (the sum of each round's longest), and the trials' summed duration over the wall (the mean
 number of trials in flight; trials simulated side by side in lockstep each count the whole call).
+Rounds are read from start times, so read them from a one-worker run: with many workers a round's
+trials start as workers come free, the rounds found overlap, and their critical path overstates.
 
     python benchmarks/study_wall.py runs/decision/study.journal
 """
