@@ -11,7 +11,16 @@ from numbers import Integral, Real
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import SpectuneError
 
-__all__ = ["CostLimits", "CostModel", "FitReport", "HeldOutPoint", "StepPhases", "StepTime", "StepTimer"]
+__all__ = [
+    "CostLimits",
+    "CostModel",
+    "FitReport",
+    "HeldOutPoint",
+    "StepPhases",
+    "StepTime",
+    "StepTimer",
+    "timer_by_batch_and_k",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,20 @@ class StepTime:
 StepPhases = tuple[float, float, float, float]  # drafting_s, verification_s, sampling_s, overhead_s
 # (batch_size, num_speculative_tokens, context_tokens) -> the step's phases: ``CostModel.step_timer``
 StepTimer = Callable[[int, int, float], StepPhases]
+
+
+def timer_by_batch_and_k(step: Callable[[int, int], Callable[[float], StepPhases]]) -> StepTimer:
+    """A ``StepTimer`` from ``step(batch_size, K)`` -> the phases as a function of the context, built once
+    per (batch size, K): a loop asks for the same few again and again."""
+    steps: dict[tuple[int, int], Callable[[float], StepPhases]] = {}
+
+    def timer(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> StepPhases:
+        at = steps.get((batch_size, num_speculative_tokens))
+        if at is None:
+            at = steps[batch_size, num_speculative_tokens] = step(batch_size, num_speculative_tokens)
+        return at(context_tokens)
+
+    return timer
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from the roofline (tables hold decode steps only).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from spectune.config import StepTimeTable
 from spectune.cost._interface import (
@@ -31,6 +31,7 @@ from spectune.cost._interface import (
     StepTime,
     StepTimer,
     check_step_arguments,
+    timer_by_batch_and_k,
 )
 from spectune.cost._roofline import RooflineCostModel
 
@@ -166,17 +167,12 @@ class MeasuredCostModel(CostModel):
 
     def step_timer(self, *, draft_probabilities: bool = False) -> StepTimer:
         estimate = self._roofline.step_timer(draft_probabilities=draft_probabilities)
-        points: dict[tuple[int, int], tuple[float, float | None]] = {}
 
-        def timer(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> StepPhases:
-            point = points.get((batch_size, num_speculative_tokens))
-            if point is None:
-                point = points[batch_size, num_speculative_tokens] = self._point(
-                    batch_size, num_speculative_tokens, estimate
-                )
-            return _scaled(point, estimate(batch_size, num_speculative_tokens, context_tokens))
+        def step(batch_size: int, num_speculative_tokens: int) -> Callable[[float], StepPhases]:
+            point = self._point(batch_size, num_speculative_tokens, estimate)
+            return lambda context: _scaled(point, estimate(batch_size, num_speculative_tokens, context))
 
-        return timer
+        return timer_by_batch_and_k(step)
 
     def _point(self, batch_size: int, num_speculative_tokens: int, estimate: StepTimer) -> tuple[float, float | None]:
         """The table's time at (B, K), and the roofline's total there at the table's context (None: not given)."""

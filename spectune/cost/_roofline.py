@@ -47,6 +47,7 @@ from spectune.cost._interface import (
     StepTimer,
     check_prompt_tokens,
     check_step_arguments,
+    timer_by_batch_and_k,
 )
 from spectune.cost._vllm_sampler import SamplerWork, VllmSamplerTimes
 
@@ -295,17 +296,7 @@ class RooflineCostModel(CostModel):
         return StepTime(*self._step(batch_size, num_speculative_tokens, draft_probabilities)(context_tokens))
 
     def step_timer(self, *, draft_probabilities: bool = False) -> StepTimer:
-        steps: dict[tuple[int, int], Callable[[float], StepPhases]] = {}
-
-        def timer(batch_size: int, num_speculative_tokens: int, context_tokens: float) -> StepPhases:
-            step = steps.get((batch_size, num_speculative_tokens))
-            if step is None:
-                step = steps[batch_size, num_speculative_tokens] = self._step(
-                    batch_size, num_speculative_tokens, draft_probabilities
-                )
-            return step(context_tokens)
-
-        return timer
+        return timer_by_batch_and_k(lambda b, k: self._step(b, k, draft_probabilities))
 
     def _step(
         self, batch_size: int, num_speculative_tokens: int, draft_probabilities: bool
