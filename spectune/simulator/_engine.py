@@ -219,12 +219,8 @@ class _TwinVerifier(_Verifier):
         self.banks: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``offsets``
         self.bank: RowBank | None = None
-        # the step begun by start(): its requests, and on CUDA its rows a member, counts (on the device)
-        # and times (started, rows drawn, launched)
-        self._requests: dict[EngineMember, VerifyRequest] = {}
-        self._sizes: list[int] = []
-        self._num_tokens = torch.zeros(0, dtype=torch.int32)
-        self._times = (0.0, 0.0, 0.0)
+        self.begun: _BegunStep | None = None
+        self.num_tokens = torch.zeros(0, dtype=torch.int32)  # on CUDA, the begun step's counts (on the device)
 
     def _offset(self, synthesizer: LogitSynthesizer) -> int:
         key = id(synthesizer)
@@ -284,16 +280,16 @@ class _TwinVerifier(_Verifier):
     def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
         """On CUDA: draw the step's rows and launch the twin; on the CPU: keep the requests (the twin is
         host work there, like the members' own, and runs in ``finish``)."""
-        self._requests = requests
-        if self.device.type == "cpu":
-            return
         started = time.perf_counter()
-        rows, tokens, temperature, seeds, self._sizes = self._members(requests, self._torch_step)
+        if self.device.type == "cpu":
+            self.begun = _BegunStep(requests, [], None, started, started, started)
+            return
+        rows, tokens, temperature, seeds, sizes = self._members(requests, self._torch_step)
         single = len(rows) == 1
         generated = time.perf_counter()
         assert self.bank is not None
         rates = self.synthetic_rates[: self.num_drafts] if self.synthetic_rates is not None else None
-        _, self._num_tokens = rejection_sample_banked(
+        _, self.num_tokens = rejection_sample_banked(
             self.bank,
             rows[0] if single else torch.cat(rows),
             tokens[0] if single else torch.cat(tokens),
@@ -302,17 +298,16 @@ class _TwinVerifier(_Verifier):
             method=self.method,
             synthetic_conditional_rates=rates,
         )
-        self._times = (started, generated, time.perf_counter())
+        self.begun = _BegunStep(requests, sizes, None, started, generated, time.perf_counter())
 
     def finish(self) -> dict[int, np.ndarray]:
-        requests = self._requests
+        assert self.begun is not None, "finish() without start()"
+        step, self.begun = self.begun, None
         if self.device.type == "cpu":
-            return self._verify_host(requests)
-        waited = time.perf_counter()
-        emitted = self._num_tokens.to("cpu", torch.int64).numpy()
-        started, generated, launched = self._times
-        between = waited - launched  # the members' host work between start and finish is not the call's
-        return _split(requests, emitted, self._sizes, started + between, generated + between)
+            return self._verify_host(step.requests)
+        between = time.perf_counter() - step.launched
+        emitted = self.num_tokens.to("cpu", torch.int64).numpy()
+        return _split(step.requests, emitted, step.sizes, step.started, step.generated, between=between)
 
     def _verify_host(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
         """The CPU step on numpy arrays, counts only (the tokens themselves are never read): the same
@@ -342,9 +337,12 @@ def _split(
     started: float,
     generated: float,
     offsets: list[int] | None = None,
+    *,
+    between: float = 0.0,
 ) -> dict[int, np.ndarray]:
-    """Each member's slice of the emitted counts; the call's wall time shared out by rows."""
-    done = time.perf_counter()
+    """Each member's slice of the emitted counts; the call's wall time shared out by rows, less
+    ``between``: the members' own host work done between the verifier's ``start`` and ``finish``."""
+    done = time.perf_counter() - between
     total = max(sum(sizes), 1)
     out: dict[int, np.ndarray] = {}
     start = 0
@@ -468,9 +466,8 @@ class _KernelVerifier(_Verifier):
         if self.read is not None:
             self.read.synchronize()  # the step's one host sync
         emitted = self.counts.numpy().astype(np.int64)  # a copy: the next step refills ``counts``
-        # The kernel share is the launch and this wait, not the host work done between start and finish.
-        gap = waiting - step.launched
-        return _split(step.requests, emitted, step.sizes, step.started + gap, step.generated + gap, step.offsets)
+        between = waiting - step.launched
+        return _split(step.requests, emitted, step.sizes, step.started, step.generated, step.offsets, between=between)
 
     def _write_step(
         self,
@@ -506,12 +503,13 @@ class _KernelVerifier(_Verifier):
 
 @dataclass
 class _BegunStep:
-    """What ``_KernelVerifier.start`` leaves for ``finish``: the requests, each member's batch size and
-    first row, and the host clock at the start, after the writes and after the launch."""
+    """What a verifier's ``start`` leaves for ``finish``: the requests, each member's batch size and
+    first row in the call (None: members' rows back to back), and the host clock at the start, after
+    the writes and after the launch."""
 
     requests: dict[EngineMember, VerifyRequest]
     sizes: list[int]
-    offsets: list[int]
+    offsets: list[int] | None
     started: float
     generated: float
     launched: float
