@@ -49,6 +49,7 @@ from spectune.study._storage import (
 from spectune.study._structured import (
     REFINE_BUDGET,
     next_k,
+    next_ks,
     structured_converged,
     structured_next_point,
     structured_next_points,
@@ -99,6 +100,7 @@ __all__ = [
     "merge_schedule",
     "monotone_ks",
     "next_k",
+    "next_ks",
     "open_storage",
     "open_study",
     "outcome_of",

@@ -9,19 +9,26 @@ tie (the plateau's low end) -- at the smaller batch sizes only down to the small
 larger one: a K below it would make the table rise there -- and the K just above the largest tie.
 So instead of a black-box search over (bucket, combo, K):
 
-1. at the representative (most common) bucket, search K for the first combo with a golden-section-like
-   bracket search (K = 0, speculation off, is the shared left end of every curve), then for every
-   other combo by hill-climbing from the first one's optimum (combos of a method peak at similar K);
+1. at the representative (most common) bucket, simulate the first combo's whole K curve (K = 0, speculation
+   off, is the shared left end of every curve), then search K for every other combo by hill-climbing from
+   the first one's optimum (combos of a method peak at similar K);
 2. keep the ``keep_combos`` best combos there, and any other within noise of the last of them (after
    adaptive precision, below, when the noise alone decides);
 3. for each kept combo, settle the representative bucket, then walk outwards in both directions
-   bucket by bucket, starting each bucket's K search at the settled neighbour's optimum (towards
-   larger batches, at the smallest K that ties with it) and hill-climbing one step at a time
-   (preferring smaller K at larger batch sizes, where the optimum moves down);
+   bucket by bucket, starting each bucket's K search at the neighbour's optimum (towards larger
+   batches, at the smallest K that ties with it) and hill-climbing (preferring smaller K at larger
+   batch sizes, where the optimum moves down);
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
    the recommendation open (``_recommend.precision_requests``), while the work added (simulated
    steps) stays within ``refine_budget`` times the search's own;
 5. with budget left (``n_trials``), fill the rest of the space nearest the known optima.
+
+The search is shaped for rounds: a round's points run side by side (lockstep, parallel workers), so on
+a GPU, or with a worker per point, a round costs about one simulation however many points it holds,
+and the wall time follows the number of rounds. So the first combo's curve is simulated whole in one round; a hill-climb probes its start with
+both neighbours at once (a bracket needs them anyway; only when the optimum moved is one wasted); and a
+bucket whose best is bracketed hands its start on to the next bucket while its plateau is still probed.
+One at a time (``structured_next_point``) the same rules learn each result before the next probe.
 
 ``structured_next_points`` returns every point the search needs now -- the independent steps of all
 searches in flight (the screening of every combo, each kept combo's two directions, every refinement)
@@ -49,9 +56,15 @@ from spectune.study._recommend import (
 from spectune.study._records import SearchState
 from spectune.study._space import Point, StudySpace
 
-__all__ = ["REFINE_BUDGET", "next_k", "structured_converged", "structured_next_point", "structured_next_points"]
+__all__ = [
+    "REFINE_BUDGET",
+    "next_k",
+    "next_ks",
+    "structured_converged",
+    "structured_next_point",
+    "structured_next_points",
+]
 
-_GOLDEN_STEP = 0.382  # fraction of a bracket side probed next (1 - 1/phi)
 # Adaptive precision may add this share of the search's own work (simulated steps: a simulation with
 # 4x the requests has about 4x the steps).
 REFINE_BUDGET = 0.5
@@ -108,27 +121,31 @@ def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[
 
 
 def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
-    """The first combo's cold K search; once it is bracketed, every other combo's, warm from its optimum."""
+    """Every K of the first combo (its whole curve: the anchor of the others, found in one round rather
+    than a bracket search's four); once they are known, every other combo's steps, warm from its best."""
     space = state.space
     first = space.combos[0].label
-    step = _curve_step(state, first, batch_size, start=_middle_k(space), warm=False, prefer_lower=False)
-    if step is not None:
-        return [step]
+    middle = _middle_k(space)
+    curve = [space.point(batch_size, first, k) for k in sorted(space.k_values[1:], key=lambda k: (abs(k - middle), k))]
+    steps = [p for p in curve if not state.is_settled(p)]
+    if steps:
+        return steps
     anchor = _best_k(state, first, batch_size)
-    anchor = _middle_k(space) if anchor is None else anchor
-    steps = (
-        _curve_step(state, c.label, batch_size, start=anchor, warm=True, prefer_lower=False) for c in space.combos[1:]
-    )
-    return [s for s in steps if s is not None]
+    anchor = middle if anchor is None else anchor
+    return [
+        step
+        for c in space.combos[1:]
+        for step in _curve_steps(state, c.label, batch_size, start=anchor, prefer_lower=False)
+    ]
 
 
 def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
-    """One kept combo: settle the representative bucket, then the next unsettled bucket each way."""
+    """One kept combo: settle the representative bucket and walk outwards each way. A bucket whose best K
+    is bracketed hands its start on to the next bucket while its own plateau is still being probed (the
+    start may move with it; the next bucket's hill-climb follows), so the plateaus cost no rounds of their
+    own; the walk stops at the first bucket whose best is not bracketed yet."""
     space = state.space
-    step = _plateau_step(state, label, space.batch_sizes[rep])
-    if step is not None:
-        return [step]
-    steps = []
+    steps = _plateau_steps(state, label, space.batch_sizes[rep])
     for direction in (1, -1):
         index = rep + direction
         while 0 <= index < len(space.batch_sizes):
@@ -136,39 +153,38 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
             # neighbour's best; going down it moves up: start from the neighbour's best itself.
             start = _best_k(state, label, space.batch_sizes[index - direction], smallest_tie=direction > 0)
             batch_size = space.batch_sizes[index]
-            step = _curve_step(
+            curve = _curve_steps(
                 state,
                 label,
                 batch_size,
                 start=_middle_k(space) if start is None else start,
-                warm=True,
                 prefer_lower=direction > 0,
             )
+            if curve:
+                steps += curve
+                break
             # Towards smaller batches the table may not fall below the larger neighbour's K (it would rise
             # there), so the plateau matters only down to the smallest K tied at that neighbour.
             ties = _tie_range(state, label, space.batch_sizes[index - direction]) if direction < 0 else None
-            step = step or _plateau_step(state, label, batch_size, floor=ties[0] if ties else 0)
-            if step is not None:
-                steps.append(step)
-                break
+            steps += _plateau_steps(state, label, batch_size, floor=ties[0] if ties else 0)
             index += direction
     return steps
 
 
-def _plateau_step(state: SearchState, label: str, batch_size: int, *, floor: int = 0) -> Point | None:
-    """The K just below the smallest K tied with the best (not below ``floor``), then the K just above
-    the largest, when not evaluated yet; None: the bucket is settled. Above: near the top a noisy dip
-    can hide a better K behind a tied neighbour from the hill-climb."""
+def _plateau_steps(state: SearchState, label: str, batch_size: int, *, floor: int = 0) -> list[Point]:
+    """The K just below the smallest K tied with the best (not below ``floor``) and the K just above the
+    largest, those not evaluated yet; none: the bucket is settled. Above: near the top a noisy dip can
+    hide a better K behind a tied neighbour from the hill-climb."""
     ties = _tie_range(state, label, batch_size)
     if ties is None:
-        return None
+        return []
     ks = state.space.k_values
     lowest, highest = ks.index(ties[0]), ks.index(ties[1])
     neighbours = ([ks[lowest - 1]] if lowest > 0 and ties[0] > floor else []) + (
         [ks[highest + 1]] if highest + 1 < len(ks) else []
     )
     points = (state.space.point(batch_size, label, k) for k in neighbours)
-    return next((p for p in points if not state.is_settled(p)), None)
+    return [p for p in points if not state.is_settled(p)]
 
 
 def _tie_range(state: SearchState, label: str, batch_size: int) -> tuple[int, int] | None:
@@ -287,40 +303,40 @@ def _best_k(state: SearchState, label: str, batch_size: int, *, smallest_tie: bo
     return max(values, key=lambda k: (values[k], -k))
 
 
-def _curve_step(
-    state: SearchState, label: str, batch_size: int, *, start: int, warm: bool, prefer_lower: bool
-) -> Point | None:
-    """The next point of one (combo, bucket) K search, or None when its optimum is bracketed."""
-    k = next_k(
-        _curve(state, label, batch_size), state.space.k_values, start=start, warm=warm, prefer_lower=prefer_lower
-    )
-    return None if k is None else state.space.point(batch_size, label, k)
+def _curve_steps(state: SearchState, label: str, batch_size: int, *, start: int, prefer_lower: bool) -> list[Point]:
+    """The points of one (combo, bucket) K search that can run now; none when its optimum is bracketed."""
+    ks = next_ks(_curve(state, label, batch_size), state.space.k_values, start=start, prefer_lower=prefer_lower)
+    points = (state.space.point(batch_size, label, k) for k in ks)
+    return [p for p in points if not state.is_settled(p)]
 
 
-def next_k(values: dict[int, float], ks: tuple[int, ...], *, start: int, warm: bool, prefer_lower: bool) -> int | None:
-    """Next K to evaluate on a unimodal curve, or None when the best K's neighbours are both known.
+def next_k(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_lower: bool) -> int | None:
+    """The first of ``next_ks``: the next K of a search that probes one at a time; None when bracketed."""
+    probes = next_ks(values, ks, start=start, prefer_lower=prefer_lower)
+    return probes[0] if probes else None
 
-    The search follows the raw best (ties to the smaller K); the choice among near-ties happens later,
-    in the recommendation. Cold: probe the wider unexplored side of the best at 0.382 of its width
-    (golden-section-like, O(log) probes). Warm (the start came from a neighbouring bucket): probe the
-    adjacent K, on the ``prefer_lower`` side first -- the optimum usually moved by a step or two.
+
+def next_ks(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_lower: bool) -> list[int]:
+    """The K to evaluate next on a unimodal curve, most useful first; empty when the best K's neighbours
+    are both known.
+
+    A hill-climb from ``start`` (from a neighbouring bucket or combo: the optimum usually moved by a
+    step or two): the start and both its neighbours at once, then the neighbours of the best not known
+    yet, the ``prefer_lower`` side first. A bracket needs both neighbours anyway, so probing them
+    together costs a point only when the optimum moved, and saves a round whenever it did not. The
+    search follows the raw best (ties to the smaller K); the choice among near-ties happens later, in
+    the recommendation.
     """
-    if start not in values:
-        return start
-    best = max(values, key=lambda k: (values[k], -k))
+    known = values if start in values else {**values, start: math.inf}  # unknown: probed as the best
+    best = max(known, key=lambda k: (known[k], -k))
     i = ks.index(best)
-    lower = max((ks.index(k) for k in values if k < best), default=-1)
-    upper = min((ks.index(k) for k in values if k > best), default=len(ks))
-    left_gap, right_gap = i - lower - 1, upper - i - 1
-    if left_gap == 0 and right_gap == 0:
-        return None
-    if warm:
-        go_left = left_gap > 0 and (prefer_lower or right_gap == 0)
-        return ks[i - 1] if go_left else ks[i + 1]
-    go_left = left_gap > right_gap
-    gap = left_gap if go_left else right_gap
-    step = max(1, round(_GOLDEN_STEP * (gap + 1)))
-    return ks[i - step] if go_left else ks[i + step]
+    lower = max((ks.index(k) for k in known if k < best), default=-1)
+    upper = min((ks.index(k) for k in known if k > best), default=len(ks))
+    sides = [(i - lower - 1, i - 1), (upper - i - 1, i + 1)]  # (unknown K on that side, its nearest)
+    if not prefer_lower:
+        sides.reverse()
+    probes = [ks[j] for gap, j in sides if gap > 0]
+    return probes if start in values else [start, *probes]
 
 
 def _rank_at(state: SearchState, batch_size: int) -> list[str]:

@@ -190,12 +190,16 @@ def test_adaptive_precision_narrows_a_tie_set_that_changes_the_table():
     assert {p.batch_size for p in fine.completed if p.refinement} == {1}  # batch size 64 needed no precision
 
 
-def test_batched_steps_evaluate_the_same_points_as_one_at_a_time():
+@pytest.mark.parametrize("noise", [0.004, 0.01])
+def test_batched_steps_evaluate_what_one_at_a_time_does_and_little_more(noise):
+    # Batched, a warm K search probes its start's two neighbours with it (one of them wasted when the
+    # optimum moved); one at a time it learns the first result before probing the second.
     space = make_space(batch_sizes=(1, 4, 16, 64, 256), max_k=8)
-    evaluator = SyntheticEvaluator(noise=0.004)
+    evaluator = SyntheticEvaluator(noise=noise)
     one = _search(space, evaluator, keep_combos=2)
     batched = _search(space, evaluator, keep_combos=2, batched=True)
-    assert set(one.completed) == set(batched.completed)
+    assert set(one.completed) <= set(batched.completed)
+    assert len(batched.completed) <= 1.2 * len(one.completed)
     assert recommend(space, one.completed).schedule == recommend(space, batched.completed).schedule
 
 
@@ -210,8 +214,10 @@ def test_batches_hold_independent_steps():
         widths.append(len(points))
         for point in points:
             state.completed[point] = evaluate_metrics(space, point, evaluator(point), 0)
-    assert max(widths) >= 4  # the screening of every combo at once, two kept combos x two directions
-    assert len(widths) < len(state.completed) / 2
+    assert max(widths) >= 8  # the first combo's whole curve at once, with the plain-decoding baselines
+    # Warm searches probe a start with both its neighbours, and a bucket hands its start on while its
+    # plateau is probed: about five points a round (a round at a time: fewer than one in three).
+    assert len(widths) <= len(state.completed) / 4
 
 
 @pytest.mark.parametrize("workers", [1, 2])

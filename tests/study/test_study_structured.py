@@ -2,10 +2,17 @@
 
 import random
 
-import pytest
 from study_doubles import SyntheticEvaluator, make_space, true_metrics
 
-from spectune.study import SearchState, evaluate_metrics, next_k, recommend, structured_converged, structured_next_point
+from spectune.study import (
+    SearchState,
+    evaluate_metrics,
+    next_k,
+    next_ks,
+    recommend,
+    structured_converged,
+    structured_next_point,
+)
 
 KS = tuple(range(0, 11))
 
@@ -25,31 +32,36 @@ def _random_unimodal(rng: random.Random) -> dict[int, float]:
     return values
 
 
-def _search(curve: dict[int, float], *, start: int, warm: bool, prefer_lower: bool = False) -> tuple[int, int]:
+def _search(curve: dict[int, float], *, start: int, prefer_lower: bool = False) -> tuple[int, int]:
     known = {0: curve[0]}
-    while (k := next_k(known, KS, start=start, warm=warm, prefer_lower=prefer_lower)) is not None:
+    while (k := next_k(known, KS, start=start, prefer_lower=prefer_lower)) is not None:
         assert k not in known, "re-proposed an evaluated K"
         known[k] = curve[k]
     return max(known, key=known.get), len(known)
 
 
-@pytest.mark.parametrize("warm", [False, True])
-def test_bracket_search_finds_the_peak_of_every_unimodal_curve(warm):
+def test_hill_climb_finds_the_peak_of_every_unimodal_curve():
     rng = random.Random(7)
-    probes = []
     for _ in range(300):
         curve = _random_unimodal(rng)
-        start = rng.randrange(len(KS)) if warm else 5
-        best, evaluated = _search(curve, start=start, warm=warm)
+        best, _ = _search(curve, start=rng.randrange(1, len(KS)), prefer_lower=rng.random() < 0.5)
         assert best == max(curve, key=curve.get)
-        probes.append(evaluated)
-    if not warm:  # golden-section-like: far fewer than the 11 points on average
-        assert sum(probes) / len(probes) <= 6.5
 
 
-def test_warm_search_from_the_peak_costs_three_probes():
+def test_search_from_the_peak_costs_three_probes():
     curve = {k: -abs(k - 4) for k in KS}
-    assert _search(curve, start=4, warm=True) == (4, 4)  # K = 0 (known), then 4, 3 and 5
+    assert _search(curve, start=4) == (4, 4)  # K = 0 (known), then 4, 3 and 5
+
+
+def test_a_search_probes_its_start_with_both_neighbours_at_once():
+    known = {0: 1.0}
+    assert next_ks(known, KS, start=4, prefer_lower=True) == [4, 3, 5]
+    assert next_ks(known, KS, start=4, prefer_lower=False) == [4, 5, 3]
+    assert next_ks(known, KS, start=10, prefer_lower=False) == [10, 9]  # no K above the range
+    assert next_ks({0: 1.0, 4: 9.0}, KS, start=4, prefer_lower=True) == [3, 5]
+    assert next_ks({0: 1.0, 3: 8.0, 4: 9.0, 5: 7.0}, KS, start=4, prefer_lower=True) == []
+    # The optimum moved down: only the K below the new best is left to bracket it.
+    assert next_ks({0: 1.0, 3: 9.5, 4: 9.0, 5: 7.0}, KS, start=4, prefer_lower=True) == [2]
 
 
 def test_structured_search_finds_the_exhaustive_optimum_of_the_noise_free_double():
