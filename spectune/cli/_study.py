@@ -20,6 +20,8 @@ from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
+    from spectune._spawn import StartedWorkers
+    from spectune.config import StudyDocument
     from spectune.study import StudyOutcome, StudyProgress
 
 StorageOption = Annotated[
@@ -147,18 +149,8 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
-    import optuna
-
+    from spectune._spawn import started_workers
     from spectune.config import load_document
-    from spectune.export import check_output_dir
-    from spectune.study import (
-        SimulationEvaluator,
-        default_out_dir,
-        document_fingerprint,
-        resolve_storage,
-        run_study,
-        space_from_document,
-    )
 
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(
@@ -169,6 +161,34 @@ def run(
         typer.echo(str(notice), err=True)
     document = loaded.model
     use_interpreter_if_asked(document.simulation)
+    # The workers import torch, Triton and Optuna and open the GPU while this process does the same.
+    with started_workers(workers, document.simulation.device) as processes:
+        _run(study, document, storage, n_trials, workers, out, sampler, progress, processes)
+
+
+def _run(
+    study: Path,
+    document: StudyDocument,
+    storage: str | None,
+    n_trials: int | None,
+    workers: int,
+    out: Path | None,
+    sampler: Literal["auto", "structured", "exhaustive", "tpe"] | None,
+    progress: bool | None,
+    processes: StartedWorkers | None,
+) -> None:
+    import optuna
+
+    from spectune.export import check_output_dir
+    from spectune.study import (
+        SimulationEvaluator,
+        default_out_dir,
+        document_fingerprint,
+        resolve_storage,
+        run_study,
+        space_from_document,
+    )
+
     shared = shared_gpu_notice(document.simulation.device, workers)
     if shared is not None:
         typer.echo(shared, err=True)
@@ -198,7 +218,7 @@ def run(
         run = run_study(
             space, SimulationEvaluator(document, workers), document_fingerprint(document), storage=storage_url, strategy=chosen,
             n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
-            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop,
+            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, started=processes,
             **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
         )  # fmt: skip
         close()

@@ -9,21 +9,18 @@ processes are failed and their points proposed again; completed points are never
 
 from __future__ import annotations
 
-import contextlib
 import math
 import multiprocessing
 import queue
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.synchronize import Event as EventType
 from typing import Any, Literal
 
 import optuna
 from optuna.trial import TrialState
 
+from spectune._spawn import StartedWorkers, start_workers
 from spectune.errors import SpectuneError
 from spectune.study._batch import BatchCollector
 from spectune.study._objective import Evaluator, StudyObjective
@@ -46,7 +43,15 @@ from spectune.study._structured import (
     structured_next_points,
 )
 
-__all__ = ["BATCH_POINTS", "EXHAUSTIVE_LIMIT", "StudyProgress", "StudyRun", "resolve_strategy", "run_study"]
+__all__ = [
+    "BATCH_POINTS",
+    "EXHAUSTIVE_LIMIT",
+    "StudyProgress",
+    "StudyRun",
+    "resolve_strategy",
+    "run_study",
+    "worker_main",
+]
 
 StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
 EXHAUSTIVE_LIMIT = 64  # 'auto' searches every point of spaces up to this size
@@ -106,6 +111,7 @@ def run_study(
     refine_budget: float = REFINE_BUDGET,
     progress: Callable[[StudyProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    started: StartedWorkers | None = None,
 ) -> StudyRun:
     """Create or resume the study and run it to its end.
 
@@ -113,12 +119,15 @@ def run_study(
     only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
     space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
     between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
-    running trial and stops.
+    running trial and stops. ``started``: the ``workers`` processes, already started (``_spawn``; the
+    caller closes them); None: started here.
     """
     if workers < 1:
         raise SpectuneError(f"--workers: must be >= 1, got {workers}")
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials}")
+    if started is not None and len(started.processes) != workers:
+        raise ValueError(f"started holds {len(started.processes)} worker processes, not workers={workers}")
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
@@ -143,7 +152,7 @@ def run_study(
         if workers == 1:
             completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
         else:
-            completed = _run_processes(spec, workers, on_poll=report, should_stop=should_stop)
+            completed = _run_processes(spec, started, on_poll=report, should_stop=should_stop)
         report()
     finally:
         close_storage(opened)
@@ -264,17 +273,26 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
     return "wait" if state.claimed else "stop"  # a held point comes free again if its trial fails
 
 
-def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, stop: EventType) -> None:  # type: ignore[type-arg]
-    """A worker process: its own storage connection, its own sampler (seeded seed + index); it ends its
-    running trial and stops once ``stop`` is set."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
+def worker_main(index: int, inbox: Any, results: multiprocessing.Queue, stop: Any) -> None:  # type: ignore[type-arg]
+    """A worker process (started by ``_spawn``), once its imports are done: it waits for its
+    ``_WorkerSpec`` on ``inbox``, then runs trials on its own storage connection with its own sampler
+    (seeded seed + index); it ends its running trial and stops once ``stop`` is set."""
+    parent = multiprocessing.parent_process()
+    # An orphan (the run was killed) stops instead of running on unseen.
+    alive = parent.is_alive if parent is not None else (lambda: True)
+    spec: _WorkerSpec | None = None
+    while spec is None:
+        if stop.is_set() or not alive():
+            results.put((index, "ok", 0))  # stopped before any work: nothing completed
+            return
+        try:
+            spec = inbox.get(timeout=_POLL_S)
+        except queue.Empty:
+            pass
     optuna.logging.set_verbosity(spec.optuna_verbosity)
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
         try:
-            parent = multiprocessing.parent_process()
-            # An orphan (the run was killed) stops instead of running on unseen.
-            alive = parent.is_alive if parent is not None else (lambda: True)
             keep_going = lambda: alive() and not stop.is_set()  # noqa: E731
             completed = _worker_loop(spec, index, open_study(opened, spec.space.name), keep_going=keep_going)
         finally:
@@ -286,37 +304,20 @@ def _worker_process(spec: _WorkerSpec, index: int, results: multiprocessing.Queu
         results.put((index, "error", f"{type(err).__name__}: {err}"))
 
 
-@contextlib.contextmanager
-def _sigint_ignored_by_children() -> Iterator[None]:
-    """Start processes with SIGINT ignored (inherited through exec), so that a Ctrl-C while a worker is
-    still importing cannot kill it with a traceback; the parent's own handler is back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _run_processes(
-    spec: _WorkerSpec, workers: int, on_poll: Callable[[], None], should_stop: Callable[[], bool]
+    spec: _WorkerSpec,
+    started: StartedWorkers | None,
+    on_poll: Callable[[], None],
+    should_stop: Callable[[], bool],
 ) -> int:
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    stop = context.Event()
-    processes = [
-        context.Process(target=_worker_process, args=(spec, i, results, stop), daemon=True) for i in range(workers)
-    ]
-    with _sigint_ignored_by_children():
-        for process in processes:
-            process.start()
+    workers = started if started is not None else start_workers(spec.workers)
+    workers.begin(spec)
+    processes, results = workers.processes, workers.results
     finished: dict[int, tuple[str, object]] = {}
     try:
-        while len(finished) < workers:
+        while len(finished) < len(processes):
             if should_stop():
-                stop.set()  # each worker ends its running trial, reports and exits
+                workers.stop.set()  # each worker ends its running trial, reports and exits
             try:
                 index, status, payload = results.get(timeout=_POLL_S)
                 finished[index] = (status, payload)
@@ -339,8 +340,5 @@ def _run_processes(
                         )
         return sum(int(payload) for _, payload in finished.values())  # type: ignore[call-overload]
     finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(timeout=10)
+        if started is None:
+            workers.close()

@@ -1,6 +1,7 @@
 """``spectune study run/show`` and ``spectune export`` as a user runs them, on real (tiny) simulations."""
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -93,6 +94,21 @@ def test_a_changed_document_is_refused_with_a_clear_message(ran, tmp_path):
         "error: study 'tiny' in" in result.output and "made from a different version of this document" in result.output
     )
     assert "Traceback" not in result.output
+
+
+def test_two_workers_started_before_the_study_is_prepared_run_it_and_leave_no_process(tmp_path, tiny_study):
+    # The CLI starts its workers right after reading the document (their imports overlap its own), and
+    # hands them their work once the storage is ready; the same recommendation as one worker's.
+    document = tmp_path / "tiny.yaml"
+    document.write_text(tiny_study(max_k=2))
+    one = runner.invoke(app, ["study", "run", str(document), "--out", str(tmp_path / "one")])
+    two = runner.invoke(app, ["study", "run", str(document), "--out", str(tmp_path / "two"), "--workers", "2"])
+    assert one.exit_code == 0 and two.exit_code == 0, two.output
+    assert two.output.splitlines()[1].startswith("6 complete trials (6 simulations), 6 new in this run")
+    assert (tmp_path / "two" / "vllm.json").read_text() == (tmp_path / "one" / "vllm.json").read_text()
+    outcome = load_outcome(str(tmp_path / "two" / "study.journal"), "tiny")
+    assert len({t.worker for t in outcome.trials if t.state == "COMPLETE"}) == 2
+    assert not multiprocessing.active_children()
 
 
 def test_bad_input_gets_one_located_line_and_exit_1(tmp_path, tiny_study):

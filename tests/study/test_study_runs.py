@@ -18,6 +18,7 @@ import optuna
 import pytest
 from study_doubles import SyntheticEvaluator, fingerprint, make_space
 
+from spectune._spawn import started_workers
 from spectune.errors import SpectuneError
 from spectune.study import load_outcome, open_storage, run_study, search_space
 from spectune.study._records import ATTR_OWNER
@@ -147,6 +148,28 @@ def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
     simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
     assert max(simulated.values()) == 1
     assert len({t.worker for t in outcome.trials if t.state == "COMPLETE"}) == 2
+
+
+def test_workers_started_early_wait_for_their_work_and_are_closed_with_or_without_it(tmp_path):
+    space = make_space(batch_sizes=(1, 32), max_k=3)
+    storage = str(tmp_path / "s.journal")
+    with started_workers(2, "cpu") as started:
+        assert started is not None and all(p.is_alive() for p in started.processes)
+        run = run_study(
+            space, SyntheticEvaluator(delay_s=0.02), fingerprint(), storage=storage, strategy="exhaustive",
+            workers=2, started=started,
+        )  # fmt: skip
+        assert run.completed_trials == space.size
+        workers = {t.worker.split(":")[1] for t in load_outcome(storage, space.name).trials if t.worker}
+        assert workers == {str(p.pid) for p in started.processes}  # the started ones did the work
+        with pytest.raises(ValueError, match="not workers=3"):
+            run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, workers=3, started=started)
+    assert not any(p.is_alive() for p in started.processes)
+    with started_workers(3, "cpu") as idle:  # a study that fails before it begins: no process is left
+        assert idle is not None
+    assert not any(p.is_alive() for p in idle.processes)
+    with started_workers(1, "cpu") as none:
+        assert none is None  # one worker is the parent itself
 
 
 def test_workers_racing_for_the_last_budget_slots_end_with_the_exact_budget(tmp_path):

@@ -1,0 +1,112 @@
+"""Study worker processes started before their work is known, so that their start-up overlaps the parent's.
+
+A spawned worker imports torch, Triton and Optuna and opens its device (seconds: about five on a GPU
+machine) before it can simulate anything. This module imports none of that, so ``spectune study
+run`` can start its workers as soon as it has read the study: they import while the parent imports
+the same libraries and prepares the storage, and each then waits for its work (``begin``).
+Processes are spawned, not forked: a parent that has asked whether CUDA is there cannot fork a child
+that uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+__all__ = ["StartedWorkers", "sigint_ignored_by_children", "start_workers", "started_workers"]
+
+
+@dataclass
+class StartedWorkers:
+    """Worker processes and their queues: ``inbox`` hands each its work, ``results`` takes (index,
+    status, payload) from each, ``stop`` asks them to end their running trial and stop."""
+
+    processes: list[BaseProcess]
+    inbox: Any  # multiprocessing Queue
+    results: Any  # multiprocessing Queue
+    stop: Any  # multiprocessing Event
+
+    def begin(self, work: object) -> None:
+        """Hand every worker the same work (it is pickled once per worker)."""
+        for _ in self.processes:
+            self.inbox.put(work)
+
+    def close(self) -> None:
+        """Stop every worker still running (given work or not) and wait for it."""
+        self.stop.set()
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self.processes:
+            process.join(timeout=10)
+
+
+def start_workers(count: int, device: str = "cpu") -> StartedWorkers:
+    """Spawn ``count`` workers; each imports the study code and opens ``device`` (a document's
+    ``simulation.device``), then waits for ``begin``. Start them after anything that changes how the
+    libraries load (``TRITON_INTERPRET``): they inherit the environment as it is now."""
+    context = multiprocessing.get_context("spawn")
+    inbox, results, stop = context.Queue(), context.Queue(), context.Event()
+    processes: list[BaseProcess] = [
+        context.Process(target=_entry, args=(i, device, inbox, results, stop), daemon=True) for i in range(count)
+    ]
+    with sigint_ignored_by_children():
+        for process in processes:
+            process.start()
+    return StartedWorkers(processes, inbox, results, stop)
+
+
+@contextlib.contextmanager
+def started_workers(count: int, device: str) -> Iterator[StartedWorkers | None]:
+    """``start_workers`` when ``count`` > 1 (None for one: the parent is the worker), closed on exit
+    whatever happened in between (a study that fails before it begins leaves no process behind)."""
+    started = start_workers(count, device) if count > 1 else None
+    try:
+        yield started
+    finally:
+        if started is not None:
+            started.close()
+
+
+@contextlib.contextmanager
+def sigint_ignored_by_children() -> Iterator[None]:
+    """Start processes with SIGINT ignored (inherited through exec), so that a Ctrl-C while a worker is
+    still importing cannot kill it with a traceback; the parent's own handler is back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _entry(index: int, device: str, inbox: Any, results: Any, stop: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
+    from spectune.study._runner import worker_main  # torch, Triton, Optuna: the start-up to overlap
+
+    _open_device(device)
+    worker_main(index, inbox, results, stop)
+
+
+def _open_device(device: str) -> None:
+    """Create the CUDA context now rather than at the first simulation; a device that cannot be opened
+    is left for the simulation to report, with the document's field."""
+    from spectune.errors import SpectuneError
+    from spectune.simulator._backend import resolve_device
+
+    try:
+        resolved = resolve_device(device)
+        if resolved.type == "cuda":
+            import torch
+
+            torch.empty(1, device=resolved)
+    except (SpectuneError, RuntimeError, AssertionError):
+        pass
