@@ -26,8 +26,9 @@ So instead of a black-box search over (bucket, combo, K):
 The search is shaped for rounds: a round's points run side by side (lockstep, parallel workers), so on
 a GPU, or with a worker per point, a round costs about one simulation however many points it holds,
 and the wall time follows the number of rounds. So the first combo's curve is simulated whole in one round; a hill-climb probes its start with
-both neighbours at once (a bracket needs them anyway; only when the optimum moved is one wasted); and a
-bucket whose best is bracketed hands its start on to the next bucket while its plateau is still probed.
+both neighbours at once (a bracket needs them anyway; only when the optimum moved is one wasted), or
+towards larger batches with the K below it; and a bucket whose best is bracketed hands its start on
+to the next bucket while its plateau is still probed.
 One at a time (``structured_next_point``) the same rules learn each result before the next probe.
 
 ``structured_next_points`` returns every point the search needs now -- the independent steps of all
@@ -323,9 +324,11 @@ def next_ks(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer
     A hill-climb from ``start`` (from a neighbouring bucket or combo: the optimum usually moved by a
     step or two): the start and both its neighbours at once, then the neighbours of the best not known
     yet, the ``prefer_lower`` side first. A bracket needs both neighbours anyway, so probing them
-    together costs a point only when the optimum moved, and saves a round whenever it did not. The
-    search follows the raw best (ties to the smaller K); the choice among near-ties happens later, in
-    the recommendation.
+    together costs a point only when the optimum moved, and saves a round whenever it did not. With
+    ``prefer_lower`` (towards larger batches, where the optimum moves down and a simulation reads the
+    most logits) the start goes with the K below it only: the one above is probed once the start
+    proves best. The search follows the raw best (ties to the smaller K); the choice among near-ties
+    happens later, in the recommendation.
     """
     known = values if start in values else {**values, start: math.inf}  # unknown: probed as the best
     best = max(known, key=lambda k: (known[k], -k))
@@ -336,7 +339,9 @@ def next_ks(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer
     if not prefer_lower:
         sides.reverse()
     probes = [ks[j] for gap, j in sides if gap > 0]
-    return probes if start in values else [start, *probes]
+    if start in values:
+        return probes
+    return [start, *probes[:1]] if prefer_lower else [start, *probes]
 
 
 def _rank_at(state: SearchState, batch_size: int) -> list[str]:

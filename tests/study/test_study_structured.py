@@ -55,9 +55,9 @@ def test_search_from_the_peak_costs_three_probes():
 
 def test_a_search_probes_its_start_with_both_neighbours_at_once():
     known = {0: 1.0}
-    assert next_ks(known, KS, start=4, prefer_lower=True) == [4, 3, 5]
     assert next_ks(known, KS, start=4, prefer_lower=False) == [4, 5, 3]
     assert next_ks(known, KS, start=10, prefer_lower=False) == [10, 9]  # no K above the range
+    assert next_ks(known, KS, start=4, prefer_lower=True) == [4, 3]  # the K above once 4 proves best
     assert next_ks({0: 1.0, 4: 9.0}, KS, start=4, prefer_lower=True) == [3, 5]
     assert next_ks({0: 1.0, 3: 8.0, 4: 9.0, 5: 7.0}, KS, start=4, prefer_lower=True) == []
     # The optimum moved down: only the K below the new best is left to bracket it.
