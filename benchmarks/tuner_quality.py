@@ -59,6 +59,7 @@ from spectune.config import StudyDocument, StudyMetrics, load_document
 from spectune.study import (
     Evaluation,
     Point,
+    SearchState,
     SimulationEvaluator,
     StudySpace,
     as_metrics,
@@ -68,6 +69,8 @@ from spectune.study import (
     recommend,
     run_study,
     space_from_document,
+    structured_converged,
+    structured_next_points,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,6 +143,25 @@ def searched(
         "notes": list(recommendation.notes),
         "search_wall_s": round(time.perf_counter() - started, 2),
     }
+
+
+def search_rounds(space: StudySpace, evaluator: TableEvaluator, storage: str) -> dict[str, int]:
+    """The structured search replayed in rounds -- every point it needs at once, then the next round with
+    their results -- on the seed's table and the refined points its search simulated (``storage``):
+    how many rounds, and the simulated steps along them (each round's longest simulation), which with
+    a round's points run side by side (a GPU, parallel workers) is what the wall time follows."""
+    for trial in load_outcome(storage, space.name).trials:
+        if trial.state == "COMPLETE" and trial.point is not None and trial.metrics is not None:
+            evaluator.table.setdefault(trial.point.key, as_metrics(trial.metrics).to_attr())
+    state = SearchState(space)
+    rounds = critical = 0
+    while not structured_converged(state, keep_combos=2):
+        points = structured_next_points(state, keep_combos=2)
+        for point in points:
+            state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
+        rounds += 1
+        critical += max(_steps(evaluator(point)) for point in points)
+    return {"rounds": rounds, "critical_path_steps": critical}
 
 
 def study_document(study: Path, seed: int, device: str | None) -> StudyDocument:
@@ -259,6 +281,7 @@ def run_seed(
             space, lookup, fingerprint, str(work / f"tpe-seed{seed}.journal"), strategy="tpe",
             n_trials=results["structured"]["evaluations"], seed=seed,
         )  # fmt: skip
+    results["structured"] |= search_rounds(space, lookup, str(work / f"structured-seed{seed}.journal"))
     results["structured"]["count_share_of_exhaustive"] = results["structured"]["evaluations"] / space.size
     results["structured"]["cost_share_of_exhaustive"] = results["structured"]["simulation_cost"] / space.size
     return results
@@ -379,7 +402,7 @@ def main() -> None:
             f"seed {seed}: {result['combo']} K {result['ks']} ({'non-increasing' if result['non_increasing'] else 'RISES'}); "
             f"{result['evaluations']} simulations ({result['refined_evaluations']} refined), cost {result['simulation_cost']} = "
             f"{result['cost_share_of_exhaustive']:.0%} of exhaustive ({result['steps_share_of_exhaustive']:.0%} of its simulated "
-            f"steps); of the optimum: {quality}",
+            f"steps), {result['rounds']} rounds; of the optimum: {quality}",
             flush=True,
         )
     if not tables:
@@ -416,6 +439,10 @@ def main() -> None:
             ),
             "median_cost_share_of_exhaustive": statistics.median(
                 row["structured"]["cost_share_of_exhaustive"] for row in per_seed
+            ),
+            "median_rounds": statistics.median(row["structured"]["rounds"] for row in per_seed),
+            "median_critical_path_steps": statistics.median(
+                row["structured"]["critical_path_steps"] for row in per_seed
             ),
             "median_steps_share_of_exhaustive": statistics.median(
                 row["structured"]["steps_share_of_exhaustive"] for row in per_seed

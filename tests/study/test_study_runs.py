@@ -161,7 +161,7 @@ def test_workers_started_early_wait_for_their_work_and_are_closed_with_or_withou
         )  # fmt: skip
         assert run.completed_trials == space.size
         workers = {t.worker.split(":")[1] for t in load_outcome(storage, space.name).trials if t.worker}
-        assert workers == {str(p.pid) for p in started.processes}  # the started ones did the work
+        assert workers and workers <= {str(p.pid) for p in started.processes}  # the started ones did the work
         with pytest.raises(ValueError, match="not workers=3"):
             run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, workers=3, started=started)
     assert not any(p.is_alive() for p in started.processes)
