@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import queue
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -32,8 +33,8 @@ class StartedWorkers:
     results: Any  # multiprocessing Queue
     stop: Any  # multiprocessing Event
 
-    def begin(self, work: object) -> None:
-        """Hand every worker the same work (it is pickled once per worker)."""
+    def begin(self, work: Callable[[int, Any, Any], None]) -> None:
+        """Hand every worker the same work, run as ``work(index, results, stop)`` (pickled once per worker)."""
         for _ in self.processes:
             self.inbox.put(work)
 
@@ -48,7 +49,7 @@ class StartedWorkers:
 
 
 def start_workers(count: int, device: str = "cpu") -> StartedWorkers:
-    """Spawn ``count`` workers; each imports the study code and opens ``device`` (a document's
+    """Spawn ``count`` workers; each imports torch, Triton and Optuna and opens ``device`` (a document's
     ``simulation.device``), then waits for ``begin``. Start them after anything that changes how the
     libraries load (``TRITON_INTERPRET``): they inherit the environment as it is now."""
     context = multiprocessing.get_context("spawn")
@@ -89,11 +90,24 @@ def sigint_ignored_by_children() -> Iterator[None]:
 
 
 def _entry(index: int, device: str, inbox: Any, results: Any, stop: Any) -> None:
+    """Import and open the device, wait for the work (a picklable callable; unpickling it imports the
+    study code) and run it as ``work(index, results, stop)``; stopped or orphaned first: report nothing done."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
-    from spectune.study._runner import worker_main  # torch, Triton, Optuna: the start-up to overlap
+    import optuna  # noqa: F401 -- with torch and Triton (below), the start-up to overlap
 
     _open_device(device)
-    worker_main(index, inbox, results, stop)
+    parent = multiprocessing.parent_process()
+    alive = parent.is_alive if parent is not None else (lambda: True)
+    while True:
+        if stop.is_set() or not alive():
+            results.put((index, "ok", 0))
+            return
+        try:
+            work = inbox.get(timeout=0.1)
+            break
+        except queue.Empty:
+            pass
+    work(index, results, stop)
 
 
 def _open_device(device: str) -> None:

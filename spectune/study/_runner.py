@@ -9,6 +9,7 @@ processes are failed and their points proposed again; completed points are never
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import queue
@@ -50,7 +51,7 @@ __all__ = [
     "StudyRun",
     "resolve_strategy",
     "run_study",
-    "worker_main",
+    "_worker_main",
 ]
 
 StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
@@ -273,22 +274,12 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
     return "wait" if state.claimed else "stop"  # a held point comes free again if its trial fails
 
 
-def worker_main(index: int, inbox: Any, results: multiprocessing.Queue, stop: Any) -> None:  # type: ignore[type-arg]
-    """A worker process (started by ``_spawn``), once its imports are done: it waits for its
-    ``_WorkerSpec`` on ``inbox``, then runs trials on its own storage connection with its own sampler
-    (seeded seed + index); it ends its running trial and stops once ``stop`` is set."""
+def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, stop: Any) -> None:  # type: ignore[type-arg]
+    """A worker process's work (``_spawn`` runs it once its imports are done): trials on its own storage
+    connection with its own sampler (seeded seed + index) until the study is done; it ends its running
+    trial and stops once ``stop`` is set, or when its parent is gone (an orphan of a killed run)."""
     parent = multiprocessing.parent_process()
-    # An orphan (the run was killed) stops instead of running on unseen.
     alive = parent.is_alive if parent is not None else (lambda: True)
-    spec: _WorkerSpec | None = None
-    while spec is None:
-        if stop.is_set() or not alive():
-            results.put((index, "ok", 0))  # stopped before any work: nothing completed
-            return
-        try:
-            spec = inbox.get(timeout=_POLL_S)
-        except queue.Empty:
-            pass
     optuna.logging.set_verbosity(spec.optuna_verbosity)
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
@@ -311,7 +302,7 @@ def _run_processes(
     should_stop: Callable[[], bool],
 ) -> int:
     workers = started if started is not None else start_workers(spec.workers)
-    workers.begin(spec)
+    workers.begin(functools.partial(_worker_main, spec))
     processes, results = workers.processes, workers.results
     finished: dict[int, tuple[str, object]] = {}
     try:
