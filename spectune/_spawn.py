@@ -33,8 +33,9 @@ class StartedWorkers:
     results: Any  # multiprocessing Queue
     stop: Any  # multiprocessing Event
 
-    def begin(self, work: Callable[[int, Any, Any], None]) -> None:
-        """Hand every worker the same work, run as ``work(index, results, stop)`` (pickled once per worker)."""
+    def begin(self, work: Callable[[int, Any, Callable[[], bool]], None]) -> None:
+        """Hand every worker the same work, run as ``work(index, results, keep_going)`` (pickled once per
+        worker; see ``_entry``)."""
         for _ in self.processes:
             self.inbox.put(work)
 
@@ -91,15 +92,20 @@ def sigint_ignored_by_children() -> Iterator[None]:
 
 def _entry(index: int, device: str, inbox: Any, results: Any, stop: Any) -> None:
     """Import and open the device, wait for the work (a picklable callable; unpickling it imports the
-    study code) and run it as ``work(index, results, stop)``; stopped or orphaned first: report nothing done."""
+    study code) and run it as ``work(index, results, keep_going)``: ``keep_going()`` turns False once
+    ``stop`` is set or the parent is gone (an orphan of a killed run). Stopped or orphaned before any
+    work: report nothing done."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
     import optuna  # noqa: F401 -- with torch and Triton (below), the start-up to overlap
 
     _open_device(device)
     parent = multiprocessing.parent_process()
-    alive = parent.is_alive if parent is not None else (lambda: True)
+
+    def keep_going() -> bool:
+        return not stop.is_set() and (parent is None or parent.is_alive())
+
     while True:
-        if stop.is_set() or not alive():
+        if not keep_going():
             results.put((index, "ok", 0))
             return
         try:
@@ -107,7 +113,7 @@ def _entry(index: int, device: str, inbox: Any, results: Any, stop: Any) -> None
             break
         except queue.Empty:
             pass
-    work(index, results, stop)
+    work(index, results, keep_going)
 
 
 def _open_device(device: str) -> None:

@@ -274,17 +274,14 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
     return "wait" if state.claimed else "stop"  # a held point comes free again if its trial fails
 
 
-def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, stop: Any) -> None:  # type: ignore[type-arg]
+def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, keep_going: Callable[[], bool]) -> None:  # type: ignore[type-arg]
     """A worker process's work (``_spawn`` runs it once its imports are done): trials on its own storage
-    connection with its own sampler (seeded seed + index) until the study is done; it ends its running
-    trial and stops once ``stop`` is set, or when its parent is gone (an orphan of a killed run)."""
-    parent = multiprocessing.parent_process()
-    alive = parent.is_alive if parent is not None else (lambda: True)
+    connection with its own sampler (seeded seed + index) until the study is done or ``keep_going``
+    says stop (it ends its running trial first)."""
     optuna.logging.set_verbosity(spec.optuna_verbosity)
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
         try:
-            keep_going = lambda: alive() and not stop.is_set()  # noqa: E731
             completed = _worker_loop(spec, index, open_study(opened, spec.space.name), keep_going=keep_going)
         finally:
             close_storage(opened)
