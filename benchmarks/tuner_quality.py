@@ -156,11 +156,11 @@ def search_rounds(space: StudySpace, evaluator: TableEvaluator, storage: str) ->
     state = SearchState(space)
     rounds = critical = 0
     while not structured_converged(state, keep_combos=2):
-        points = structured_next_points(state, keep_combos=2)
-        for point in points:
-            state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
+        results = [(point, evaluator(point)) for point in structured_next_points(state, keep_combos=2)]
+        for point, metrics in results:
+            state.completed[point] = evaluate_metrics(space, point, metrics, len(state.completed))
         rounds += 1
-        critical += max(_steps(evaluator(point)) for point in points)
+        critical += max(_steps(metrics) for _, metrics in results)
     return {"rounds": rounds, "critical_path_steps": critical}
 
 

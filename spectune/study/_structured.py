@@ -25,11 +25,11 @@ So instead of a black-box search over (bucket, combo, K):
 
 The search is shaped for rounds: a round's points run side by side (lockstep, parallel workers), so on
 a GPU, or with a worker per point, a round costs about one simulation however many points it holds,
-and the wall time follows the number of rounds. So the first combo's curve is simulated whole in one round; a hill-climb probes its start with
-both neighbours at once (a bracket needs them anyway; only when the optimum moved is one wasted), or
-towards larger batches with the K below it; and a bucket whose best is bracketed hands its start on
-to the next bucket while its plateau is still probed.
-One at a time (``structured_next_point``) the same rules learn each result before the next probe.
+and the wall time follows the number of rounds. So the first combo's curve is simulated whole in one
+round; a hill-climb probes its start with both neighbours at once (a bracket needs them anyway; only
+when the optimum moved is one wasted), or towards larger batches with the K below it; and a bucket
+whose best is bracketed hands its start on to the next bucket while its plateau is still probed. One
+at a time (``structured_next_point``) the same rules learn each result before the next probe.
 
 ``structured_next_points`` returns every point the search needs now -- the independent steps of all
 searches in flight (the screening of every combo, each kept combo's two directions, every refinement)
@@ -307,8 +307,7 @@ def _best_k(state: SearchState, label: str, batch_size: int, *, smallest_tie: bo
 def _curve_steps(state: SearchState, label: str, batch_size: int, *, start: int, prefer_lower: bool) -> list[Point]:
     """The points of one (combo, bucket) K search that can run now; none when its optimum is bracketed."""
     ks = next_ks(_curve(state, label, batch_size), state.space.k_values, start=start, prefer_lower=prefer_lower)
-    points = (state.space.point(batch_size, label, k) for k in ks)
-    return [p for p in points if not state.is_settled(p)]
+    return [state.space.point(batch_size, label, k) for k in ks]  # all unknown (given-up K count as known)
 
 
 def next_k(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_lower: bool) -> int | None:
