@@ -19,18 +19,22 @@ row's offset in the banks): every simulation owns a fixed slice of R (on CUDA it
 up to a multiple of 16; so R = 1 takes the large-grid launches, not the small-grid kernel), the rows
 past its current batch are valid rows whose results are dropped, and the buffers persist. R and K
 never change within a run, so the kernels compile once per engine shape (Triton specialises on an
-integer argument's divisibility by 16, and the launch policy on the grid), the launches are captured
-once in a CUDA graph and replayed, and a step allocates nothing. On CUDA a member's step also draws
-and writes its whole slice whatever its batch size (the rows past the batch pointed at row 0 of its
-synthesizer's banks, one row that stays in the GPU's cache), so its writes are one graph per
-(synthesizer, k), replayed from the first step on; the host stages only request ids and steps done,
-and reading the emitted counts back is the step's one host sync (in ``finish``: ``start`` launches
-the step and returns, so the serving loops' own host work can run while the GPU verifies).
+integer argument's divisibility by 16, and the launch policy on the grid), and a step allocates
+nothing. On CUDA a step's rows come from counter-based draws (each request's own Philox stream,
+keyed by its seed and steps done: ``_step_writer``), written by one Triton kernel over every row of
+the call; the rows past a batch, and those of a simulation without a step, read row 0 of a bank, one
+row that stays in the GPU's cache. So the host stages only request ids, steps done and each
+simulation's k and acceptance bin, and a whole step (staging copy, writes, kernels, the copy of the
+emitted counts) is one CUDA graph, captured at the second step and replayed from then on; reading
+the counts back is the step's one host sync (in ``finish``: ``start`` launches the step and returns,
+so the serving loops' own host work can run while the GPU verifies). The CPU draws from each
+simulation's generator instead, the twin's stream, so the kernels under the interpreter and the twin
+give the same numbers there, as the CUDA twin (the same counter-based draws, made on the host) and
+the CUDA kernels do on a GPU.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -215,10 +219,13 @@ class _TwinVerifier(_Verifier):
         self, device: torch.device, num_drafts: int, method: str, synthetic_rates: torch.Tensor | None
     ) -> None:
         self.device, self.num_drafts, self.method, self.synthetic_rates = device, num_drafts, method, synthetic_rates
+        self.counter_draws = _counter_draws(device)
         self.offsets: dict[int, int] = {}
         self.banks: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``offsets``
         self.bank: RowBank | None = None
+        self.host_tables: dict[int, Any] = {}  # id(synthesizer) -> its StepTables on the host (counter draws)
+        self.host_temperature_index: dict[int, np.ndarray] = {}  # id(member) -> its temperature indices
         self.begun: _BegunStep | None = None
         self.num_tokens = torch.zeros(0, dtype=torch.int32)  # on CUDA, the begun step's counts (on the device)
 
@@ -240,35 +247,44 @@ class _TwinVerifier(_Verifier):
         self, requests: dict[EngineMember, VerifyRequest], padded_step: Callable[..., tuple[Any, Any, Any]]
     ) -> tuple[list[Any], list[Any], list[Any], list[np.ndarray], list[int]]:
         """Each member's padded step -- bank rows (offset into the shared bank), draft tokens,
-        temperatures -- from ``padded_step(member, synthesizer, ids, k)``, with its kernel seeds and size."""
+        temperatures -- from ``padded_step(member, synthesizer, ids, k, kernel_seeds)``, with its kernel
+        seeds and size."""
         rows, tokens, temperature, seeds, sizes = [], [], [], [], []
         for member, (ids, steps_done, k) in requests.items():
             assert member.synthesizer is not None
             synthesizer = member.synthesizer(len(ids))
             ids = member.global_ids[ids] if member.global_ids is not None else ids
-            step_rows, step_tokens, step_temperature = padded_step(member, synthesizer, ids, k)
+            seeds.append(_kernel_seeds(member.request_seeds[ids], steps_done))
+            step_rows, step_tokens, step_temperature = padded_step(member, synthesizer, ids, k, seeds[-1])
             offset = self._offset(synthesizer)
             rows.append(step_rows + offset if offset else step_rows)  # padding repeats rows: offsets commute
             tokens.append(step_tokens)
             temperature.append(step_temperature)
-            seeds.append(_kernel_seeds(member.request_seeds[ids], steps_done))
             sizes.append(len(ids))
         return rows, tokens, temperature, seeds, sizes
 
-    def _torch_step(
-        self, member: EngineMember, synthesizer: LogitSynthesizer, ids: np.ndarray, k: int
+    def _cuda_step(
+        self, member: EngineMember, synthesizer: LogitSynthesizer, ids: np.ndarray, k: int, seeds: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        index = member.temperature_index.index_select(0, torch.from_numpy(ids).to(self.device))
-        step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
-        return (
-            _padded_rows(step.rows, self.num_drafts),
-            _padded_drafts(step.draft_tokens, self.num_drafts),
-            step.temperature,
-        )
+        step = self._host_step(member, synthesizer, ids, k, seeds)
+        return tuple(torch.from_numpy(part).to(self.device) for part in step)  # type: ignore[return-value]
 
     def _host_step(
-        self, member: EngineMember, synthesizer: LogitSynthesizer, ids: np.ndarray, k: int
+        self, member: EngineMember, synthesizer: LogitSynthesizer, ids: np.ndarray, k: int, seeds: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.counter_draws:  # the kernel verifier's draws (``_step_writer``), made on the host
+            from spectune.simulator._step_writer import StepTables, host_step, step_tables
+
+            key = id(synthesizer)
+            if key not in self.host_tables:
+                tables = step_tables(synthesizer)
+                self.host_tables[key] = StepTables(
+                    tables.slot_of.cpu(), tables.token_bank.cpu(), tables.row_temperature.cpu(), tables.bank_rows
+                )
+            if id(member) not in self.host_temperature_index:
+                self.host_temperature_index[id(member)] = member.temperature_index.cpu().numpy()
+            temperature_index = self.host_temperature_index[id(member)][ids]
+            return host_step(seeds, temperature_index, k, self.num_drafts, self.host_tables[key])
         rows, tokens, temperature = synthesizer.generate_host_rows(
             member.temperature_index.numpy()[ids], member.generator, k
         )
@@ -284,7 +300,7 @@ class _TwinVerifier(_Verifier):
         if self.device.type == "cpu":
             self.begun = _BegunStep(requests, [], None, started, started, started)
             return
-        rows, tokens, temperature, seeds, sizes = self._members(requests, self._torch_step)
+        rows, tokens, temperature, seeds, sizes = self._members(requests, self._cuda_step)
         single = len(rows) == 1
         generated = time.perf_counter()
         assert self.bank is not None
@@ -362,10 +378,15 @@ class _KernelVerifier(_Verifier):
     Member m owns rows offset..offset+slot of the call. A step writes only the row tables (each row's
     element offset from the first bank met: ``RowTable``), the draft tokens, temperatures and seeds
     into persistent buffers; the kernels read every logit once, in place (no gathered copy of the
-    rows). The host stages only each request's id and steps done (one pinned buffer, one copy); the
-    draws, tables and kernel seeds are made on the device. On CUDA a member's step writes are a graph
-    replay (``_StepGraphs``) and the launches another (``_KernelCall``), and ``start`` returns without
-    waiting for any of it: ``finish`` reads the emitted counts back, the step's one host sync.
+    rows). The host stages each row's request and steps done, and each member's k and synthesizer
+    tables (one pinned buffer, one copy); the draws, tables and kernel seeds are made on the device.
+
+    On CUDA one Triton kernel writes the whole step from counter-based draws (``_step_writer``), so
+    the staging copy, that kernel, the rejection-sampling launches and the copy of the emitted counts
+    are one CUDA graph (``_KernelCall``), replayed every step; ``start`` returns without waiting for
+    it, and ``finish`` waits for the counts: the step's one host sync. On the CPU each member's step is
+    drawn from its generator over its batch (the twin's draws, so both backends give the same
+    numbers) and written eagerly.
     """
 
     def __init__(
@@ -386,13 +407,13 @@ class _KernelVerifier(_Verifier):
             has_draft,
         )
         self.rates = synthetic_rates[:num_drafts].contiguous() if synthetic_rates is not None else None
+        self.members = list(members)
+        self.member_index = {id(member): i for i, member in enumerate(members)}
         self.slots: dict[int, tuple[int, int]] = {}  # id(member) -> (its first row in the call, its rows)
-        self.seed_bases: dict[int, torch.Tensor] = {}  # id(member) -> its requests' seeds, premixed
         total = 0
         for member in members:
             self.slots[id(member)] = (total, slot_rows(member.concurrency, device))
             total += self.slots[id(member)][1]
-            self.seed_bases[id(member)] = torch.from_numpy(_seed_bases(member.request_seeds)).to(device)
         self.total = total
         # Row tables start at the first bank's row 0: valid rows before a member's first step.
         self.target_rows = torch.zeros((total, num_drafts + 1), dtype=torch.int64, device=device)
@@ -400,17 +421,33 @@ class _KernelVerifier(_Verifier):
         self.tokens = torch.full((total, num_drafts), -1, dtype=torch.int64, device=device)
         self.temperature = torch.zeros(total, dtype=torch.float32, device=device)
         self.seeds = torch.zeros(total, dtype=torch.int64, device=device)
-        pin = device.type == "cuda"
-        # Request ids, their steps done, 1 in the batch (0 past it, where earlier ids stay: valid indices).
-        self.host = torch.zeros((3, total), dtype=torch.int64, pin_memory=pin)
-        self.staged = torch.zeros((3, total), dtype=torch.int64, device=device)
-        self.counts = torch.zeros(total, dtype=torch.int32, pin_memory=pin)  # the call's emitted counts
-        self.read = torch.cuda.Event() if device.type == "cuda" else None  # set when ``counts`` has landed
+        cuda, self.counter_draws = device.type == "cuda", _counter_draws(device)
+        # By row: request (ids; with counter draws plus the member's first index in the request
+        # tables), steps done, 1 in the batch (0 past it, where earlier requests stay: valid indices);
+        # with counter draws then by member: ``_step_writer.MEMBER_FIELDS``.
+        size = 3 * total + (9 * len(members) if self.counter_draws else 0)
+        self.host = torch.zeros(size, dtype=torch.int64, pin_memory=cuda)
+        self.staged = torch.zeros(size, dtype=torch.int64, device=device)
+        self.host_rows = self.host.numpy()[: 3 * total].reshape(3, total)
+        self.host_members = self.host.numpy()[3 * total :].reshape(-1, len(members)) if self.counter_draws else None
+        self.staged_rows = self.staged[: 3 * total].view(3, total)
+        self.counts = torch.zeros(total, dtype=torch.int32, pin_memory=cuda)  # the call's emitted counts
+        self.read = torch.cuda.Event() if cuda else None  # set when ``counts`` has landed
         self.bank_offsets: dict[int, tuple[int, int]] = {}  # id(synthesizer) -> its banks' element offsets
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``bank_offsets`` (and their banks)
         self.call: _KernelCall | None = None
-        self.graphs = _StepGraphs() if device.type == "cuda" else None
         self.begun: _BegunStep | None = None
+        bases = [_seed_bases(member.request_seeds) for member in members]
+        if self.counter_draws:
+            self.request_base = dict(zip(map(id, members), np.cumsum([0] + [len(b) for b in bases[:-1]]).tolist()))
+            self.seed_bases = torch.from_numpy(np.concatenate(bases)).to(device)
+            self.temperature_index = torch.cat([member.temperature_index for member in members])
+            member_of_row = [np.full(self.slots[id(m)][1], i, dtype=np.int64) for i, m in enumerate(members)]
+            self.row_member = torch.from_numpy(np.concatenate(member_of_row)).to(device)
+            self.member_fields: dict[tuple[int, int], np.ndarray] = {}  # (id(synthesizer), k) -> MEMBER_FIELDS
+            self.int_base: torch.Tensor | None = None
+        else:
+            self.member_seed_bases = {id(m): torch.from_numpy(b).to(device) for m, b in zip(members, bases)}
 
     def _bank_offsets(self, synthesizer: LogitSynthesizer) -> tuple[int, int]:
         """Element offsets of the synthesizer's target and draft banks from the first banks met."""
@@ -418,7 +455,8 @@ class _KernelVerifier(_Verifier):
         if key not in self.bank_offsets:
             target, draft, _ = synthesizer.banks()
             if self.call is None:
-                self.call = _KernelCall(self, target, draft)
+                writer = self._write_all if self.counter_draws else None
+                self.call = _KernelCall(self, target, draft, writer)
             self.bank_offsets[key] = (
                 self.call.offset_of(target, self.call.target_base),
                 self.call.offset_of(draft, self.call.draft_base) if self.has_draft else 0,
@@ -426,31 +464,67 @@ class _KernelVerifier(_Verifier):
             self.keep.append(synthesizer)
         return self.bank_offsets[key]
 
+    def _member_fields(self, synthesizer: LogitSynthesizer, k: int) -> np.ndarray:
+        """``_step_writer.MEMBER_FIELDS`` of a step at k drafts drawn from ``synthesizer`` (CUDA)."""
+        key = (id(synthesizer), k)
+        if key not in self.member_fields:
+            from spectune.simulator._step_writer import step_tables
+
+            target_offset, draft_offset = self._bank_offsets(synthesizer)
+            assert self.call is not None
+            tables = step_tables(synthesizer)
+            if self.int_base is None:
+                self.int_base = tables.slot_of
+            offset_of = self.call.offset_of
+            self.member_fields[key] = np.array(
+                [
+                    k,
+                    tables.bank_rows,
+                    offset_of(tables.slot_of, self.int_base),
+                    tables.slot_of.shape[1],
+                    offset_of(tables.token_bank, self.int_base),
+                    tables.token_bank.shape[1],
+                    target_offset,
+                    draft_offset,
+                    offset_of(tables.row_temperature, self.call.target_base),
+                ],
+                dtype=np.int64,
+            )
+        return self.member_fields[key]
+
     def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
-        """Stage the step's request ids and steps done, and launch every member's writes and the kernel
-        call (on CUDA: graph replays, nothing waited for)."""
+        """Stage the step and launch it: on CUDA one graph replay (the writes and the kernel call),
+        nothing waited for; on the CPU each member's writes, then the call."""
         started = time.perf_counter()
-        host = self.host.numpy()
-        for member, (ids, steps_done, _) in requests.items():
+        host = self.host_rows
+        sizes, offsets = [], []
+        for member, (ids, steps_done, k) in requests.items():
+            assert member.synthesizer is not None
             (offset, slot), size = self.slots[id(member)], len(ids)
             host[0, offset : offset + size] = member.global_ids[ids] if member.global_ids is not None else ids
             host[1, offset : offset + size] = steps_done
             host[2, offset : offset + size] = 1
             host[2, offset + size : offset + slot] = 0
-        self.staged.copy_(self.host, non_blocking=True)
-        sizes, offsets = [], []
-        for member, (ids, _, k) in requests.items():
-            assert member.synthesizer is not None
-            offset, slot = self.slots[id(member)]
-            synthesizer = member.synthesizer(len(ids))
-            bank_offsets = self._bank_offsets(synthesizer)
-            if self.graphs is None:  # draws over the batch only: the twin's stream on the CPU
-                self._write_step(member, synthesizer, bank_offsets, offset, len(ids), k)
+            synthesizer = member.synthesizer(size)
+            if self.host_members is not None:
+                host[0, offset : offset + size] += self.request_base[id(member)]
+                self.host_members[:, self.member_index[id(member)]] = self._member_fields(synthesizer, k)
             else:
-                write = functools.partial(self._write_step, member, synthesizer, bank_offsets, offset, slot, k)
-                self.graphs.replay((id(member), id(synthesizer), k), member.generator, write)
-            sizes.append(len(ids))
+                self._bank_offsets(synthesizer)
+            sizes.append(size)
             offsets.append(offset)
+        if self.host_members is not None:
+            for member in self.members:  # a member without a step this time reads no logits for it
+                if member not in requests:
+                    offset, slot = self.slots[id(member)]
+                    host[2, offset : offset + slot] = 0
+        else:
+            self.staged.copy_(self.host)
+            for member, (ids, _, k) in requests.items():
+                assert member.synthesizer is not None
+                offset = self.slots[id(member)][0]
+                synthesizer = member.synthesizer(len(ids))
+                self._write_step(member, synthesizer, self._bank_offsets(synthesizer), offset, len(ids), k)
         generated = time.perf_counter()
         assert self.call is not None
         self.call.run()
@@ -469,6 +543,25 @@ class _KernelVerifier(_Verifier):
         between = waiting - step.launched
         return _split(step.requests, emitted, step.sizes, step.started, step.generated, step.offsets, between=between)
 
+    def _write_all(self) -> None:
+        """CUDA: the staging copy and the step writer over every row of the call (in the call's graph)."""
+        from spectune.simulator._step_writer import write_step
+
+        assert self.call is not None and self.int_base is not None
+        self.staged.copy_(self.host, non_blocking=True)
+        out = (self.target_rows, self.draft_rows, self.tokens, self.temperature, self.seeds)
+        write_step(
+            self.staged,
+            self.total,
+            self.row_member,
+            self.seed_bases,
+            self.temperature_index,
+            self.call.target_base,
+            self.int_base,
+            out,
+            self.vocab,
+        )
+
     def _write_step(
         self,
         member: EngineMember,
@@ -478,18 +571,16 @@ class _KernelVerifier(_Verifier):
         rows: int,
         k: int,
     ) -> None:
-        """Draw ``rows`` rows of the member's step (its generator) and write them into its slice of the
-        call's buffers, with their kernel seeds."""
+        """CPU: draw the member's step over its batch (its generator: the twin's draws) and write it
+        into its slice of the call's buffers, with its kernel seeds."""
         num_drafts = self.num_drafts
-        ids, steps_done = self.staged[0, offset : offset + rows], self.staged[1, offset : offset + rows]
+        staged = self.staged_rows
+        ids, steps_done = staged[0, offset : offset + rows], staged[1, offset : offset + rows]
         index = member.temperature_index.index_select(0, ids)
         step = synthesizer.generate_rows(index, member.generator, num_speculative_tokens=k, validate=False)
         target_offset, draft_offset = bank_offsets
         target_rows = self.target_rows[offset : offset + rows]
         torch.mul(_padded_rows(step.rows, num_drafts), self.vocab, out=target_rows)
-        # Rows past the batch read row 0 of the synthesizer's banks, which stays in the GPU's cache:
-        # their drawn rows would be read from memory for results that are dropped (B = 1: 15 of 16).
-        target_rows.mul_(self.staged[2, offset : offset + rows, None])
         if target_offset:
             target_rows.add_(target_offset)
         if self.draft_rows is not None:
@@ -498,7 +589,7 @@ class _KernelVerifier(_Verifier):
             )
         self.tokens[offset : offset + rows].copy_(_padded_drafts(step.draft_tokens, num_drafts))
         self.temperature[offset : offset + rows].copy_(step.temperature)
-        _device_kernel_seeds(self.seed_bases[id(member)], ids, steps_done, self.seeds[offset : offset + rows])
+        _device_kernel_seeds(self.member_seed_bases[id(member)], ids, steps_done, self.seeds[offset : offset + rows])
 
 
 @dataclass
@@ -513,6 +604,13 @@ class _BegunStep:
     started: float
     generated: float
     launched: float
+
+
+def _counter_draws(device: torch.device) -> bool:
+    """Whether an engine on ``device`` draws its steps' rows from counter-based streams
+    (``_step_writer``) rather than its simulations' generators: on CUDA (the tests also try it on the
+    CPU, under the interpreter)."""
+    return device.type == "cuda"
 
 
 # ``_kernel_seeds``'s step multiplier as int64 (two's complement: int64 products wrap as uint64 ones do).
@@ -535,50 +633,20 @@ def _device_kernel_seeds(
     out.bitwise_right_shift_(1).bitwise_and_(2**63 - 1)
 
 
-class _StepGraphs:
-    """CUDA graphs of members' step writes (their draws included), one per (member, synthesizer, k).
-
-    A member's step draws and writes its whole slot whatever its batch size (the rows past the batch
-    are dropped), so what a step launches depends only on its synthesizer (the acceptance bin) and k:
-    the first step that meets them captures a graph, and that step and every later one replay it. No
-    step runs eagerly, ramps and drains included. A graph's draws come from the member's generator,
-    registered with the graph: a replay takes the generator's offset where the last step left it and
-    moves it on by as much as the same draws run eagerly would, so the stream, and every token, is an
-    eager step's. Graphs share one memory pool (their intermediates only: the step's buffers live
-    outside it) and never run concurrently.
-    """
-
-    def __init__(self) -> None:
-        self.pool = torch.cuda.graph_pool_handle()
-        self.stream = torch.cuda.Stream()
-        self.graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
-
-    def replay(self, key: tuple[int, int, int], generator: torch.Generator, write: Callable[[], None]) -> None:
-        """Replay the graph of ``key`` (id(member), id(synthesizer), k), capturing ``write`` first if new."""
-        graph = self.graphs.get(key)
-        if graph is None:
-            graph = torch.cuda.CUDAGraph()
-            graph.register_generator_state(generator)
-            # torch.cuda.graph's capture, without its device sync, garbage collection and cache flush
-            self.stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(self.stream):
-                graph.capture_begin(pool=self.pool)
-                try:
-                    write()
-                finally:
-                    graph.capture_end()
-            torch.cuda.current_stream().wait_stream(self.stream)
-            self.graphs[key] = graph
-        graph.replay()
-
-
 class _KernelCall:
-    """The engine's one kernel call over its persistent buffers, with the copy of its emitted counts
-    into the verifier's pinned ``counts``: validated and planned once; on CUDA captured in a graph at
-    its second run (the first compiles) and replayed after that."""
+    """The engine's one kernel call over its persistent buffers, after ``writer`` (the step's writes, or
+    None where they are made before ``run``) and with the copy of its emitted counts into the
+    verifier's pinned ``counts``: validated and planned once; on CUDA captured in a graph at its second
+    run (the first compiles) and replayed after that."""
 
-    def __init__(self, verifier: _KernelVerifier, target_base: torch.Tensor, draft_base: torch.Tensor | None) -> None:
-        self.target_base, self.draft_base = target_base, draft_base
+    def __init__(
+        self,
+        verifier: _KernelVerifier,
+        target_base: torch.Tensor,
+        draft_base: torch.Tensor | None,
+        writer: Callable[[], None] | None,
+    ) -> None:
+        self.target_base, self.draft_base, self.writer = target_base, draft_base, writer
         total, num_drafts, vocab = verifier.total, verifier.num_drafts, verifier.vocab
         # The logits passed carry the call's shape over the first bank's row 0 (zero strides): the
         # tables say where each row is.
@@ -600,7 +668,7 @@ class _KernelCall:
 
     @staticmethod
     def offset_of(bank: torch.Tensor | None, base: torch.Tensor | None) -> int:
-        """Element offset of ``bank``'s first element from ``base``'s (any sign; both float32)."""
+        """Element offset of ``bank``'s first element from ``base``'s (any sign; one dtype)."""
         assert bank is not None and base is not None and bank.dtype == base.dtype
         difference = bank.data_ptr() - base.data_ptr()
         assert difference % bank.element_size() == 0
@@ -620,5 +688,7 @@ class _KernelCall:
             self.graph.replay()
 
     def _launch(self) -> None:
+        if self.writer is not None:
+            self.writer()
         num_tokens = launch(self.inputs, self.plan, rows=self.rows)[1]
         self.counts.copy_(num_tokens, non_blocking=True)

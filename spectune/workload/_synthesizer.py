@@ -191,6 +191,12 @@ class LogitSynthesizer:
         float32 [N]): what ``generate_rows``'s indices point into. Draft row i pairs with target row i."""
         return self._target_bank, self._draft_bank, self._row_temperature
 
+    def draw_tables(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What a step's draws read besides ``banks()``: each (temperature index, position)'s bank slot
+        (int64 [T, K]; slot s is bank rows s * bank_rows ..), each bank row's draft-token samples (int64
+        [N, S]; S = 1 with one-hot drafts) and each bank row's temperature (float32 [N])."""
+        return self._slot_of, self._token_bank, self._row_temperature
+
     def generate(
         self,
         temperature_index: torch.Tensor,

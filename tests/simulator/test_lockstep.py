@@ -201,54 +201,81 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     assert all(r.num_accepted_tokens > 0 for r in twin)
 
 
-def test_whole_slot_steps_point_every_row_inside_a_bank(simulation_document, monkeypatch):
-    """On CUDA a member's step writes its whole slot whatever its batch size, and the kernels read
-    every row of it, the rows past the batch too. Here those writes run eagerly on the CPU, over
-    synthesizers of three documents and two acceptance bins (banks at offsets of either sign from the
-    first), and before every call each row table entry must be a row of one of the engine's banks."""
+def _counter_draws_on_the_cpu(monkeypatch):
+    """The CUDA engine's step on the CPU: counter-based draws written by the step writer over every row
+    of the call (under the interpreter), without the graph."""
     from spectune.simulator import _engine
 
-    class EagerGraphs:
-        def replay(self, key, generator, write):
-            write()
+    monkeypatch.setattr(_engine, "_counter_draws", lambda device: True)
 
-    verifiers, partial_steps = [], []
-    original_init, original_start, original_run = (
+
+def _on_the_kernels(documents):
+    return [
+        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
+        for d in documents
+    ]
+
+
+def test_whole_call_steps_point_every_row_inside_a_bank(simulation_document, monkeypatch):
+    """With counter draws (CUDA's engine) the step writer writes every row of the call whatever the
+    members' batch sizes, and the kernels read every row, those past a batch and those of a member
+    without a step too. Here over synthesizers of three documents and two acceptance bins (banks at
+    offsets of either sign from the first): before every kernel launch each row table entry must be a
+    row of one of the engine's banks, and the rows past a batch row 0 of one."""
+    from spectune.simulator import _engine
+
+    _counter_draws_on_the_cpu(monkeypatch)
+    verifiers, partial_steps, rows_past = [], [], []
+    original_init, original_start, original_launch = (
         _engine._KernelVerifier.__init__,
         _engine._KernelVerifier.start,
-        _engine._KernelCall.run,
+        _engine.launch,
     )
 
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
-        self.graphs = EagerGraphs()
         verifiers.append(self)
 
     def start(self, requests):
         partial_steps.extend(len(ids) < self.slots[id(member)][1] for member, (ids, _, _) in requests.items())
         original_start(self, requests)
 
-    def run(call):
+    def checked_launch(inputs, plan, rows):
         verifier = verifiers[-1]
+        out_of_batch = verifier.staged_rows[2] == 0
         for table, column in [(verifier.target_rows, 0), (verifier.draft_rows, 1)]:
             inside = torch.zeros_like(table, dtype=torch.bool)
+            first_rows = torch.zeros(table.shape[0], dtype=torch.bool)
             for synthesizer in verifier.keep:
-                start, rows = verifier.bank_offsets[id(synthesizer)][column], synthesizer.banks()[0].shape[0]
+                start, rows_ = verifier.bank_offsets[id(synthesizer)][column], synthesizer.banks()[0].shape[0]
                 entries = table - start
-                inside |= (entries >= 0) & (entries < rows * verifier.vocab) & (entries % verifier.vocab == 0)
+                inside |= (entries >= 0) & (entries < rows_ * verifier.vocab) & (entries % verifier.vocab == 0)
+                first_rows |= (entries == 0).all(dim=1)
             assert bool(inside.all()), f"row table {column} points outside the banks: {table[~inside][:4].tolist()}"
-        original_run(call)
+            assert bool(first_rows[out_of_batch].all())
+        rows_past.append(int(out_of_batch.sum()))
+        return original_launch(inputs, plan, rows=rows)
 
     monkeypatch.setattr(_engine._KernelVerifier, "__init__", init)
     monkeypatch.setattr(_engine._KernelVerifier, "start", start)
-    monkeypatch.setattr(_engine._KernelCall, "run", run)
-    documents = [
-        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
-        for d in _row_table_documents(simulation_document)
-    ]
-    results = simulate_many(documents, baseline=False)
+    monkeypatch.setattr(_engine, "launch", checked_launch)
+    results = simulate_many(_on_the_kernels(_row_table_documents(simulation_document)), baseline=False)
     assert len(verifiers) == 1 and len(verifiers[0].keep) == 4  # two documents' banks and two bins'
-    assert any(partial_steps) and all(r.num_accepted_tokens > 0 for r in results)
+    assert any(partial_steps) and max(rows_past) > 0 and all(r.num_accepted_tokens > 0 for r in results)
+
+
+def test_counter_draws_give_the_kernels_and_the_twin_the_same_numbers(simulation_document, monkeypatch):
+    """CUDA's draws (each request's own Philox stream, the kernels' rows written by the step writer, the
+    twin's made on the host), tried on the CPU: the kernels give the twin's numbers over banks of
+    several documents and acceptance bins, and a simulation's numbers are the same alone."""
+    _counter_draws_on_the_cpu(monkeypatch)
+    documents = _row_table_documents(simulation_document)
+    twin = simulate_many(documents, baseline=False)
+    assert [_numbers(r) for r in simulate_many(_on_the_kernels(documents), baseline=False)] == [
+        _numbers(r) for r in twin
+    ]
+    assert _numbers(simulate(documents[2], baseline=False)) == _numbers(twin[2])
+    assert all(r.num_accepted_tokens > 0 for r in twin)
 
 
 def test_kernel_seeds_mixed_on_the_device_equal_the_twins(device):
@@ -279,48 +306,35 @@ def _on_cuda(documents):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
-def test_every_cuda_step_replays_a_graph_and_gives_the_eager_numbers(simulation_document, monkeypatch):
-    """On CUDA a member's step (its draws and writes, over its whole slot) is one graph per
-    (member, synthesizer, k), captured at its first use: no step runs eagerly, and the numbers equal
-    those of eager steps only."""
+def test_every_cuda_step_replays_one_graph_and_gives_the_eager_numbers(simulation_document, monkeypatch):
+    """On CUDA a whole step (staging copy, step writer, kernel launches, counts copy) is one graph: it
+    runs eagerly once (compiling), is captured at the second step and replayed at every later one,
+    whatever the members' k and acceptance bins; the numbers equal those of eager steps only."""
     from spectune.simulator import _engine
 
     documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
-    writes: list[int] = []
-    keys: set[tuple[int, int, int]] = set()
-    original_write, original_replay = _engine._KernelVerifier._write_step, _engine._StepGraphs.replay
+    launches: list[int] = []
+    original_launch = _engine._KernelCall._launch
 
-    def counting_write(self, *args):
-        writes.append(1)
-        original_write(self, *args)
+    def counting_launch(self):
+        launches.append(1)
+        original_launch(self)
 
-    def counting_replay(self, key, generator, write):
-        keys.add(key)
-        original_replay(self, key, generator, write)
-
-    monkeypatch.setattr(_engine._KernelVerifier, "_write_step", counting_write)
-    monkeypatch.setattr(_engine._StepGraphs, "replay", counting_replay)
+    monkeypatch.setattr(_engine._KernelCall, "_launch", counting_launch)
     replayed = simulate_many(documents, baseline=False)
-    # one capture per (member, synthesizer, k): the scheduled member verifies at two k
-    assert len(writes) == len(keys) == 4
-    monkeypatch.setattr(_engine._StepGraphs, "replay", lambda self, key, generator, write: write())
+    assert len(launches) == 2  # one engine: the eager first step and the capture
+    monkeypatch.setattr(_engine._KernelCall, "run", lambda self: self._launch())
     eager = simulate_many(documents, baseline=False)
-    assert len(writes) > 4 + sum(r.simulated_steps for r in eager) // 2
+    assert len(launches) > 2 + max(r.simulated_steps for r in eager) // 2
     assert [_numbers(r) for r in replayed] == [_numbers(r) for r in eager]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_kernels_give_the_cuda_twins_numbers(simulation_document):
-    """The kernel verifier draws over each member's whole slot (its concurrency rounded up to 16), the
-    twin over the batch only: on CUDA the first rows of a larger draw are the smaller draw (torch's
-    Philox gives element i from counter i) and the generator moves on by the same amount, so both
-    backends take the same rows and give the same numbers."""
+    """On CUDA both backends draw from each request's counter-based stream (the kernels' rows written
+    on the device by the step writer, the twin's made on the host): the same rows, the same numbers."""
     documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", vocab=4096)[:3])
-    kernels = [
-        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
-        for d in documents
-    ]
     twin = simulate_many(documents, baseline=False)
-    for result, expected in zip(simulate_many(kernels, baseline=False), twin):
+    for result, expected in zip(simulate_many(_on_the_kernels(documents), baseline=False), twin):
         assert _numbers(result) == _numbers(expected)
     assert all(r.num_accepted_tokens > 0 for r in twin)

@@ -1,0 +1,201 @@
+"""A lockstep step's kernel inputs on CUDA, written by one Triton kernel from counter-based draws.
+
+A step's inputs to the rejection-sampling call -- each row's bank rows (as element offsets), draft
+tokens, temperature and kernel seed -- are drawn from the request's own random stream: Philox4x32-10
+keyed by the request's kernel seed for the step (``_engine._kernel_seeds``: its seed and steps done),
+counter (position, 0, 0, 1). The kernels draw from the same key with the last counter word 0, so
+the two never share a number. Position j of a step at k drafts takes the bank row
+``slot_of[t, min(j, k - 1)] * bank_rows + w0 % bank_rows`` (counter min(j, k): every column from k on
+is the bonus row, drawn once) and, below k, the draft token in column ``w1 % samples`` of that row's
+token samples (-1 from k on: placeholders).
+
+Why counter-based draws: a step is then a function of what the host stages (each row's request,
+steps done and whether it is in the batch; each member's synthesizer tables and k) and nothing
+else, so the whole step -- the staging copy, this kernel, the rejection-sampling launches and the
+copy of the emitted counts -- is one CUDA graph, captured once per engine and replayed every step
+whatever its members' batch sizes, acceptance bins and k. A torch generator in a graph would need
+its state refilled before every replay, and a graph per (member, acceptance bin, k). The draws of a
+request depend on its seed and steps done alone, so a simulation's numbers are the same alone or
+beside others. ``host_step`` is the same step in numpy: the twin's draws on CUDA, and the tests'
+reference for the kernel.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from spectune.kernels._philox import philox4x32_numpy
+
+__all__ = ["MEMBER_FIELDS", "ROW_FIELDS", "StepTables", "host_step", "step_tables", "write_step"]
+
+# What the host stages a step, int64: per row of the call, and per member (its step's synthesizer
+# tables as element offsets from the engine's bases, and its k; a member that never verified has k 0).
+ROW_FIELDS = ("request", "steps_done", "in_batch")
+MEMBER_FIELDS = (
+    "k",
+    "bank_rows",
+    "slot_offset",
+    "slot_stride",
+    "token_offset",
+    "token_stride",
+    "target_offset",
+    "draft_offset",
+    "temperature_offset",
+)
+# ``_engine._kernel_seeds``'s step multiplier as int64 (two's complement: int64 products wrap as uint64 ones do).
+_STEP_MIX = 0xBF58476D1CE4E5B9 - 2**64
+_BLOCK = 128
+
+
+class StepTables(NamedTuple):
+    """A synthesizer's tables the step's draws read (all on its device, contiguous).
+
+    slot_of        int64 [T, K]  each (temperature, position)'s bank slot
+    token_bank     int64 [N, S]  each bank row's draft-token samples (S = 1: one-hot drafts)
+    row_temperature float32 [N]  each bank row's temperature
+    bank_rows      rows a slot
+    """
+
+    slot_of: torch.Tensor
+    token_bank: torch.Tensor
+    row_temperature: torch.Tensor
+    bank_rows: int
+
+
+def step_tables(synthesizer: object) -> StepTables:
+    """The ``StepTables`` of a ``LogitSynthesizer``."""
+    slot_of, token_bank, row_temperature = synthesizer.draw_tables()  # type: ignore[attr-defined]
+    return StepTables(slot_of, token_bank, row_temperature, synthesizer.bank_rows)  # type: ignore[attr-defined]
+
+
+@triton.jit
+def _write_step_kernel(
+    rows,  # int64 [3, R]: ROW_FIELDS
+    members,  # int64 [9, M]: MEMBER_FIELDS
+    row_member,  # int64 [R]: each row's member
+    seed_bases,  # int64 [N]: each request's seed, premixed (``_engine._seed_bases``), members back to back
+    temperature_index,  # int64 [N]
+    float_base,  # float32: target, draft and temperature offsets count from here
+    int_base,  # int64: slot and token offsets count from here
+    target_rows,  # int64 [R, K+1] out: element offsets
+    draft_rows,  # int64 [R, K] out (HAS_DRAFT)
+    tokens,  # int64 [R, K] out
+    temperature,  # float32 [R] out
+    seeds,  # int64 [R] out: the kernels' seeds
+    num_rows,
+    num_members,
+    vocab,
+    NUM_DRAFTS: tl.constexpr,
+    HAS_DRAFT: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = r < num_rows
+    request = tl.load(rows + r, mask=live, other=0)
+    steps_done = tl.load(rows + num_rows + r, mask=live, other=0)
+    in_batch = tl.load(rows + 2 * num_rows + r, mask=live, other=0)
+    m = tl.load(row_member + r, mask=live, other=0)
+    k = tl.load(members + m, mask=live, other=0)
+    valid = live & (k > 0)
+    bank_rows = tl.load(members + num_members + m, mask=valid, other=1)
+    slot_offset = tl.load(members + 2 * num_members + m, mask=valid, other=0)
+    slot_stride = tl.load(members + 3 * num_members + m, mask=valid, other=0)
+    token_offset = tl.load(members + 4 * num_members + m, mask=valid, other=0)
+    token_stride = tl.load(members + 5 * num_members + m, mask=valid, other=1)
+    target_offset = tl.load(members + 6 * num_members + m, mask=valid, other=0)
+    draft_offset = tl.load(members + 7 * num_members + m, mask=valid, other=0)
+    temperature_offset = tl.load(members + 8 * num_members + m, mask=valid, other=0)
+
+    # ``_engine._kernel_seeds``: the shifts logical, as on uint64
+    mixed = tl.load(seed_bases + request, mask=live, other=0) + steps_done * _STEP_MIX
+    mixed = mixed.to(tl.uint64, bitcast=True)
+    mixed = (mixed ^ (mixed >> 31)) >> 1
+    seed = mixed.to(tl.int64, bitcast=True)
+    tl.store(seeds + r, seed, mask=live)
+
+    t = tl.load(temperature_index + request, mask=valid, other=0)
+    zero = (r * 0).to(tl.uint32)
+    picks_of = bank_rows.to(tl.uint32)
+    samples_of = token_stride.to(tl.uint32)
+    for j in tl.static_range(NUM_DRAFTS + 1):
+        position = tl.minimum(k, j)
+        w0, w1, _, _ = tl.philox(seed, position.to(tl.uint32), zero, zero, zero + 1)
+        slot = tl.load(int_base + slot_offset + t * slot_stride + tl.minimum(position, k - 1), mask=valid, other=0)
+        bank_row = slot * bank_rows + (w0 % picks_of).to(tl.int64)
+        # Rows past the batch read the bank's row 0, which stays in the GPU's cache.
+        element = bank_row * vocab * in_batch
+        tl.store(target_rows + r * (NUM_DRAFTS + 1) + j, element + target_offset, mask=live)
+        if j == 0:
+            row_t = tl.load(float_base + temperature_offset + bank_row, mask=valid, other=0.0)
+            tl.store(temperature + r, row_t, mask=live)
+        if j < NUM_DRAFTS:
+            if HAS_DRAFT:
+                tl.store(draft_rows + r * NUM_DRAFTS + j, element + draft_offset, mask=live)
+            column = (w1 % samples_of).to(tl.int64)
+            drafted = valid & (j < k)
+            token = tl.load(int_base + token_offset + bank_row * token_stride + column, mask=drafted, other=-1)
+            tl.store(tokens + r * NUM_DRAFTS + j, token, mask=live)
+
+
+def write_step(
+    staged: torch.Tensor,
+    num_rows: int,
+    row_member: torch.Tensor,
+    seed_bases: torch.Tensor,
+    temperature_index: torch.Tensor,
+    float_base: torch.Tensor,
+    int_base: torch.Tensor,
+    out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor],
+    vocab: int,
+) -> None:
+    """Launch the step writer: ``staged`` int64 [3 R + 9 M] (ROW_FIELDS by row, then MEMBER_FIELDS
+    by member), ``out`` (target rows [R, K+1], draft rows [R, K] or None, tokens [R, K], temperature
+    [R], seeds [R]). Asynchronous; no host synchronisation, so it can be captured in a CUDA graph."""
+    target_rows, draft_rows, tokens, temperature, seeds = out
+    num_members = (staged.numel() - len(ROW_FIELDS) * num_rows) // len(MEMBER_FIELDS)
+    members = staged[len(ROW_FIELDS) * num_rows :]
+    _write_step_kernel[(triton.cdiv(num_rows, _BLOCK),)](
+        staged,
+        members,
+        row_member,
+        seed_bases,
+        temperature_index,
+        float_base,
+        int_base,
+        target_rows,
+        draft_rows if draft_rows is not None else target_rows,
+        tokens,
+        temperature,
+        seeds,
+        num_rows,
+        num_members,
+        vocab,
+        NUM_DRAFTS=tokens.shape[1],
+        HAS_DRAFT=draft_rows is not None,
+        BLOCK=_BLOCK,
+    )
+
+
+def host_step(
+    kernel_seeds: np.ndarray, temperature_index: np.ndarray, k: int, num_drafts: int, tables: StepTables
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The writer's draws for B requests at k of the engine's K drafts, in numpy: bank rows int64
+    [B, K+1] (row indices), draft tokens int64 [B, K] (-1 from k on), temperature float32 [B].
+
+    kernel_seeds: int64 [B] (``_engine._kernel_seeds``); temperature_index: int64 [B]."""
+    slot_of, token_bank = tables.slot_of.cpu().numpy(), tables.token_bank.cpu().numpy()
+    positions = np.minimum(np.arange(num_drafts + 1, dtype=np.uint64), np.uint64(k))
+    key = np.asarray(kernel_seeds, dtype=np.int64).view(np.uint64)[:, None]
+    w0, w1, _, _ = philox4x32_numpy(key, positions[None, :], np.uint64(0), np.uint64(0), np.uint64(1))
+    slots = slot_of[np.asarray(temperature_index)[:, None], np.minimum(positions, k - 1).astype(np.int64)[None, :]]
+    rows = slots * tables.bank_rows + (w0 % np.uint64(tables.bank_rows)).astype(np.int64)
+    columns = (w1[:, :num_drafts] % np.uint64(token_bank.shape[1])).astype(np.int64)
+    tokens = token_bank[rows[:, :num_drafts], columns]
+    tokens[:, k:] = -1
+    temperature = tables.row_temperature.cpu().numpy()[rows[:, 0]]
+    return rows, tokens, temperature
