@@ -27,11 +27,12 @@ def _offset(tensor, base):
     return (tensor.data_ptr() - base.data_ptr()) // tensor.element_size()
 
 
-def test_the_kernel_writes_its_numpy_twins_step():
+def test_the_kernel_writes_its_numpy_twins_step(device):
     """Three members: one at k = 2 of the engine's K = 4 over three requests of a five-row slot, one at
     K over four of four, one that never verified (k = 0: placeholders, bank row 0). Two synthesizers,
     their tables at offsets of either sign from the bases."""
-    first, second = _synthesizer([0.8, 0.6, 0.5], "probabilistic"), _synthesizer([0.4, 0.3, 0.3, 0.2], "probabilistic")
+    first = _synthesizer([0.8, 0.6, 0.5], "probabilistic", device)
+    second = _synthesizer([0.4, 0.3, 0.3, 0.2], "probabilistic", device)
     num_drafts, slots = 4, [5, 4, 3]
     total, rng = sum(slots), np.random.default_rng(3)
     request_seeds = rng.integers(0, 2**62, size=20, dtype=np.int64)
@@ -55,21 +56,20 @@ def test_the_kernel_writes_its_numpy_twins_step():
             _offset(draft, float_base),
             _offset(tables.row_temperature, float_base),
         ]
-    staged = torch.from_numpy(np.concatenate([requests, steps_done, in_batch, fields.reshape(-1)]).astype(np.int64))
+    staged = torch.from_numpy(np.concatenate([requests, steps_done, in_batch, fields.reshape(-1)])).to(device)
     assert staged.numel() == len(ROW_FIELDS) * total + len(MEMBER_FIELDS) * 3
     out = (
-        torch.zeros((total, num_drafts + 1), dtype=torch.int64),
-        torch.zeros((total, num_drafts), dtype=torch.int64),
-        torch.zeros((total, num_drafts), dtype=torch.int64),
-        torch.zeros(total, dtype=torch.float32),
-        torch.zeros(total, dtype=torch.int64),
+        torch.zeros((total, num_drafts + 1), dtype=torch.int64, device=device),
+        torch.zeros((total, num_drafts), dtype=torch.int64, device=device),
+        torch.zeros((total, num_drafts), dtype=torch.int64, device=device),
+        torch.zeros(total, dtype=torch.float32, device=device),
+        torch.zeros(total, dtype=torch.int64, device=device),
     )
-    row_member = torch.tensor([0] * 5 + [1] * 4 + [2] * 3)
-    seed_bases = torch.from_numpy(_engine._seed_bases(request_seeds))
-    write_step(
-        staged, total, row_member, seed_bases, torch.from_numpy(temperature_index), float_base, int_base, out, _VOCAB
-    )
-    target_rows, draft_rows, tokens, temperature, seeds = (t.numpy() for t in out)
+    row_member = torch.tensor([0] * 5 + [1] * 4 + [2] * 3, device=device)
+    seed_bases = torch.from_numpy(_engine._seed_bases(request_seeds)).to(device)
+    index = torch.from_numpy(temperature_index).to(device)
+    write_step(staged, total, row_member, seed_bases, index, float_base, int_base, out, _VOCAB)
+    target_rows, draft_rows, tokens, temperature, seeds = (t.cpu().numpy() for t in out)
 
     expected_seeds = _engine._kernel_seeds(request_seeds[requests], steps_done)
     assert np.array_equal(seeds, expected_seeds)
