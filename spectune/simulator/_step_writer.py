@@ -48,7 +48,7 @@ MEMBER_FIELDS = (
     "temperature_offset",
 )
 # ``_engine._kernel_seeds``'s step multiplier as int64 (two's complement: int64 products wrap as uint64 ones do).
-_STEP_MIX = 0xBF58476D1CE4E5B9 - 2**64
+_STEP_MIX = tl.constexpr(0xBF58476D1CE4E5B9 - 2**64)
 _BLOCK = 128
 
 
