@@ -245,7 +245,7 @@ def test_whole_call_steps_point_every_row_inside_a_bank(simulation_document, mon
         out_of_batch = verifier.staged_rows[2] == 0
         for table, column in [(verifier.target_rows, 0), (verifier.draft_rows, 1)]:
             inside = torch.zeros_like(table, dtype=torch.bool)
-            first_rows = torch.zeros(table.shape[0], dtype=torch.bool)
+            first_rows = torch.zeros(table.shape[0], dtype=torch.bool, device=table.device)
             for synthesizer in verifier.keep:
                 start, rows_ = verifier.bank_offsets[id(synthesizer)][column], synthesizer.banks()[0].shape[0]
                 entries = table - start
