@@ -35,6 +35,7 @@ the CUDA kernels do on a GPU.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -113,7 +114,10 @@ def run_lockstep(
         verifier = _TwinVerifier(device, num_drafts, method, synthetic_rates)
     else:
         verifier = _KernelVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
-    drive(members, verifier)
+    try:
+        drive(members, verifier)
+    finally:
+        verifier.close()
 
 
 def drive(members: Sequence[EngineMember], verifier: _Verifier) -> None:
@@ -170,6 +174,9 @@ class _Verifier:
         requests, self._started = self._started, None
         assert requests is not None, "finish() without start()"
         return self.verify(requests)
+
+    def close(self) -> None:
+        """Give back what the verifier holds for the process's later engines (its pinned buffers)."""
 
     def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
         if type(self).finish is _Verifier.finish:  # finish() would come back here
@@ -426,12 +433,12 @@ class _KernelVerifier(_Verifier):
         # tables), steps done, 1 in the batch (0 past it, where earlier requests stay: valid indices);
         # with counter draws then by member: ``_step_writer.MEMBER_FIELDS``.
         size = 3 * total + (9 * len(members) if self.counter_draws else 0)
-        self.host = torch.zeros(size, dtype=torch.int64, pin_memory=cuda)
+        self.host = _host_buffer(size, torch.int64, cuda)
         self.staged = torch.zeros(size, dtype=torch.int64, device=device)
         self.host_rows = self.host.numpy()[: 3 * total].reshape(3, total)
         self.host_members = self.host.numpy()[3 * total :].reshape(-1, len(members)) if self.counter_draws else None
         self.staged_rows = self.staged[: 3 * total].view(3, total)
-        self.counts = torch.zeros(total, dtype=torch.int32, pin_memory=cuda)  # the call's emitted counts
+        self.counts = _host_buffer(total, torch.int32, cuda)  # the call's emitted counts
         self.read = torch.cuda.Event() if cuda else None  # set when ``counts`` has landed
         self.bank_offsets: dict[int, tuple[int, int]] = {}  # id(synthesizer) -> its banks' element offsets
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``bank_offsets`` (and their banks)
@@ -543,6 +550,13 @@ class _KernelVerifier(_Verifier):
         between = waiting - step.launched
         return _split(step.requests, emitted, step.sizes, step.started, step.generated, step.offsets, between=between)
 
+    def close(self) -> None:
+        if self.device.type == "cuda":
+            with _pinned_lock:
+                _pinned_free.extend(
+                    buffer._base if buffer._base is not None else buffer for buffer in (self.host, self.counts)
+                )
+
     def _write_all(self) -> None:
         """CUDA: the staging copy and the step writer over every row of the call (in the call's graph)."""
         from spectune.simulator._step_writer import write_step
@@ -604,6 +618,29 @@ class _BegunStep:
     started: float
     generated: float
     launched: float
+
+
+# Pinned buffers of engines that ended, for later engines of the process: never handed back to
+# torch's pinned-memory cache, whose bookkeeping of a block a CUDA graph copied from or to (its use
+# recorded during the capture) failed a later pinned allocation with "invalid argument" on an H200.
+_pinned_free: list[torch.Tensor] = []
+_pinned_lock = threading.Lock()
+
+
+def _host_buffer(numel: int, dtype: torch.dtype, pinned: bool) -> torch.Tensor:
+    """A zeroed host buffer of ``numel`` elements: on CUDA pinned, from ``_pinned_free`` when one there
+    is large enough (a view of its start), else newly pinned with room to spare (a power of two)."""
+    if not pinned:
+        return torch.zeros(numel, dtype=dtype)
+    with _pinned_lock:
+        for i, buffer in enumerate(_pinned_free):
+            if buffer.dtype == dtype and buffer.numel() >= numel:
+                del _pinned_free[i]
+                view = buffer[:numel]
+                view.zero_()
+                return view
+    capacity = 1 << max(numel - 1, 0).bit_length()
+    return torch.zeros(capacity, dtype=dtype, pin_memory=True)[:numel]
 
 
 def _counter_draws(device: torch.device) -> bool:

@@ -241,6 +241,8 @@ def test_whole_call_steps_point_every_row_inside_a_bank(simulation_document, mon
         original_start(self, requests)
 
     def checked_launch(inputs, plan, rows):
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():  # no host sync in a capture
+            return original_launch(inputs, plan, rows=rows)
         verifier = verifiers[-1]
         out_of_batch = verifier.staged_rows[2] == 0
         for table, column in [(verifier.target_rows, 0), (verifier.draft_rows, 1)]:
@@ -338,3 +340,19 @@ def test_cuda_kernels_give_the_cuda_twins_numbers(simulation_document):
     for result, expected in zip(simulate_many(_on_the_kernels(documents), baseline=False), twin):
         assert _numbers(result) == _numbers(expected)
     assert all(r.num_accepted_tokens > 0 for r in twin)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs a CUDA device")
+def test_cuda_engines_of_a_process_reuse_their_pinned_buffers(simulation_document):
+    """The pinned buffers a step's graph copies from and to go back to the engine's pool, not to torch's
+    pinned-memory cache, and later engines of other sizes take them from there."""
+    from spectune.simulator import _engine
+
+    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
+    for rounds in range(3):
+        for document in documents:  # engines of 16 rows each, then all three together (48 rows)
+            simulate_many([document], baseline=False)
+        simulate_many(documents, baseline=False)
+        if rounds == 0:
+            pool = {buffer.data_ptr() for buffer in _engine._pinned_free}
+    assert len(pool) >= 2 and {buffer.data_ptr() for buffer in _engine._pinned_free} == pool
