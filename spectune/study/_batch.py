@@ -1,7 +1,7 @@
 """Evaluating several trials' points in one call (the simulator runs them in lockstep).
 
-A worker that has several points to evaluate runs that many trials at once, each in its own Optuna
-thread (``study.optimize(n_trials=n, n_jobs=n)``): each trial is asked, picks and holds its point and
+A worker that has several points to evaluate runs that many trials at once, each in its own thread
+(``study.optimize(n_trials=1)`` in each): each trial is asked, picks and holds its point and
 is told its result as usual (so resume, heartbeats, budgets and the no-duplicate order between workers
 are what they are for one trial), but the objective's evaluator is a ``BatchCollector``: a trial that
 needs a simulation hands its point in and waits; once every trial of the batch has either handed a
@@ -71,10 +71,17 @@ class BatchCollector:
                 return
             self._arrive()
 
+    def abandon(self) -> None:
+        """The batch will not fill (the run is being interrupted): the trials waiting for it fail now."""
+        with self._lock:
+            if self._results is None and self._error is None:
+                self._error = RuntimeError("the run was interrupted before the batch filled")
+                self._lock.notify_all()
+
     def _arrive(self) -> None:
         """Count an arrival (lock held); the last one evaluates the batch."""
         self._arrived += 1
-        if self._arrived < self.size:
+        if self._arrived < self.size or self._error is not None:
             return
         try:
             self._results = evaluate_batch(self.evaluator, self._points) if self._points else []

@@ -13,6 +13,7 @@ import functools
 import math
 import multiprocessing
 import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -243,6 +244,7 @@ def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callb
         return
     collector = BatchCollector(size, objective.evaluator)
     batched = objective.with_evaluator(collector)
+    errors: list[BaseException] = []
 
     def run(trial: optuna.Trial) -> list[float]:
         try:
@@ -250,7 +252,26 @@ def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callb
         finally:
             collector.leave()
 
-    study.optimize(run, n_trials=size, n_jobs=size, callbacks=callbacks)
+    def one_trial() -> None:
+        try:
+            study.optimize(run, n_trials=1, callbacks=callbacks)
+        except BaseException as err:  # noqa: BLE001 -- raised again in the calling thread
+            errors.append(err)
+
+    # Daemon threads rather than Optuna's n_jobs pool, whose shutdown joins its threads: a Ctrl-C that
+    # lands before every trial has started would leave the started ones waiting for a batch that never
+    # fills, and the pool's shutdown (and the interpreter's exit) waiting for them.
+    threads = [threading.Thread(target=one_trial, name=f"spectune-trial-{i}", daemon=True) for i in range(size)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        collector.abandon()
+        raise
+    if errors:
+        raise errors[0]
 
 
 def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:
