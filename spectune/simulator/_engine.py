@@ -35,6 +35,7 @@ the CUDA kernels do on a GPU.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -551,6 +552,10 @@ class _KernelVerifier(_Verifier):
         return _split(step.requests, emitted, step.sizes, step.started, step.generated, step.offsets, between=between)
 
     def close(self) -> None:
+        if self.read is not None:
+            self.read.synchronize()  # the last step has landed before its buffers serve another engine
+        if self.call is not None:
+            self.call.release()
         if self.device.type == "cuda":
             with _pinned_lock:
                 _pinned_free.extend(
@@ -719,10 +724,23 @@ class _KernelCall:
         elif not self.graphs or self.runs == 1 or self.inputs.num_requests == 0:
             self._launch()
         else:
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self._launch()
+            # No cyclic garbage collection inside the capture: freeing another engine's graph there
+            # (its memory pool's cudaFree) would invalidate it.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                    self._launch()
+            finally:
+                if collecting:
+                    gc.enable()
             self.graph.replay()
+
+    def release(self) -> None:
+        """Drop the graph now (outside any other engine's capture) and the writer (a bound method of the
+        verifier, which holds this call: no cycle left for the garbage collector)."""
+        self.graph, self.writer = None, None
 
     def _launch(self) -> None:
         if self.writer is not None:

@@ -356,3 +356,32 @@ def test_cuda_engines_of_a_process_reuse_their_pinned_buffers(simulation_documen
         if rounds == 0:
             pool = {buffer.data_ptr() for buffer in _engine._pinned_free}
     assert len(pool) >= 2 and {buffer.data_ptr() for buffer in _engine._pinned_free} == pool
+
+
+def test_an_ended_engine_is_freed_without_the_cyclic_garbage_collector(simulation_document, monkeypatch):
+    """An engine's verifier and kernel call hold each other while it runs (the call's writer is a method
+    of the verifier); ending the engine breaks that, so reference counting frees it at once. Left to
+    the cyclic collector, a CUDA engine's graph could be freed inside a later engine's graph capture,
+    whose memory release invalidates that capture."""
+    import gc
+    import weakref
+
+    from spectune.simulator import _engine
+
+    _counter_draws_on_the_cpu(monkeypatch)
+    engines = []
+    original_init = _engine._KernelVerifier.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        engines.append(weakref.ref(self))
+
+    monkeypatch.setattr(_engine._KernelVerifier, "__init__", init)
+    documents = _on_the_kernels(_documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2])
+    gc.disable()
+    try:
+        results = simulate_many(documents, baseline=False)
+        assert len(engines) == 1 and engines[0]() is None
+    finally:
+        gc.enable()
+    assert all(r.num_accepted_tokens > 0 for r in results)
