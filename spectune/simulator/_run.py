@@ -239,7 +239,8 @@ class _Setup:
         )
         if spec is not None and self.synthetic_rates is None and document.acceptance is None:  # its rule forbids this
             raise ValueError("document.acceptance is required unless the method is synthetic")
-        self._synthesizers: dict[int, LogitSynthesizer] = {}
+        self._synthesizers: dict[int, LogitSynthesizer] = {}  # by acceptance bin
+        self._by_batch_size: dict[int, LogitSynthesizer] = {}
         verifies = _verifies(document)
         temperature_index = torch.from_numpy(requests.temperature_index).to(device)
         rng = np.random.default_rng(document.seed)
@@ -278,7 +279,14 @@ class _Setup:
         self.setup_s = time.perf_counter() - started
 
     def _synthesizer(self, batch_size: int) -> LogitSynthesizer:
-        """The logit synthesizer of the acceptance bin a running batch of ``batch_size`` falls in."""
+        """The logit synthesizer of the acceptance bin a running batch of ``batch_size`` falls in (asked
+        every verifying step: the answer is kept per batch size)."""
+        known = self._by_batch_size.get(batch_size)
+        if known is None:
+            known = self._by_batch_size[batch_size] = self._bin_synthesizer(batch_size)
+        return known
+
+    def _bin_synthesizer(self, batch_size: int) -> LogitSynthesizer:
         document, spec = self.document, self.document.speculative
         assert spec is not None  # only a document that verifies draws logits
         measured_with: Literal["greedy", "probabilistic"] = "greedy"
