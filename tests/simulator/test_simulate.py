@@ -12,8 +12,15 @@ def _closed_form_tokens_per_step(alpha: float, k: int) -> float:
     return (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
+@pytest.mark.parametrize("draws", ["generator", "counter"])
 @pytest.mark.parametrize(("alpha", "k", "temperature"), [(0.7, 3, 0.0), (0.8, 4, 0.8), (0.5, 2, 1.0)])
-def test_tokens_per_step_match_the_closed_form(simulation_document, alpha, k, temperature):
+def test_tokens_per_step_match_the_closed_form(simulation_document, monkeypatch, alpha, k, temperature, draws):
+    """With the CPU's draws (each simulation's generator) and with CUDA's (each request's counter-based
+    stream, tried here on the CPU)."""
+    if draws == "counter":
+        from spectune.simulator import _engine
+
+        monkeypatch.setattr(_engine, "_counter_draws", lambda device: True)
     document = simulation_document(
         speculative={"method": "eagle3", "num_speculative_tokens": k},
         acceptance={"conditional_rates": [alpha] * k},
