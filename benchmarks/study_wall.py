@@ -26,6 +26,12 @@ def main() -> None:
     parser.add_argument("storage", help="a journal file path or database URL")
     parser.add_argument("--gap", type=float, default=0.3, help="seconds after a round's first start that still join it")
     parser.add_argument("--quiet", action="store_true", help="totals only")
+    parser.add_argument(
+        "--trials",
+        action="store_true",
+        help="also each trial: its start and end after the first start, its point, its simulation's steps and "
+        "own wall time (a trial in a lockstep group lasts as long as the group)",
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage: str | optuna.storages.BaseStorage = args.storage
@@ -56,6 +62,16 @@ def main() -> None:
             sizes = sorted({t.params.get("batch_size") for t in members})
             print(
                 f"round {number:3d} at {start:7.2f} s: {len(members):2d} points, batch sizes {sizes}, longest {max(durations):6.2f} s"
+            )
+    if args.trials:
+        for trial in trials:
+            result = trial.user_attrs.get("spectune.result") or {}
+            start, end = ((t - origin).total_seconds() for t in (trial.datetime_start, trial.datetime_complete))
+            simulated = result.get("wall_time_s")
+            print(
+                f"{start:7.2f} {end:7.2f}  B={trial.params.get('batch_size')} K={trial.params.get('num_speculative_tokens')} "
+                f"{trial.params.get('combo')}: steps {result.get('simulated_steps')}, simulation "
+                + ("-" if simulated is None else f"{simulated:.2f} s")
             )
     wall = (max(t.datetime_complete for t in trials) - origin).total_seconds()
     print(
