@@ -625,9 +625,10 @@ class _BegunStep:
     launched: float
 
 
-# Pinned buffers of engines that ended, for later engines of the process: never handed back to
-# torch's pinned-memory cache, whose bookkeeping of a block a CUDA graph copied from or to (its use
-# recorded during the capture) failed a later pinned allocation with "invalid argument" on an H200.
+# Pinned buffers of engines that ended, for later engines of the process, never handed back to
+# torch's pinned-memory cache: on an H200, after engines had freed pinned buffers their graphs copied
+# from and to (torch records such a use during the capture), a later pinned allocation failed with
+# "invalid argument". Reusing them also spares a pinned allocation per engine.
 _pinned_free: list[torch.Tensor] = []
 _pinned_lock = threading.Lock()
 
