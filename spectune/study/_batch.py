@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spectune.config import StudyMetrics
+from spectune.errors import SpectuneError
 from spectune.study._space import Point
 
 __all__ = ["BatchCollector", "BatchEvaluator", "evaluate_batch"]
@@ -57,6 +58,8 @@ class BatchCollector:
             self._arrive()
             while self._results is None and self._error is None:
                 self._lock.wait()
+            if isinstance(self._error, SpectuneError):  # the user's to fix (a located message), not a bug
+                raise SpectuneError(str(self._error)) from self._error
             if self._error is not None:
                 raise RuntimeError(
                     f"evaluating a batch of {len(self._points)} points failed: {self._error}"

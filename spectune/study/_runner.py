@@ -10,6 +10,7 @@ processes are failed and their points proposed again; completed points are never
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import multiprocessing
 import queue
@@ -133,6 +134,7 @@ def run_study(
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
+    _user_errors_without_traceback()
     spec = _WorkerSpec(
         space,
         evaluator,
@@ -159,6 +161,24 @@ def run_study(
     finally:
         close_storage(opened)
     return StudyRun(resolved, completed)
+
+
+class _NoUserErrorTraceback(logging.Filter):
+    """Optuna logs a trial that raised with the exception's traceback. A ``SpectuneError`` is a located
+    message for the user, raised to the caller as well, so its record keeps the one-line notice."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is not None and isinstance(record.exc_info[1], SpectuneError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _user_errors_without_traceback() -> None:
+    """Put ``_NoUserErrorTraceback`` on the handlers of Optuna's library logger (once each)."""
+    optuna.logging.get_verbosity()  # makes Optuna set its handler up
+    for handler in logging.getLogger("optuna").handlers:
+        if not any(isinstance(f, _NoUserErrorTraceback) for f in handler.filters):
+            handler.addFilter(_NoUserErrorTraceback())
 
 
 def _progress_reporter(
@@ -300,6 +320,7 @@ def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, 
     connection with its own sampler (seeded seed + index) until the study is done or ``keep_going``
     says stop (it ends its running trial first)."""
     optuna.logging.set_verbosity(spec.optuna_verbosity)
+    _user_errors_without_traceback()
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
         try:

@@ -368,6 +368,18 @@ def test_a_second_ctrl_c_stops_at_once_without_a_traceback(tmp_path, tiny_study)
     assert stderr.splitlines()[-1].startswith("interrupted: ") or "stopped early (Ctrl-C)" in stdout
 
 
+def test_a_simulation_that_refuses_its_input_mid_study_is_one_error_line_without_tracebacks(tmp_path, tiny_study):
+    """A prompt longer than one replica's KV cache is found by the simulation itself: the batch's trials
+    fail (Optuna's one-line notices), the run ends with the located error, and no traceback is logged."""
+    document = tmp_path / "tiny.yaml"
+    document.write_text(tiny_study().replace("prompt_tokens: 64", "prompt_tokens: 900000"))
+    command = [sys.executable, "-m", "spectune", "study", "run", str(document), "--out", str(tmp_path / "out")]
+    result = subprocess.run([*command, "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1].startswith("error: request 0 needs 900000 tokens of KV cache"), result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
 def test_validate_refuses_a_step_time_table_that_does_not_cover_k(tmp_path):
     table = tmp_path / "steps.csv"
     table.write_text("batch_size,num_speculative_tokens,step_time_ms\n1,0,7\n64,0,9\n1,1,8\n64,1,10\n1,2,9\n64,2,12\n")

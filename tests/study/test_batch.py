@@ -80,3 +80,20 @@ def test_a_batch_of_trials_is_evaluated_in_one_call():
     study = optuna.create_study()
     _runner._run_trials(study, objective, 3, [])
     assert calls == [[0, 1, 2]] and [t.value for t in study.trials] == [1.0, 1.0, 1.0]
+
+
+def test_a_users_error_in_a_batch_reaches_the_caller_as_it_is():
+    """A simulation that refuses its input (a SpectuneError: a located message for the user) fails the
+    batch's trials with that message, and the caller gets it as a SpectuneError, not as a bug."""
+    from spectune.errors import SpectuneError
+
+    def refuse(point):
+        raise SpectuneError("workload.prompt_tokens: needs more KV cache than one replica holds")
+
+    objective = _Objective()
+    objective.evaluator = refuse
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study()
+    with pytest.raises(SpectuneError, match="workload.prompt_tokens: needs more KV cache"):
+        _runner._run_trials(study, objective, 3, [])
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 3
