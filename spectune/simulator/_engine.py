@@ -505,7 +505,7 @@ class _KernelVerifier(_Verifier):
         nothing waited for; on the CPU each member's writes, then the call."""
         started = time.perf_counter()
         host = self.host_rows
-        sizes, offsets = [], []
+        sizes, offsets, synthesizers = [], [], []
         for member, (ids, steps_done, k) in requests.items():
             assert member.synthesizer is not None
             (offset, slot), size = self.slots[id(member)], len(ids)
@@ -517,10 +517,9 @@ class _KernelVerifier(_Verifier):
             if self.host_members is not None:
                 host[0, offset : offset + size] += self.request_base[id(member)]
                 self.host_members[:, self.member_index[id(member)]] = self._member_fields(synthesizer, k)
-            else:
-                self._bank_offsets(synthesizer)
             sizes.append(size)
             offsets.append(offset)
+            synthesizers.append(synthesizer)
         if self.host_members is not None:
             for member in self.members:  # a member without a step this time reads no logits for it
                 if member not in requests:
@@ -528,11 +527,8 @@ class _KernelVerifier(_Verifier):
                     host[2, offset : offset + slot] = 0
         else:
             self.staged.copy_(self.host)
-            for member, (ids, _, k) in requests.items():
-                assert member.synthesizer is not None
-                offset = self.slots[id(member)][0]
-                synthesizer = member.synthesizer(len(ids))
-                self._write_step(member, synthesizer, self._bank_offsets(synthesizer), offset, len(ids), k)
+            for (member, (_, _, k)), synthesizer, offset, size in zip(requests.items(), synthesizers, offsets, sizes):
+                self._write_step(member, synthesizer, self._bank_offsets(synthesizer), offset, size, k)
         generated = time.perf_counter()
         assert self.call is not None
         self.call.run()

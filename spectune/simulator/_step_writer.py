@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from spectune.kernels._philox import philox4x32_numpy
+from spectune.workload import LogitSynthesizer
 
 __all__ = ["MEMBER_FIELDS", "ROW_FIELDS", "StepTables", "host_step", "step_tables", "write_step"]
 
@@ -67,10 +68,9 @@ class StepTables(NamedTuple):
     bank_rows: int
 
 
-def step_tables(synthesizer: object) -> StepTables:
-    """The ``StepTables`` of a ``LogitSynthesizer``."""
-    slot_of, token_bank, row_temperature = synthesizer.draw_tables()  # type: ignore[attr-defined]
-    return StepTables(slot_of, token_bank, row_temperature, synthesizer.bank_rows)  # type: ignore[attr-defined]
+def step_tables(synthesizer: LogitSynthesizer) -> StepTables:
+    """The ``StepTables`` of a synthesizer."""
+    return StepTables(*synthesizer.draw_tables(), synthesizer.bank_rows)
 
 
 @triton.jit

@@ -190,10 +190,7 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
     numbers of the twin, which takes the same bank rows."""
     documents = _row_table_documents(simulation_document)
-    kernels = [
-        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
-        for d in documents
-    ]
+    kernels = _on_the_kernels(documents)
     assert [len(g) for g in lockstep_groups(kernels)] == [3]
     twin = simulate_many(documents, baseline=False)
     for result, expected in zip(simulate_many(kernels, baseline=False), twin):
