@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import queue
 import signal
 import threading
@@ -55,8 +56,10 @@ def start_workers(count: int, device: str = "cpu") -> StartedWorkers:
     libraries load (``TRITON_INTERPRET``): they inherit the environment as it is now."""
     context = multiprocessing.get_context("spawn")
     inbox, results, stop = context.Queue(), context.Queue(), context.Event()
+    threads = max(1, (os.cpu_count() or 1) // count)
     processes: list[BaseProcess] = [
-        context.Process(target=_entry, args=(i, device, inbox, results, stop), daemon=True) for i in range(count)
+        context.Process(target=_entry, args=(i, device, threads, inbox, results, stop), daemon=True)
+        for i in range(count)
     ]
     with sigint_ignored_by_children():
         for process in processes:
@@ -90,13 +93,17 @@ def sigint_ignored_by_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _entry(index: int, device: str, inbox: Any, results: Any, stop: Any) -> None:
+def _entry(index: int, device: str, threads: int, inbox: Any, results: Any, stop: Any) -> None:
     """Import and open the device, wait for the work (a picklable callable; unpickling it imports the
     study code) and run it as ``work(index, results, keep_going)``: ``keep_going()`` turns False once
     ``stop`` is set or the parent is gone (an orphan of a killed run). Stopped or orphaned before any
-    work: report nothing done."""
+    work: report nothing done. ``threads``: torch's CPU threads (the workers share the cores: each
+    with torch's default, one a core, eight workers on 16 cores ran 128 threads)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
     import optuna  # noqa: F401 -- with torch and Triton (below), the start-up to overlap
+    import torch
+
+    torch.set_num_threads(threads)
 
     _open_device(device)
     parent = multiprocessing.parent_process()

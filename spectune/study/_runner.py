@@ -60,7 +60,8 @@ StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
 EXHAUSTIVE_LIMIT = 64  # 'auto' searches every point of spaces up to this size
 BATCH_POINTS = 16  # points a worker evaluates in one lockstep call (memory: simulation.lockstep_memory_gib)
 TPE_DEFAULT_SHARE = 0.25  # tpe has no natural end: without --n-trials it runs this share of the space
-_POLL_S = 0.1  # how often an idle worker looks for new points (a round's points wait at most this long)
+_POLL_S = 0.1  # how often an idle worker decides again though no trial moved (a heartbeat may have lapsed)
+_IDLE_POLL_S = 0.005  # how often it looks whether one did (on a journal)
 
 
 @dataclass(frozen=True)
@@ -213,17 +214,32 @@ def _worker_loop(
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
     idle_prunes = 0
+    waiting_on: tuple[tuple[int, TrialState, int], ...] | None = None  # the trials' progress when told to wait
+    decide_again_at = 0.0
+    # A journal is read from where the last read ended (microseconds); a database answers a query with
+    # every trial, so an idle worker there asks no more often than it decides.
+    idle_poll = _IDLE_POLL_S if isinstance(study._storage, optuna.storages.JournalStorage) else _POLL_S
     while keep_going():
+        if waiting_on is not None and time.monotonic() < decide_again_at:
+            # Deciding costs milliseconds; looking whether any trial moved costs microseconds, so an idle
+            # worker looks often and decides only when one did (a round's next points wait ~_IDLE_POLL_S).
+            if _progress(study.get_trials(deepcopy=False)) == waiting_on:
+                time.sleep(idle_poll)
+                continue
         fail_abandoned_trials(study)  # a worker that died meanwhile (on this host) frees its point
-        decision = _next_action(spec, SearchState.from_trials(spec.space, study.get_trials(deepcopy=False)))
+        trials = study.get_trials(deepcopy=False)
+        state = SearchState.from_trials(spec.space, trials)
+        decision = _next_action(spec, state)
         if decision == "stop":
             return completed
         if decision == "wait" or idle_prunes >= 3:
             idle_prunes = 0
-            time.sleep(_POLL_S)
+            waiting_on, decide_again_at = _progress(trials), time.monotonic() + _POLL_S
+            time.sleep(idle_poll)
             continue
+        waiting_on = None
         ran: list[optuna.trial.FrozenTrial] = []
-        batch = _batch_size(spec, SearchState.from_trials(spec.space, study.get_trials(deepcopy=False)))
+        batch = _batch_size(spec, state)
         _run_trials(study, objective, batch, callbacks=[lambda _study, trial: ran.append(trial)])
         finished = sum(1 for t in ran if t.state == TrialState.COMPLETE)
         if finished:
@@ -234,6 +250,11 @@ def _worker_loop(
         if on_trial is not None:
             on_trial()
     return completed
+
+
+def _progress(trials: list[optuna.trial.FrozenTrial]) -> tuple[tuple[int, TrialState, int], ...]:
+    """What a worker's decision follows, cheaply: each trial's number, state and params held."""
+    return tuple((t.number, t.state, len(t.params)) for t in trials)
 
 
 def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:

@@ -19,7 +19,7 @@ already evaluated, which the objective answers from storage instead of simulatin
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
@@ -41,10 +41,21 @@ from spectune.study._records import (
 from spectune.study._space import Point, StudySpace
 from spectune.study._structured import REFINE_BUDGET, structured_next_point
 
-__all__ = ["ATTR_NO_POINT_LEFT", "SpectuneSampler", "Strategy", "search_space", "wait_for_earlier_trials"]
+__all__ = [
+    "ATTR_NO_POINT_LEFT",
+    "SpectuneSampler",
+    "Strategy",
+    "poll_intervals",
+    "search_space",
+    "wait_for_earlier_trials",
+]
 
 Strategy = Literal["structured", "exhaustive", "tpe"]
 ATTR_NO_POINT_LEFT = "spectune.no_point_left"
+# A wait on other trials polls after 1 ms, then twice as long each time up to _POLL_S: an earlier
+# trial holds its point within milliseconds, and the trials of a round decide one after another,
+# so a fixed 50 ms poll cost a round 50 ms a trial in it.
+_FIRST_POLL_S = 0.001
 _POLL_S = 0.05
 # Give up waiting for an earlier trial that never shows its point (it cannot take longer than this
 # unless its process hangs; then a duplicate is the lesser evil).
@@ -69,9 +80,18 @@ def params_of(space: StudySpace, point: Point) -> dict[str, Any]:
     return {PARAM_BATCH_SIZE: point.batch_size, PARAM_COMBO: combo.label, PARAM_K: point.num_speculative_tokens}
 
 
+def poll_intervals(first: float = _FIRST_POLL_S, longest: float = _POLL_S) -> Iterator[float]:
+    """Seconds to sleep between the polls of a wait: ``first``, doubling up to ``longest``."""
+    delay = first
+    while True:
+        yield delay
+        delay = min(2 * delay, longest)
+
+
 def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
     """Trials numbered below ``number``, once each live one holds its point (or the wait limit passes)."""
     deadline = time.monotonic() + _WAIT_LIMIT_S
+    delays = poll_intervals()
     while True:
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < number]
         undecided = [
@@ -83,7 +103,7 @@ def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
         ]
         if not undecided or time.monotonic() > deadline:
             return earlier
-        time.sleep(_POLL_S)
+        time.sleep(next(delays))
 
 
 def exhaustive_next_point(state: SearchState) -> Point | None:

@@ -125,9 +125,13 @@ def test_bad_input_gets_one_located_line_and_exit_1(tmp_path, tiny_study):
 @pytest.mark.slow
 def test_sigkill_during_a_real_study_then_rerun_keeps_every_completed_trial(tmp_path, tiny_study):
     document = tmp_path / "tiny.yaml"
-    # Simulations long enough (40 requests per unit of batch size) that the kill lands between the
-    # study's batches: with 3, on a busy machine, all 8 trials sometimes completed before the first poll.
-    document.write_text(tiny_study(max_k=3).replace("requests_per_batch_size: 3", "requests_per_batch_size: 40"))
+    # Simulations long enough (100 requests per unit of batch size) that the kill lands between the
+    # study's batches: with 8 requests each, all 8 trials sometimes completed before the first poll.
+    document.write_text(
+        tiny_study(max_k=3)
+        .replace("num_requests: 8", "num_requests: 400")
+        .replace("requests_per_batch_size: 3", "requests_per_batch_size: 100")
+    )
     out = tmp_path / "out"
     command = [sys.executable, "-m", "spectune", "study", "run", str(document), "--out", str(out)]
     log = tmp_path / "first-run.log"
