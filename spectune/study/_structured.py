@@ -54,7 +54,7 @@ from spectune.study._recommend import (
     refine_pair,
     tied_by_noise_only,
 )
-from spectune.study._records import SearchState
+from spectune.study._records import MAX_FAILURES_PER_POINT, Evaluation, SearchState
 from spectune.study._space import Point, StudySpace
 
 __all__ = [
@@ -100,8 +100,33 @@ def structured_converged(state: SearchState, *, keep_combos: int, refine_budget:
     return not _needed(state, keep_combos, refine_budget)
 
 
+# The last ``_needed`` answers of this process: every trial of a round asks the same question (the
+# trials decide one after another, each on the results before the round plus the points held, which
+# the answer does not depend on), and the answer costs milliseconds late in a study.
+_NEEDED_CACHE_SIZE = 16
+_needed_cache: dict[tuple[object, ...], tuple[StudySpace, tuple[Evaluation, ...], list[Point]]] = {}
+
+
 def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[Point]:
-    """Unsettled points the search needs now, in priority order (duplicates removed)."""
+    """Unsettled points the search needs now, in priority order (duplicates removed).
+
+    A pure function of the space, the evaluations, the points given up and the refined points held
+    (they spend the refinement budget); the answer is reused while all of them are equal."""
+    evaluations = tuple(state.completed.values())
+    given_up = frozenset(p for p, n in state.failures.items() if n >= MAX_FAILURES_PER_POINT)
+    refining = frozenset(p for p in state.claimed if p.refinement)
+    key = (id(state.space), keep_combos, refine_budget, given_up, refining, *(e.point for e in evaluations))
+    cached = _needed_cache.get(key)
+    if cached is not None and cached[0] is state.space and cached[1] == evaluations:
+        return list(cached[2])
+    needed = _needed_now(state, keep_combos, refine_budget)
+    if len(_needed_cache) >= _NEEDED_CACHE_SIZE:
+        _needed_cache.clear()
+    _needed_cache[key] = (state.space, evaluations, needed)
+    return list(needed)
+
+
+def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> list[Point]:
     space = state.space
     rep = space.representative_bucket()
     rep_batch_size = space.batch_sizes[rep]

@@ -6,12 +6,14 @@ from study_doubles import SyntheticEvaluator, make_space, true_metrics
 
 from spectune.study import (
     SearchState,
+    _structured,
     evaluate_metrics,
     next_k,
     next_ks,
     recommend,
     structured_converged,
     structured_next_point,
+    structured_next_points,
 )
 
 KS = tuple(range(0, 11))
@@ -130,3 +132,25 @@ def test_slo_steers_the_search_to_feasible_k():
     choice = recommend(space, state.completed).choices[0]
     assert choice.evaluation.feasible
     assert true_metrics(choice.evaluation.point)["tpot_p99_ms"] <= limit
+
+
+def test_the_needed_points_follow_the_results_not_an_answer_reused_from_other_results():
+    # Two searches over one space whose results differ only in their noise, asked in turn: each answer is
+    # the one computed afresh, though both states hold the same points under the same trial numbers
+    # until the noise moves a decision (answers are reused only while the results themselves are equal).
+    space = make_space(batch_sizes=(1, 4, 16), max_k=6)
+    states = [SearchState(space), SearchState(space)]
+    evaluators = [SyntheticEvaluator(seed=1, noise=0.03), SyntheticEvaluator(seed=2, noise=0.03)]
+    diverged = False
+    for _ in range(60):
+        answers = []
+        for state in states:
+            answers.append(structured_next_points(state, keep_combos=2))
+            _structured._needed_cache.clear()
+            assert structured_next_points(state, keep_combos=2) == answers[-1]
+        diverged |= answers[0] != answers[1] and states[0].completed.keys() == states[1].completed.keys()
+        for state, evaluator, answer in zip(states, evaluators, answers):
+            if answer:
+                point = answer[0]
+                state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
+    assert diverged
