@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-__all__ = ["StartedWorkers", "sigint_ignored_by_children", "start_workers", "started_workers"]
+__all__ = ["StartedWorkers", "kernel_warm_up", "sigint_ignored_by_children", "start_workers", "started_workers"]
 
 
 @dataclass
@@ -77,6 +77,38 @@ def started_workers(count: int, device: str) -> Iterator[StartedWorkers | None]:
     finally:
         if started is not None:
             started.close()
+
+
+@contextlib.contextmanager
+def kernel_warm_up(evaluator: object, max_members: int) -> Iterator[None]:
+    """While the block runs, a process of its own compiles the kernel variants the study's simulations
+    can launch (``evaluator.warm_up(max_members)``, where ``evaluator.compiles_kernels()``): off the
+    critical path, at low priority; stopped at the end, whatever it has compiled stays in Triton's cache.
+    """
+    compiles = getattr(evaluator, "compiles_kernels", None)
+    if compiles is None or not compiles():
+        yield
+        return
+    context = multiprocessing.get_context("spawn")
+    process = context.Process(target=_warm_up_entry, args=(evaluator, max_members), daemon=True)
+    with sigint_ignored_by_children():
+        process.start()
+    try:
+        yield
+    finally:
+        if process.is_alive():
+            process.terminate()
+        process.join(timeout=10)
+
+
+def _warm_up_entry(evaluator: Any, max_members: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(10)  # the workers' simulations first
+    import torch
+
+    torch.set_num_threads(1)
+    with contextlib.suppress(Exception):  # a variant left cold is compiled where it is first launched
+        evaluator.warm_up(max_members)
 
 
 @contextlib.contextmanager

@@ -73,7 +73,11 @@ def step_tables(synthesizer: LogitSynthesizer) -> StepTables:
     return StepTables(*synthesizer.draw_tables(), synthesizer.bank_rows)
 
 
-@triton.jit
+# The sizes are plain runtime arguments (no specialisation on 1 or on divisibility by 16), and K a
+# loop bound rather than a constexpr: one compiled variant with draft rows and one without, where a
+# constexpr K and specialised sizes made up to 32, each compiled (about a second) by the first process
+# of a machine to meet it, often inside a study's critical path.
+@triton.jit(do_not_specialize=["num_rows", "num_members", "vocab", "num_drafts"])
 def _write_step_kernel(
     rows,  # int64 [3, R]: ROW_FIELDS
     members,  # int64 [9, M]: MEMBER_FIELDS
@@ -90,7 +94,7 @@ def _write_step_kernel(
     num_rows,
     num_members,
     vocab,
-    NUM_DRAFTS: tl.constexpr,
+    num_drafts,  # K: columns of tokens
     HAS_DRAFT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -122,24 +126,24 @@ def _write_step_kernel(
     zero = (r * 0).to(tl.uint32)
     picks_of = bank_rows.to(tl.uint32)
     samples_of = token_stride.to(tl.uint32)
-    for j in tl.static_range(NUM_DRAFTS + 1):
+    for j in range(num_drafts + 1):
         position = tl.minimum(k, j)
         w0, w1, _, _ = tl.philox(seed, position.to(tl.uint32), zero, zero, zero + 1)
         slot = tl.load(int_base + slot_offset + t * slot_stride + tl.minimum(position, k - 1), mask=valid, other=0)
         bank_row = slot * bank_rows + (w0 % picks_of).to(tl.int64)
         # Rows past the batch read the bank's row 0, which stays in the GPU's cache.
         element = bank_row * vocab * in_batch
-        tl.store(target_rows + r * (NUM_DRAFTS + 1) + j, element + target_offset, mask=live)
+        tl.store(target_rows + r * (num_drafts + 1) + j, element + target_offset, mask=live)
         if j == 0:
             row_t = tl.load(float_base + temperature_offset + bank_row, mask=valid, other=0.0)
             tl.store(temperature + r, row_t, mask=live)
-        if j < NUM_DRAFTS:
+        if j < num_drafts:
             if HAS_DRAFT:
-                tl.store(draft_rows + r * NUM_DRAFTS + j, element + draft_offset, mask=live)
+                tl.store(draft_rows + r * num_drafts + j, element + draft_offset, mask=live)
             column = (w1 % samples_of).to(tl.int64)
             drafted = valid & (j < k)
             token = tl.load(int_base + token_offset + bank_row * token_stride + column, mask=drafted, other=-1)
-            tl.store(tokens + r * NUM_DRAFTS + j, token, mask=live)
+            tl.store(tokens + r * num_drafts + j, token, mask=live)
 
 
 def write_step(
@@ -175,7 +179,7 @@ def write_step(
         num_rows,
         num_members,
         vocab,
-        NUM_DRAFTS=tokens.shape[1],
+        tokens.shape[1],
         HAS_DRAFT=draft_rows is not None,
         BLOCK=_BLOCK,
     )

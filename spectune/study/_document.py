@@ -121,6 +121,30 @@ class SimulationEvaluator:
     def __call__(self, point: Point) -> StudyMetrics:
         return self.evaluate_many([point])[0]
 
+    def compiles_kernels(self) -> bool:
+        """Whether the simulations run compiled Triton kernels (a CUDA device and the kernel backend)."""
+        from spectune.simulator._backend import resolve_device
+
+        simulation = self.document.simulation
+        return resolve_device(simulation.device).type == "cuda" and simulation.kernel_backend != "reference"
+
+    def warm_up(self, max_members: int) -> int:
+        """Compile every kernel variant the study's engines (up to ``max_members`` points each) can launch
+        into Triton's cache (``spectune.simulator._warmup``); return the launches made (0 off CUDA)."""
+        if not self.compiles_kernels():
+            return 0
+        from spectune.simulator._backend import resolve_device
+        from spectune.simulator._engine import slot_rows
+        from spectune.simulator._warmup import study_shapes, warm_up
+
+        document = self.document
+        device = resolve_device(document.simulation.device)
+        ks = document.search.num_speculative_tokens
+        verified = [(rule, sampling) for _, rule, sampling in document.combinations() if rule in ("standard", "block")]
+        shapes = study_shapes(verified, range(ks.min, ks.max + 1))
+        max_rows = max_members * slot_rows(max(document.schedule.batch_sizes), device)
+        return warm_up(device, document.workload.vocab_size, shapes, max_rows)
+
     def evaluate_many(self, points: Sequence[Point]) -> list[StudyMetrics]:
         """The points' metrics, simulated side by side where they can share a call (lockstep)."""
         from spectune.simulator import simulate_many

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
-from spectune._spawn import StartedWorkers, start_workers
+from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers
 from spectune.errors import SpectuneError
 from spectune.study._batch import BatchCollector
 from spectune.study._objective import Evaluator, StudyObjective
@@ -154,10 +154,11 @@ def run_study(
         study = prepare_study(opened, space, fingerprint, storage_label=describe_storage(storage))
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
-        if workers == 1:
-            completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
-        else:
-            completed = _run_processes(spec, started, on_poll=report, should_stop=should_stop)
+        with kernel_warm_up(evaluator, BATCH_POINTS):
+            if workers == 1:
+                completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
+            else:
+                completed = _run_processes(spec, started, on_poll=report, should_stop=should_stop)
         report()
     finally:
         close_storage(opened)

@@ -176,3 +176,21 @@ def fingerprint(text: str = "doc-v1") -> dict[str, str]:
 
 def journal(tmp_path: Path) -> str:
     return str(tmp_path / "study.journal")
+
+
+class WarmingEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` that says it compiles kernels; its warm-up writes ``started`` into
+    ``log`` and then sleeps ``warm_s`` (so a test sees whether it ran and whether it was stopped)."""
+
+    def __init__(self, log: str, warm_s: float) -> None:
+        super().__init__(noise=0.0)
+        self.log, self.warm_s = log, warm_s
+
+    def compiles_kernels(self) -> bool:
+        return True
+
+    def warm_up(self, max_members: int) -> int:
+        Path(self.log).write_text(f"started {max_members} {os.getpid()}")
+        time.sleep(self.warm_s)
+        Path(self.log).write_text("finished")
+        return 1

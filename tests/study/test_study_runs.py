@@ -451,3 +451,24 @@ def test_each_local_worker_takes_its_share_of_the_points_free_now():
     exhaustive = replace(spec, strategy="exhaustive", workers=3)
     bucket = sum(1 for p in space.points() if p.batch_size == 1)
     assert _batch_size(exhaustive, state) == min(-(-bucket // 3), BATCH_POINTS)
+
+
+def test_a_kernel_compiling_evaluator_warms_up_in_a_process_of_its_own_stopped_at_the_end(tmp_path):
+    import multiprocessing
+
+    from study_doubles import WarmingEvaluator
+
+    from spectune._spawn import kernel_warm_up
+
+    log = tmp_path / "warm.log"
+    with kernel_warm_up(WarmingEvaluator(str(log), warm_s=120), BATCH_POINTS):
+        deadline = time.monotonic() + 60
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    started, members, pid = log.read_text().split()
+    assert (started, int(members)) == ("started", BATCH_POINTS) and int(pid) != os.getpid()
+    with pytest.raises(ProcessLookupError):  # stopped at the end, not left to finish its two minutes
+        os.kill(int(pid), 0)
+    before = set(multiprocessing.active_children())
+    with kernel_warm_up(SyntheticEvaluator(), BATCH_POINTS):  # simulates nothing compiled: no process
+        assert set(multiprocessing.active_children()) == before

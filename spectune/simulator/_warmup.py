@@ -1,0 +1,101 @@
+"""Compiling the kernel variants a study's engines can launch, before they meet them.
+
+An engine's call compiles per launch plan (``spectune.kernels._plan``: a few per shape, chosen by R)
+and per shape: verification rule, draft logits or not, K (its padded row count, and Triton's own
+specialisation of K = 1). A study meets a random part of that set, in an order set by its search and
+its workers' timing, and the first process of a machine to meet a variant compiles it (one to four
+kernels, about two seconds each), usually inside a round that every later round waits for; a second
+run of the same study still met new ones. ``warm_up`` launches every variant once on a 16-row call,
+so Triton's cache (shared by the machine's processes) holds them all; a study runs it in a process of
+its own beside the workers (``spectune.study``), off its critical path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from spectune.kernels._arguments import RowTable
+from spectune.kernels._contract import validate_inputs
+from spectune.kernels._launcher import _sm_count, launch
+from spectune.kernels._plan import LaunchPlan, plan
+from spectune.simulator._engine import slot_rows
+from spectune.simulator._step_writer import MEMBER_FIELDS, ROW_FIELDS, write_step
+
+__all__ = ["KernelShape", "engine_plans", "study_shapes", "warm_up"]
+
+KernelShape = tuple[str, bool, int]
+"""(verification rule, draft logits, K) of an engine's call."""
+
+
+def engine_plans(shape: KernelShape, vocab: int, sm_count: int, max_rows: int) -> list[LaunchPlan]:
+    """Every plan an engine's call of ``shape`` takes on a GPU of ``sm_count`` SMs, R running over the
+    row counts an engine can have (multiples of ``slot_rows``' quantum) up to ``max_rows``."""
+    method, has_draft, num_drafts = shape
+    quantum = slot_rows(1, torch.device("cuda"))
+    plans: dict[LaunchPlan, None] = {}
+    for rows in range(quantum, max(max_rows, quantum) + 1, quantum):
+        chosen = plan(rows, num_drafts, vocab, torch.float32, has_draft, method, sm_count, False, row_table=True)
+        plans.setdefault(chosen)
+    return list(plans)
+
+
+def warm_up(device: torch.device, vocab: int, shapes: Iterable[KernelShape], max_rows: int) -> int:
+    """Launch the step writer and every plan of every shape once (16 rows over a one-row bank), so that
+    each variant is compiled into Triton's cache; return the launches made. CUDA only (0 elsewhere)."""
+    if device.type != "cuda":
+        return 0
+    launches = 0
+    for has_draft in (False, True):
+        _write_one_step(device, vocab, has_draft)
+        launches += 1
+    sm_count = _sm_count(device)
+    for shape in dict.fromkeys(shapes):
+        for chosen in engine_plans(shape, vocab, sm_count, max_rows):
+            _launch_one(device, vocab, shape, chosen)
+            launches += 1
+    torch.cuda.synchronize(device)
+    return launches
+
+
+def _launch_one(device: torch.device, vocab: int, shape: KernelShape, chosen: LaunchPlan) -> None:
+    """One call as an engine makes it (``_engine._KernelCall``): zero-stride logits over a bank's row 0,
+    rows through a table, placeholder drafts."""
+    method, has_draft, num_drafts = shape
+    rows = slot_rows(1, device)
+    bank = torch.zeros((1, vocab), dtype=torch.float32, device=device)
+    target = bank[0].as_strided((rows, num_drafts + 1, vocab), (0, 0, 1))
+    draft = bank[0].as_strided((rows, num_drafts, vocab), (0, 0, 1)) if has_draft else None
+    tokens = torch.full((rows, num_drafts), -1, dtype=torch.int64, device=device)
+    temperature = torch.ones(rows, dtype=torch.float32, device=device)
+    seeds = torch.zeros(rows, dtype=torch.int64, device=device)
+    inputs = validate_inputs(target, tokens, draft, temperature, seeds, method, None)
+    table = RowTable(
+        torch.zeros((rows, num_drafts + 1), dtype=torch.int64, device=device),
+        torch.zeros((rows, num_drafts), dtype=torch.int64, device=device) if has_draft else None,
+    )
+    launch(inputs, chosen, rows=table)
+
+
+def _write_one_step(device: torch.device, vocab: int, has_draft: bool) -> None:
+    """The step writer over 16 rows of one member that has not verified yet (k = 0: nothing read)."""
+    rows, members, num_drafts = slot_rows(1, device), 1, 1
+    staged = torch.zeros(len(ROW_FIELDS) * rows + len(MEMBER_FIELDS) * members, dtype=torch.int64, device=device)
+    zeros = torch.zeros(rows, dtype=torch.int64, device=device)
+    out = (
+        torch.empty((rows, num_drafts + 1), dtype=torch.int64, device=device),
+        torch.empty((rows, num_drafts), dtype=torch.int64, device=device) if has_draft else None,
+        torch.empty((rows, num_drafts), dtype=torch.int64, device=device),
+        torch.empty(rows, dtype=torch.float32, device=device),
+        torch.empty(rows, dtype=torch.int64, device=device),
+    )
+    floats = torch.zeros(1, dtype=torch.float32, device=device)
+    write_step(staged, rows, zeros, zeros, zeros, floats, zeros, out, vocab)
+
+
+def study_shapes(rules_and_sampling: Sequence[tuple[str, str]], ks: Iterable[int]) -> list[KernelShape]:
+    """The shapes of a study's engines: each (rule, draft sampling) at each K it searches (an engine's K
+    is its members' largest)."""
+    ks = [k for k in ks if k > 0]
+    return [(rule, sampling == "probabilistic", k) for rule, sampling in dict.fromkeys(rules_and_sampling) for k in ks]

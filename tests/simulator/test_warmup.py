@@ -1,0 +1,57 @@
+"""The kernel warm-up: every variant a study's engines can launch, compiled before they meet it."""
+
+import random
+
+import pytest
+import torch
+from test_lockstep import _documents, _on_cuda
+
+from spectune.kernels._plan import plan
+from spectune.simulator import simulate_many
+from spectune.simulator._engine import slot_rows
+from spectune.simulator._warmup import engine_plans, study_shapes, warm_up
+
+
+def test_the_warm_up_plans_every_call_an_engine_can_make():
+    # An engine's call has one slice of rows per member (its batch size, rounded up on CUDA); whatever
+    # the members, the call's plan is one the warm-up launched.
+    rng = random.Random(0)
+    cuda = torch.device("cuda")
+    max_members, batch_sizes = 16, (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    max_rows = max_members * slot_rows(max(batch_sizes), cuda)
+    for shape in study_shapes([("standard", "greedy"), ("block", "probabilistic")], [1, 2, 5, 8]):
+        for vocab in (4096, 128256):
+            planned = set(engine_plans(shape, vocab, 132, max_rows))
+            assert len(planned) <= 8
+            for _ in range(200):
+                members = [rng.choice(batch_sizes) for _ in range(rng.randint(1, max_members))]
+                rows = sum(slot_rows(b, cuda) for b in members)
+                method, has_draft, k = shape
+                assert plan(rows, k, vocab, torch.float32, has_draft, method, 132, False, row_table=True) in planned
+
+
+def test_study_shapes_are_each_rule_and_sampling_at_each_k():
+    shapes = study_shapes([("standard", "greedy"), ("block", "probabilistic"), ("standard", "greedy")], range(0, 3))
+    assert shapes == [("standard", False, 1), ("standard", False, 2), ("block", True, 1), ("block", True, 2)]
+
+
+def test_the_warm_up_launches_nothing_off_cuda():
+    assert warm_up(torch.device("cpu"), 256, [("block", True, 3)], 64) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles CUDA kernels")
+def test_after_the_warm_up_an_engine_compiles_nothing(simulation_document):
+    import triton
+
+    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
+    launches = warm_up(torch.device("cuda"), 4096, study_shapes([("block", "probabilistic")], range(1, 6)), 16 * 64)
+    assert launches > 2 * 5  # the two step writers, and at least one plan a shape
+    compiled: list[str] = []
+    previous = triton.knobs.compilation.listener
+    triton.knobs.compilation.listener = lambda *, src, **_: compiled.append(getattr(src, "name", "?"))
+    try:
+        results = simulate_many(documents, baseline=False)
+    finally:
+        triton.knobs.compilation.listener = previous
+    assert all(r.num_accepted_tokens > 0 for r in results)
+    assert compiled == []
