@@ -79,36 +79,48 @@ def started_workers(count: int, device: str) -> Iterator[StartedWorkers | None]:
             started.close()
 
 
+# Processes that warm up a study's kernels: compiling is CPU work (a core each), and the cores the
+# workers leave, at most this many, finish a decision-sized study's variants within its first run.
+MAX_WARM_UP_PROCESSES = 4
+
+
 @contextlib.contextmanager
-def kernel_warm_up(evaluator: object, max_members: int) -> Iterator[None]:
-    """While the block runs, a process of its own compiles the kernel variants the study's simulations
-    can launch (``evaluator.warm_up(max_members)``, where ``evaluator.compiles_kernels()``): off the
-    critical path, at low priority; stopped at the end, whatever it has compiled stays in Triton's cache.
-    """
+def kernel_warm_up(evaluator: object, max_members: int, workers: int = 1) -> Iterator[None]:
+    """While the block runs, processes of their own compile the kernel variants the study's simulations
+    can launch (``evaluator.warm_up(max_members, share)``, where ``evaluator.compiles_kernels()``): off
+    the critical path, at low priority, on the cores ``workers`` leave (at least one process); stopped
+    at the end, whatever they have compiled stays in Triton's cache."""
     compiles = getattr(evaluator, "compiles_kernels", None)
     if compiles is None or not compiles():
         yield
         return
+    count = max(1, min(MAX_WARM_UP_PROCESSES, ((os.cpu_count() or 1) - workers) // 2))
     context = multiprocessing.get_context("spawn")
-    process = context.Process(target=_warm_up_entry, args=(evaluator, max_members), daemon=True)
+    processes = [
+        context.Process(target=_warm_up_entry, args=(evaluator, max_members, (i, count)), daemon=True)
+        for i in range(count)
+    ]
     with sigint_ignored_by_children():
-        process.start()
+        for process in processes:
+            process.start()
     try:
         yield
     finally:
-        if process.is_alive():
-            process.terminate()
-        process.join(timeout=10)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=10)
 
 
-def _warm_up_entry(evaluator: Any, max_members: int) -> None:
+def _warm_up_entry(evaluator: Any, max_members: int, share: tuple[int, int]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.nice(10)  # the workers' simulations first
     import torch
 
     torch.set_num_threads(1)
     with contextlib.suppress(Exception):  # a variant left cold is compiled where it is first launched
-        evaluator.warm_up(max_members)
+        evaluator.warm_up(max_members, share)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ its own beside the workers (``spectune.study``), off its critical path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -41,22 +42,27 @@ def engine_plans(shape: KernelShape, vocab: int, sm_count: int, max_rows: int) -
     return list(plans)
 
 
-def warm_up(device: torch.device, vocab: int, shapes: Iterable[KernelShape], max_rows: int) -> int:
+def warm_up(
+    device: torch.device, vocab: int, shapes: Iterable[KernelShape], max_rows: int, share: tuple[int, int] = (0, 1)
+) -> int:
     """Launch the step writer and every plan of every shape once (16 rows over a one-row bank), so that
-    each variant is compiled into Triton's cache; return the launches made. CUDA only (0 elsewhere)."""
+    each variant is compiled into Triton's cache; return the launches made. ``share`` (i, n): only the
+    i-th of every n launches (n processes warm up together). CUDA only (0 elsewhere)."""
     if device.type != "cuda":
         return 0
-    launches = 0
-    for has_draft in (False, True):
-        _write_one_step(device, vocab, has_draft)
-        launches += 1
     sm_count = _sm_count(device)
+    launches: list[Callable[[], None]] = [
+        functools.partial(_write_one_step, device, vocab, has_draft) for has_draft in (False, True)
+    ]
     for shape in dict.fromkeys(shapes):
         for chosen in engine_plans(shape, vocab, sm_count, max_rows):
-            _launch_one(device, vocab, shape, chosen)
-            launches += 1
+            launches.append(functools.partial(_launch_one, device, vocab, shape, chosen))
+    index, processes = share
+    mine = launches[index::processes]
+    for launch_one in mine:
+        launch_one()
     torch.cuda.synchronize(device)
-    return launches
+    return len(mine)
 
 
 def _launch_one(device: torch.device, vocab: int, shape: KernelShape, chosen: LaunchPlan) -> None:

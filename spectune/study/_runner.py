@@ -154,7 +154,7 @@ def run_study(
         study = prepare_study(opened, space, fingerprint, storage_label=describe_storage(storage))
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
-        with kernel_warm_up(evaluator, BATCH_POINTS):
+        with kernel_warm_up(evaluator, BATCH_POINTS, workers):
             if workers == 1:
                 completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
             else:

@@ -179,8 +179,9 @@ def journal(tmp_path: Path) -> str:
 
 
 class WarmingEvaluator(SyntheticEvaluator):
-    """A ``SyntheticEvaluator`` that says it compiles kernels; its warm-up writes ``started`` into
-    ``log`` and then sleeps ``warm_s`` (so a test sees whether it ran and whether it was stopped)."""
+    """A ``SyntheticEvaluator`` that says it compiles kernels; each warm-up process writes ``started``
+    into ``log``.i (i its share) and then sleeps ``warm_s`` (so a test sees whether they ran and whether
+    they were stopped)."""
 
     def __init__(self, log: str, warm_s: float) -> None:
         super().__init__(noise=0.0)
@@ -189,8 +190,9 @@ class WarmingEvaluator(SyntheticEvaluator):
     def compiles_kernels(self) -> bool:
         return True
 
-    def warm_up(self, max_members: int) -> int:
-        Path(self.log).write_text(f"started {max_members} {os.getpid()}")
+    def warm_up(self, max_members: int, share: tuple[int, int] = (0, 1)) -> int:
+        log = Path(f"{self.log}.{share[0]}")
+        log.write_text(f"started {max_members} {share[1]} {os.getpid()}")
         time.sleep(self.warm_s)
-        Path(self.log).write_text("finished")
+        log.write_text("finished")
         return 1

@@ -453,22 +453,29 @@ def test_each_local_worker_takes_its_share_of_the_points_free_now():
     assert _batch_size(exhaustive, state) == min(-(-bucket // 3), BATCH_POINTS)
 
 
-def test_a_kernel_compiling_evaluator_warms_up_in_a_process_of_its_own_stopped_at_the_end(tmp_path):
+def test_a_kernel_compiling_evaluator_warms_up_in_processes_of_its_own_stopped_at_the_end(tmp_path, monkeypatch):
     import multiprocessing
 
     from study_doubles import WarmingEvaluator
 
     from spectune._spawn import kernel_warm_up
 
+    monkeypatch.setattr(os, "cpu_count", lambda: 9)  # 9 cores, 3 workers: the 6 left make 3 warm-up processes
     log = tmp_path / "warm.log"
-    with kernel_warm_up(WarmingEvaluator(str(log), warm_s=120), BATCH_POINTS):
+    with kernel_warm_up(WarmingEvaluator(str(log), warm_s=120), BATCH_POINTS, workers=3):
         deadline = time.monotonic() + 60
-        while not log.exists() and time.monotonic() < deadline:
+        while not all(log.with_name(f"warm.log.{i}").exists() for i in range(3)) and time.monotonic() < deadline:
             time.sleep(0.05)
-    started, members, pid = log.read_text().split()
-    assert (started, int(members)) == ("started", BATCH_POINTS) and int(pid) != os.getpid()
-    with pytest.raises(ProcessLookupError):  # stopped at the end, not left to finish its two minutes
-        os.kill(int(pid), 0)
+    assert not log.with_name("warm.log.3").exists()
+    pids = set()
+    for i in range(3):
+        started, members, shares, pid = log.with_name(f"warm.log.{i}").read_text().split()
+        assert (started, int(members), int(shares)) == ("started", BATCH_POINTS, 3)
+        pids.add(int(pid))
+    assert len(pids) == 3 and os.getpid() not in pids
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):  # stopped at the end, not left to finish their two minutes
+            os.kill(pid, 0)
     before = set(multiprocessing.active_children())
     with kernel_warm_up(SyntheticEvaluator(), BATCH_POINTS):  # simulates nothing compiled: no process
         assert set(multiprocessing.active_children()) == before
