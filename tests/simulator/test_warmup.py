@@ -55,3 +55,21 @@ def test_after_the_warm_up_an_engine_compiles_nothing(simulation_document):
         triton.knobs.compilation.listener = previous
     assert all(r.num_accepted_tokens > 0 for r in results)
     assert compiled == []
+
+
+def test_processes_warming_up_together_split_the_launches_without_gaps_or_overlaps(monkeypatch):
+    from spectune.simulator import _warmup
+
+    launched: list[tuple[object, ...]] = []
+    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "_launch_one", lambda *args: launched.append(("call", *args[2:])))
+    monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: launched.append(("writer", args[2])))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    shapes = study_shapes([("standard", "greedy"), ("block", "probabilistic")], range(1, 9))
+    cuda = torch.device("cuda")
+    everything = _warmup.warm_up(cuda, 4096, shapes, 16 * 256)
+    alone = list(launched)
+    assert everything == len(alone) == len(set(alone)) and ("writer", True) in alone
+    launched.clear()
+    assert sum(_warmup.warm_up(cuda, 4096, shapes, 16 * 256, (i, 3)) for i in range(3)) == everything
+    assert sorted(map(repr, launched)) == sorted(map(repr, alone))
