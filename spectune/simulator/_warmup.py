@@ -6,8 +6,8 @@ specialisation of K = 1). A study meets a random part of that set, in an order s
 its workers' timing, and the first process of a machine to meet a variant compiles it (one to four
 kernels, about two seconds each), usually inside a round that every later round waits for; a second
 run of the same study still met new ones. ``warm_up`` launches every variant once on a 16-row call,
-so Triton's cache (shared by the machine's processes) holds them all; a study runs it in a process of
-its own beside the workers (``spectune.study``), off its critical path.
+so Triton's cache (shared by the machine's processes) holds them all; a study runs it in low-priority
+processes of their own beside the workers (``spectune._spawn.kernel_warm_up``), off its critical path.
 """
 
 from __future__ import annotations
