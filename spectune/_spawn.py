@@ -119,8 +119,9 @@ def _warm_up_entry(evaluator: Any, max_members: int, share: tuple[int, int]) -> 
     import torch
 
     torch.set_num_threads(1)
+    parent = multiprocessing.parent_process()
     with contextlib.suppress(Exception):  # a variant left cold is compiled where it is first launched
-        evaluator.warm_up(max_members, share)
+        evaluator.warm_up(max_members, share, lambda: parent is None or parent.is_alive())  # no orphan
 
 
 @contextlib.contextmanager

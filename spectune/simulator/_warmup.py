@@ -43,11 +43,17 @@ def engine_plans(shape: KernelShape, vocab: int, sm_count: int, max_rows: int) -
 
 
 def warm_up(
-    device: torch.device, vocab: int, shapes: Iterable[KernelShape], max_rows: int, share: tuple[int, int] = (0, 1)
+    device: torch.device,
+    vocab: int,
+    shapes: Iterable[KernelShape],
+    max_rows: int,
+    share: tuple[int, int] = (0, 1),
+    keep_going: Callable[[], bool] = lambda: True,
 ) -> int:
     """Launch the step writer and every plan of every shape once (16 rows over a one-row bank), so that
     each variant is compiled into Triton's cache; return the launches made. ``share`` (i, n): only the
-    i-th of every n launches (n processes warm up together). CUDA only (0 elsewhere)."""
+    i-th of every n launches (n processes warm up together); ``keep_going`` is asked before each
+    launch. CUDA only (0 elsewhere)."""
     if device.type != "cuda":
         return 0
     sm_count = _sm_count(device)
@@ -58,11 +64,14 @@ def warm_up(
         for chosen in engine_plans(shape, vocab, sm_count, max_rows):
             launches.append(functools.partial(_launch_one, device, vocab, shape, chosen))
     index, processes = share
-    mine = launches[index::processes]
-    for launch_one in mine:
+    made = 0
+    for launch_one in launches[index::processes]:
+        if not keep_going():
+            break
         launch_one()
+        made += 1
     torch.cuda.synchronize(device)
-    return len(mine)
+    return made
 
 
 def _launch_one(device: torch.device, vocab: int, shape: KernelShape, chosen: LaunchPlan) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from spectune.config import (
     SimulationDocument,
@@ -128,10 +128,12 @@ class SimulationEvaluator:
         simulation = self.document.simulation
         return resolve_device(simulation.device).type == "cuda" and simulation.kernel_backend != "reference"
 
-    def warm_up(self, max_members: int, share: tuple[int, int] = (0, 1)) -> int:
+    def warm_up(
+        self, max_members: int, share: tuple[int, int] = (0, 1), keep_going: Callable[[], bool] = lambda: True
+    ) -> int:
         """Compile every kernel variant the study's engines (up to ``max_members`` points each) can launch
         into Triton's cache (``spectune.simulator._warmup``; ``share`` (i, n): the i-th of every n, for n
-        processes); return the launches made (0 off CUDA)."""
+        processes; ``keep_going`` asked before each launch); return the launches made (0 off CUDA)."""
         if not self.compiles_kernels():
             return 0
         from spectune.simulator._backend import resolve_device
@@ -144,7 +146,7 @@ class SimulationEvaluator:
         verified = [(rule, sampling) for _, rule, sampling in document.combinations() if rule in ("standard", "block")]
         shapes = study_shapes(verified, range(ks.min, ks.max + 1))
         max_rows = max_members * slot_rows(max(document.schedule.batch_sizes), device)
-        return warm_up(device, document.workload.vocab_size, shapes, max_rows, share)
+        return warm_up(device, document.workload.vocab_size, shapes, max_rows, share, keep_going)
 
     def evaluate_many(self, points: Sequence[Point]) -> list[StudyMetrics]:
         """The points' metrics, simulated side by side where they can share a call (lockstep)."""

@@ -73,3 +73,16 @@ def test_processes_warming_up_together_split_the_launches_without_gaps_or_overla
     launched.clear()
     assert sum(_warmup.warm_up(cuda, 4096, shapes, 16 * 256, (i, 3)) for i in range(3)) == everything
     assert sorted(map(repr, launched)) == sorted(map(repr, alone))
+
+
+def test_the_warm_up_stops_when_told(monkeypatch):
+    from spectune.simulator import _warmup
+
+    launched: list[object] = []
+    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "_launch_one", lambda *args: launched.append(args))
+    monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: launched.append(args))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    shapes = study_shapes([("block", "probabilistic")], range(1, 9))
+    made = _warmup.warm_up(torch.device("cuda"), 4096, shapes, 16 * 256, keep_going=lambda: len(launched) < 3)
+    assert made == len(launched) == 3

@@ -190,7 +190,7 @@ class WarmingEvaluator(SyntheticEvaluator):
     def compiles_kernels(self) -> bool:
         return True
 
-    def warm_up(self, max_members: int, share: tuple[int, int] = (0, 1)) -> int:
+    def warm_up(self, max_members: int, share: tuple[int, int] = (0, 1), keep_going=lambda: True) -> int:
         log = Path(f"{self.log}.{share[0]}")
         log.write_text(f"started {max_members} {share[1]} {os.getpid()}")
         time.sleep(self.warm_s)
