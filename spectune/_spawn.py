@@ -5,7 +5,7 @@ machine) before it can simulate anything. This module imports none of that, so `
 run`` can start its workers as soon as it has read the study: they import while the parent imports
 the same libraries and prepares the storage, and each then waits for its work (``begin``).
 Processes are spawned, not forked: a parent that has asked whether CUDA is there cannot fork a child
-that uses it.
+that uses it. ``kernel_warm_up`` spawns the study's other helpers: processes that compile its kernels.
 """
 
 from __future__ import annotations
