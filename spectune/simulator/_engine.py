@@ -45,13 +45,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from spectune.kernels._contract import validate_inputs
+from spectune.kernels._contract import VerifyInputs, validate_inputs
 from spectune.kernels._launcher import RowTable, launch, plan_for
 from spectune.kernels.reference import RowBank, count_emitted_banked, rejection_sample_banked
 from spectune.simulator._loop import LoopSteps, LoopTrace, VerifyRequest
 from spectune.workload import LogitSynthesizer
 
-__all__ = ["EngineMember", "run_lockstep", "slot_rows"]
+__all__ = ["EngineMember", "call_inputs", "run_lockstep", "slot_rows"]
 
 # On CUDA a member's slice of R is its concurrency rounded up to this (Triton specialises integer
 # arguments on divisibility by 16; the launch policy changes with the grid only at such steps).
@@ -672,6 +672,24 @@ def _device_kernel_seeds(
     out.bitwise_right_shift_(1).bitwise_and_(2**63 - 1)
 
 
+def call_inputs(
+    target_base: torch.Tensor,
+    draft_base: torch.Tensor | None,
+    tokens: torch.Tensor,
+    temperature: torch.Tensor,
+    seeds: torch.Tensor,
+    method: str,
+    rates: torch.Tensor | None,
+    vocab: int,
+) -> VerifyInputs:
+    """The validated inputs of an engine's call of ``tokens``' shape [R, K]: its logits carry the call's
+    shape over the first bank's row 0 (zero strides), and the row tables say where each row is."""
+    total, num_drafts = tokens.shape
+    target = target_base[0].as_strided((total, num_drafts + 1, vocab), (0, 0, 1))
+    draft = draft_base[0].as_strided((total, num_drafts, vocab), (0, 0, 1)) if draft_base is not None else None
+    return validate_inputs(target, tokens, draft, temperature, seeds, method, rates)
+
+
 class _KernelCall:
     """The engine's one kernel call over its persistent buffers, after ``writer`` (the step's writes, or
     None where they are made before ``run``) and with the copy of its emitted counts into the
@@ -686,17 +704,15 @@ class _KernelCall:
         writer: Callable[[], None] | None,
     ) -> None:
         self.target_base, self.draft_base, self.writer = target_base, draft_base, writer
-        total, num_drafts, vocab = verifier.total, verifier.num_drafts, verifier.vocab
-        # The logits passed carry the call's shape over the first bank's row 0 (zero strides): the
-        # tables say where each row is.
-        target = target_base[0].as_strided((total, num_drafts + 1, vocab), (0, 0, 1))
-        draft = (
-            draft_base[0].as_strided((total, num_drafts, vocab), (0, 0, 1))
-            if verifier.has_draft and draft_base is not None
-            else None
-        )
-        self.inputs = validate_inputs(
-            target, verifier.tokens, draft, verifier.temperature, verifier.seeds, verifier.method, verifier.rates
+        self.inputs = call_inputs(
+            target_base,
+            draft_base if verifier.has_draft else None,
+            verifier.tokens,
+            verifier.temperature,
+            verifier.seeds,
+            verifier.method,
+            verifier.rates,
+            verifier.vocab,
         )
         self.rows = RowTable(verifier.target_rows, verifier.draft_rows)
         self.plan = plan_for(self.inputs, row_table=True)

@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 from spectune.kernels._arguments import RowTable
-from spectune.kernels._contract import validate_inputs
 from spectune.kernels._launcher import _sm_count, launch
 from spectune.kernels._plan import LaunchPlan, plan
-from spectune.simulator._engine import slot_rows
+from spectune.simulator._engine import call_inputs, slot_rows
 from spectune.simulator._step_writer import MEMBER_FIELDS, ROW_FIELDS, write_step
 
 __all__ = ["KernelShape", "engine_plans", "study_shapes", "warm_up"]
@@ -75,17 +74,15 @@ def warm_up(
 
 
 def _launch_one(device: torch.device, vocab: int, shape: KernelShape, chosen: LaunchPlan) -> None:
-    """One call as an engine makes it (``_engine._KernelCall``): zero-stride logits over a bank's row 0,
+    """One call as an engine makes it (``_engine.call_inputs``: zero-stride logits over a bank's row 0),
     rows through a table, placeholder drafts."""
     method, has_draft, num_drafts = shape
     rows = slot_rows(1, device)
     bank = torch.zeros((1, vocab), dtype=torch.float32, device=device)
-    target = bank[0].as_strided((rows, num_drafts + 1, vocab), (0, 0, 1))
-    draft = bank[0].as_strided((rows, num_drafts, vocab), (0, 0, 1)) if has_draft else None
     tokens = torch.full((rows, num_drafts), -1, dtype=torch.int64, device=device)
     temperature = torch.ones(rows, dtype=torch.float32, device=device)
     seeds = torch.zeros(rows, dtype=torch.int64, device=device)
-    inputs = validate_inputs(target, tokens, draft, temperature, seeds, method, None)
+    inputs = call_inputs(bank, bank if has_draft else None, tokens, temperature, seeds, method, None, vocab)
     table = RowTable(
         torch.zeros((rows, num_drafts + 1), dtype=torch.int64, device=device),
         torch.zeros((rows, num_drafts), dtype=torch.int64, device=device) if has_draft else None,

@@ -229,13 +229,19 @@ class SearchState:
 
     def is_free(self, point: Point) -> bool:
         """Not evaluated, not held by a live trial, not given up after repeated failures."""
-        return (
-            point not in self.completed and point not in self.claimed and self.failures[point] < MAX_FAILURES_PER_POINT
-        )
+        return point not in self.completed and point not in self.claimed and not self.is_given_up(point)
 
     def is_settled(self, point: Point) -> bool:
         """Evaluated or given up: its value (if any) will not change."""
-        return point in self.completed or self.failures[point] >= MAX_FAILURES_PER_POINT
+        return point in self.completed or self.is_given_up(point)
+
+    def is_given_up(self, point: Point) -> bool:
+        """Failed too often to be proposed again."""
+        return self.failures[point] >= MAX_FAILURES_PER_POINT
+
+    def given_up(self) -> frozenset[Point]:
+        """Every point failed too often to be proposed again."""
+        return frozenset(p for p in self.failures if self.is_given_up(p))
 
     def free_points(self) -> list[Point]:
         return [p for p in self.space.points() if self.is_free(p)]

@@ -54,7 +54,7 @@ from spectune.study._recommend import (
     refine_pair,
     tied_by_noise_only,
 )
-from spectune.study._records import MAX_FAILURES_PER_POINT, Evaluation, SearchState
+from spectune.study._records import Evaluation, SearchState
 from spectune.study._space import Point, StudySpace
 
 __all__ = [
@@ -113,9 +113,8 @@ def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[
     A pure function of the space, the evaluations, the points given up and the refined points held
     (they spend the refinement budget); the answer is reused while all of them are equal."""
     evaluations = tuple(state.completed.values())
-    given_up = frozenset(p for p, n in state.failures.items() if n >= MAX_FAILURES_PER_POINT)
     refining = frozenset(p for p in state.claimed if p.refinement)
-    key = (id(state.space), keep_combos, refine_budget, given_up, refining, *(e.point for e in evaluations))
+    key = (id(state.space), keep_combos, refine_budget, state.given_up(), refining, *(e.point for e in evaluations))
     cached = _needed_cache.get(key)
     if cached is not None and cached[0] is state.space and cached[1] == evaluations:
         return list(cached[2])
