@@ -1,3 +1,3 @@
-from spectune.cli import main
+from spectune._launch import main
 
 main()

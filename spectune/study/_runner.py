@@ -368,6 +368,7 @@ def _run_processes(
     finished: dict[int, tuple[str, object]] = {}
     try:
         while len(finished) < len(processes):
+            workers.check()
             if should_stop():
                 workers.stop.set()  # each worker ends its running trial, reports and exits
             try:

@@ -196,3 +196,12 @@ class WarmingEvaluator(SyntheticEvaluator):
         time.sleep(self.warm_s)
         log.write_text("finished")
         return 1
+
+
+class EnvironmentEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` that raises unless SPECTUNE_TEST_STARTER is set where it runs."""
+
+    def __call__(self, point: Point) -> dict[str, object]:
+        if "SPECTUNE_TEST_STARTER" not in os.environ:
+            raise RuntimeError("SPECTUNE_TEST_STARTER is not set in this worker")
+        return super().__call__(point)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from study_doubles import SyntheticEvaluator, fingerprint, make_space
+from study_doubles import EnvironmentEvaluator, SyntheticEvaluator, fingerprint, make_space
 
 from spectune._spawn import started_workers
 from spectune.errors import SpectuneError
@@ -154,7 +154,9 @@ def test_workers_started_early_wait_for_their_work_and_are_closed_with_or_withou
     space = make_space(batch_sizes=(1, 32), max_k=3)
     storage = str(tmp_path / "s.journal")
     with started_workers(2, "cpu") as started:
-        assert started is not None and all(p.is_alive() for p in started.processes)
+        assert started is not None
+        started.wait_started()  # started on a thread, from the fork server
+        assert all(p.is_alive() for p in started.processes)
         run = run_study(
             space, SyntheticEvaluator(delay_s=0.02), fingerprint(), storage=storage, strategy="exhaustive",
             workers=2, started=started,
@@ -371,10 +373,14 @@ def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):
 def test_a_graceful_stop_keeps_the_study_resumable(tmp_path, workers):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))  # 51 points, 0.1 s each
     storage = str(tmp_path / "s.journal")
-    started = time.monotonic()
+    calls = tmp_path / "calls.log"
+
+    def some_simulated() -> bool:  # asked by the parent; the workers may still be starting
+        return calls.exists() and len(calls.read_text().splitlines()) >= 3
+
     stopped = run_study(
-        space, SyntheticEvaluator(delay_s=0.1), fingerprint(), storage=storage, strategy="exhaustive", workers=workers,
-        should_stop=lambda: time.monotonic() - started > (0.5 if workers == 1 else 2.5),
+        space, SyntheticEvaluator(delay_s=0.1, call_log=str(calls)), fingerprint(), storage=storage,
+        strategy="exhaustive", workers=workers, should_stop=some_simulated,
     )  # fmt: skip
     kept = {t.number: t.metrics for t in load_outcome(storage, space.name).trials if t.state == "COMPLETE"}
     assert stopped.completed_trials == len(kept) < space.size
@@ -479,3 +485,28 @@ def test_a_kernel_compiling_evaluator_warms_up_in_processes_of_its_own_stopped_a
     before = set(multiprocessing.active_children())
     with kernel_warm_up(SyntheticEvaluator(), BATCH_POINTS):  # simulates nothing compiled: no process
         assert set(multiprocessing.active_children()) == before
+
+
+def test_processes_from_the_fork_server_run_with_their_starters_environment(tmp_path, monkeypatch):
+    """The fork server keeps the environment it started with; a worker takes its starter's (a child
+    that imports Triton reads TRITON_INTERPRET from it)."""
+    from spectune._spawn import start_fork_server
+
+    start_fork_server()  # started (or running) before the variable below exists
+    monkeypatch.setenv("SPECTUNE_TEST_STARTER", str(tmp_path))
+    space = make_space(batch_sizes=(1,), max_k=1, methods=("eagle3",))
+    storage = str(tmp_path / "s.journal")
+    with started_workers(2, "cpu") as started:
+        run_study(
+            space,
+            EnvironmentEvaluator(),
+            fingerprint(),
+            storage=storage,
+            strategy="exhaustive",
+            workers=2,
+            started=started,
+        )
+        started.wait_started()
+        pids = {str(p.pid) for p in started.processes}
+    seen = {t.worker.split(":")[1] for t in load_outcome(storage, space.name).trials if t.state == "COMPLETE"}
+    assert seen and seen <= pids  # the started processes simulated, with the variable set (else they raise)

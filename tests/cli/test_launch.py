@@ -1,0 +1,63 @@
+"""The entry point starts the study's fork server before the command-line libraries load."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spectune import _launch
+
+
+@pytest.mark.parametrize(
+    ("args", "workers"),
+    [
+        (["study", "run", "s.yaml", "--workers", "8"], 8),
+        (["study", "run", "--workers=3", "s.yaml"], 3),
+        (["study", "run", "s.yaml"], 1),
+        (["study", "run", "s.yaml", "--workers", "many"], 1),  # the app reports it
+        (["study", "export", "s.yaml", "--workers", "8"], 1),
+        (["validate", "--workers", "8"], 1),
+    ],
+)
+def test_the_workers_of_a_study_run_are_read_from_the_command_line(args, workers):
+    assert _launch._study_run_workers(args) == workers
+
+
+@pytest.mark.parametrize(
+    ("args", "starts"), [(["study", "run", "s.yaml", "--workers", "2"], True), (["--help"], False)]
+)
+def test_the_fork_server_starts_before_the_app_only_for_study_runs_with_workers(monkeypatch, args, starts):
+    events: list[str] = []
+    monkeypatch.setattr(sys, "argv", ["spectune", *args])
+    monkeypatch.setattr("spectune._spawn.start_fork_server", lambda: events.append("server"))
+    monkeypatch.setattr("spectune.cli.main", lambda: events.append("app"))
+    _launch.main()
+    assert events == (["server", "app"] if starts else ["app"])
+
+
+def test_the_entry_point_loads_no_command_line_library_before_it_decides():
+    code = (
+        "import sys; import spectune._launch as l; "
+        "assert not {'typer', 'rich', 'pydantic', 'torch'} & set(sys.modules), sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_fork_servers_preload_defines_no_kernel():
+    # Triton reads TRITON_INTERPRET when a kernel is defined; the server's children take their
+    # starter's environment after the fork, so no kernel may be defined before it.
+    repo = Path(__file__).resolve().parents[2]
+    defining = [
+        f"spectune.kernels.{path.stem}"
+        for path in (repo / "kernels").glob("*.py")
+        if re.search(r"^@triton\.jit", path.read_text(), re.MULTILINE)
+    ] + [
+        f"spectune.simulator.{path.stem}"
+        for path in (repo / "spectune" / "simulator").glob("*.py")
+        if re.search(r"^@triton\.jit", path.read_text(), re.MULTILINE)
+    ]
+    assert "spectune.kernels._verify_kernel" in defining and "spectune.simulator._step_writer" in defining
+    code = f"import sys; import spectune._preload; loaded = set({defining!r}) & set(sys.modules); assert not loaded, loaded"
+    subprocess.run([sys.executable, "-c", code], check=True)
