@@ -8,12 +8,22 @@ kernels, about two seconds each), usually inside a round that every later round 
 run of the same study still met new ones. ``warm_up`` launches every variant once on a 16-row call,
 so Triton's cache (shared by the machine's processes) holds them all; a study runs it in low-priority
 processes of their own beside the workers (``spectune._spawn.kernel_warm_up``), off its critical path.
+
+A decision-sized study has about two hundred variants, a few seconds of compiling each: more than its
+first run's warm-up gets through before the run ends and stops it. So each launch leaves a mark
+(``marks``: a file named by the launch and by what its compiled code depends on -- the kernels'
+source, Triton's and CUDA's versions, the GPU), and a later warm-up skips what is marked (a launch of
+a cached variant still costs a process a fraction of a second): the next run's warm-up starts where
+the last one stopped. The marks live in Triton's cache folder (``marks_dir``), so clearing that
+cache clears them too.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -23,7 +33,7 @@ from spectune.kernels._plan import LaunchPlan, plan
 from spectune.simulator._engine import call_inputs, slot_rows
 from spectune.simulator._step_writer import MEMBER_FIELDS, ROW_FIELDS, write_step
 
-__all__ = ["KernelShape", "engine_plans", "study_shapes", "warm_up"]
+__all__ = ["KernelShape", "engine_plans", "marks_dir", "study_shapes", "warm_up"]
 
 KernelShape = tuple[str, bool, int]
 """(verification rule, draft logits, K) of an engine's call."""
@@ -48,29 +58,65 @@ def warm_up(
     max_rows: int,
     share: tuple[int, int] = (0, 1),
     keep_going: Callable[[], bool] = lambda: True,
+    marks: Path | None = None,
 ) -> int:
     """Launch the step writer and every plan of every shape once (16 rows over a one-row bank), so that
     each variant is compiled into Triton's cache; return the launches made. ``share`` (i, n): only the
     i-th of every n launches (n processes warm up together); ``keep_going`` is asked before each
-    launch. CUDA only (0 elsewhere)."""
+    launch; ``marks``: a folder where each finished launch leaves a mark and a marked one is skipped
+    (None: launch all). CUDA only (0 elsewhere)."""
     if device.type != "cuda":
         return 0
     sm_count = _sm_count(device)
-    launches: list[Callable[[], None]] = [
-        functools.partial(_write_one_step, device, vocab, has_draft) for has_draft in (False, True)
+    launches: list[tuple[str, Callable[[], None]]] = [
+        (f"writer {vocab} {has_draft}", functools.partial(_write_one_step, device, vocab, has_draft))
+        for has_draft in (False, True)
     ]
     for shape in dict.fromkeys(shapes):
         for chosen in engine_plans(shape, vocab, sm_count, max_rows):
-            launches.append(functools.partial(_launch_one, device, vocab, shape, chosen))
+            launches.append(
+                (f"call {vocab} {shape} {chosen}", functools.partial(_launch_one, device, vocab, shape, chosen))
+            )
+    stamp = _build_stamp(device) if marks is not None else ""
     index, processes = share
     made = 0
-    for launch_one in launches[index::processes]:
+    for key, launch_one in launches[index::processes]:
         if not keep_going():
             break
+        mark = marks / hashlib.sha256(f"{stamp}|{key}".encode()).hexdigest()[:40] if marks is not None else None
+        if mark is not None and mark.exists():
+            continue
         launch_one()
         made += 1
+        if mark is not None:
+            torch.cuda.synchronize(device)  # compiled and run: marked only once it is in the cache
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
     torch.cuda.synchronize(device)
     return made
+
+
+def marks_dir() -> Path:
+    """Where a study's warm-up marks its launches: beside Triton's cache (``TRITON_CACHE_DIR``)."""
+    import triton
+
+    return Path(triton.knobs.cache.dir) / "spectune-warm-up"
+
+
+@functools.cache
+def _build_stamp(device: torch.device) -> str:
+    """What a compiled variant depends on besides its launch: the kernels' source (``spectune.kernels``
+    and the step writer), Triton's and CUDA's versions and the GPU."""
+    import triton
+
+    import spectune.kernels
+    from spectune.simulator import _step_writer
+
+    digest = hashlib.sha256()
+    for path in [*sorted(Path(spectune.kernels.__file__).parent.glob("*.py")), Path(_step_writer.__file__)]:
+        digest.update(path.read_bytes())
+    gpu = f"{torch.cuda.get_device_name(device)} {torch.cuda.get_device_capability(device)}"
+    return f"{triton.__version__}|{torch.version.cuda}|{gpu}|{digest.hexdigest()}"
 
 
 def _launch_one(device: torch.device, vocab: int, shape: KernelShape, chosen: LaunchPlan) -> None:

@@ -133,12 +133,13 @@ class SimulationEvaluator:
     ) -> int:
         """Compile every kernel variant the study's engines (up to ``max_members`` points each) can launch
         into Triton's cache (``spectune.simulator._warmup``; ``share`` (i, n): the i-th of every n, for n
-        processes; ``keep_going`` asked before each launch); return the launches made (0 off CUDA)."""
+        processes; ``keep_going`` asked before each launch; launches an earlier run's warm-up finished are
+        skipped: ``marks_dir``); return the launches made (0 off CUDA)."""
         if not self.compiles_kernels():
             return 0
         from spectune.simulator._backend import resolve_device
         from spectune.simulator._engine import slot_rows
-        from spectune.simulator._warmup import study_shapes, warm_up
+        from spectune.simulator._warmup import marks_dir, study_shapes, warm_up
 
         document = self.document
         device = resolve_device(document.simulation.device)
@@ -146,7 +147,7 @@ class SimulationEvaluator:
         verified = [(rule, sampling) for _, rule, sampling in document.combinations() if rule in ("standard", "block")]
         shapes = study_shapes(verified, range(ks.min, ks.max + 1))
         max_rows = max_members * slot_rows(max(document.schedule.batch_sizes), device)
-        return warm_up(device, document.workload.vocab_size, shapes, max_rows, share, keep_going)
+        return warm_up(device, document.workload.vocab_size, shapes, max_rows, share, keep_going, marks_dir())
 
     def evaluate_many(self, points: Sequence[Point]) -> list[StudyMetrics]:
         """The points' metrics, simulated side by side where they can share a call (lockstep)."""

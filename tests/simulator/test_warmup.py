@@ -86,3 +86,43 @@ def test_the_warm_up_stops_when_told(monkeypatch):
     shapes = study_shapes([("block", "probabilistic")], range(1, 9))
     made = _warmup.warm_up(torch.device("cuda"), 4096, shapes, 16 * 256, keep_going=lambda: len(launched) < 3)
     assert made == len(launched) == 3
+
+
+def test_a_later_warm_up_skips_what_an_earlier_one_finished_until_the_build_changes(monkeypatch, tmp_path):
+    from spectune.simulator import _warmup
+
+    launched: list[tuple[object, ...]] = []
+    failing: list[bool] = []
+
+    def launch_one(*args: object) -> None:
+        if failing:
+            raise RuntimeError("compile failed")
+        launched.append(("call", *args[2:]))
+
+    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "_launch_one", launch_one)
+    monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: launched.append(("writer", args[2])))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(_warmup, "_build_stamp", lambda device: "build 1")
+    shapes = study_shapes([("standard", "greedy"), ("block", "probabilistic")], range(1, 9))
+    cuda, rows = torch.device("cuda"), 16 * 256
+
+    everything = _warmup.warm_up(cuda, 4096, shapes, rows)  # no marks: every launch
+    launched.clear()
+    assert _warmup.warm_up(cuda, 4096, shapes, rows, keep_going=lambda: len(launched) < 5, marks=tmp_path) == 5
+    first = list(launched)
+    launched.clear()
+    assert _warmup.warm_up(cuda, 4096, shapes, rows, marks=tmp_path) == everything - 5  # the rest only
+    assert not set(map(repr, first)) & set(map(repr, launched))
+    assert _warmup.warm_up(cuda, 4096, shapes, rows, (1, 2), marks=tmp_path) == 0  # all marked
+    assert _warmup.warm_up(cuda, 128256, shapes, rows, marks=tmp_path) > 0  # another vocabulary: other variants
+
+    monkeypatch.setattr(_warmup, "_build_stamp", lambda device: "build 2")  # the kernels (or Triton, the GPU) changed
+    failing.append(True)
+    with pytest.raises(RuntimeError, match="compile failed"):
+        _warmup.warm_up(cuda, 4096, shapes, rows, marks=tmp_path)
+    failing.clear()
+    launched.clear()
+    # the writers, launched before the failure, stay marked; the failed call and the rest run again
+    assert _warmup.warm_up(cuda, 4096, shapes, rows, marks=tmp_path) == everything - 2
+    assert all(kind == "call" for kind, *_ in launched)
