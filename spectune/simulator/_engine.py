@@ -441,6 +441,9 @@ class _KernelVerifier(_Verifier):
         self.staged_rows = self.staged[: 3 * total].view(3, total)
         self.counts = _host_buffer(total, torch.int32, cuda)  # the call's emitted counts
         self.read = torch.cuda.Event() if cuda else None  # set when ``counts`` has landed
+        # The stream the steps run on, looked up once: ``Event.record()`` without one asks torch for the
+        # current stream every step (a device query in Python, a sizeable share of a step's host time).
+        self.stream = torch.cuda.current_stream(device) if cuda else None
         self.bank_offsets: dict[int, tuple[int, int]] = {}  # id(synthesizer) -> its banks' element offsets
         self.keep: list[LogitSynthesizer] = []  # the synthesizers whose ids key ``bank_offsets`` (and their banks)
         self.call: _KernelCall | None = None
@@ -533,7 +536,7 @@ class _KernelVerifier(_Verifier):
         assert self.call is not None
         self.call.run()
         if self.read is not None:
-            self.read.record()
+            self.read.record(self.stream)
         self.begun = _BegunStep(requests, sizes, offsets, started, generated, time.perf_counter())
 
     def finish(self) -> dict[int, np.ndarray]:
