@@ -1,9 +1,9 @@
 """The ``spectune`` command's entry point: what must happen before the command-line libraries load.
 
-A ``study run`` with several ``--workers`` gets its workers from a fork server that imports torch
-and the study code once (``spectune._spawn``); those imports take seconds, so the server starts here,
-before Typer, Rich and the document models load in this process (about a second), and imports while
-they do. Everything else goes straight to the command-line app.
+A ``study run`` with more ``--workers`` than the machine has spare cores gets its workers from a fork
+server that imports torch and the study code once (``spectune._spawn.fork_server_pays``); those
+imports take seconds, so the server starts here, before Typer, Rich and the document models load in
+this process, and imports while they do. Everything else goes straight to the command-line app.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ __all__ = ["main"]
 
 
 def main() -> None:
-    if _study_run_workers(sys.argv[1:]) > 1:
-        from spectune._spawn import start_fork_server
+    workers = _study_run_workers(sys.argv[1:])
+    if workers > 1:
+        from spectune._spawn import fork_server_pays, start_fork_server
 
-        start_fork_server()
+        if fork_server_pays(workers):
+            start_fork_server()
     from spectune.cli import main as run_app
 
     run_app()

@@ -3,14 +3,15 @@
 A worker needs torch, Triton and Optuna and an open device (seconds: about five on a GPU machine)
 before it can simulate anything. This module imports none of that, so ``spectune study run`` can
 start its workers as soon as it has read the study, and each then waits for its work (``begin``).
-The processes come from a fork server (``_context``): one fresh process that imports torch, Optuna
-and the study code once (``spectune._preload``) and forks each child with them loaded, where spawned
-children imported them each, all at once (eight workers and four warm-up processes on a 16-core GPU
-machine took 3-5 s each for torch alone; on two cores the workers' first trial came 1.3 s sooner).
-The server never opens CUDA, so its children can; it defines no kernel, as Triton reads its
-interpreter switch then, from the environment each child takes from its starter (``_entry``). Starting waits for the server's imports, so it happens on a thread of its own: the
-parent goes on preparing the study meanwhile. ``kernel_warm_up`` starts the study's other helpers:
-processes that compile its kernels.
+Where the machine has a core for each, the processes are spawned and import side by side. Where it
+has fewer cores than processes importing at once (``fork_server_pays``: two workers on two cores),
+they come from a fork server instead: one fresh process that imports torch, Optuna and the study code
+once (``spectune._preload``) and forks each child with them loaded (on two cores the workers' first
+trial came 1.3 s sooner). The server never opens CUDA, so its children can; it defines no kernel, as
+Triton reads its interpreter switch then, from the environment each child takes from its starter
+(``_entry``). Starting from the server waits for its imports, so it happens on a thread of its own:
+the parent goes on preparing the study meanwhile. ``kernel_warm_up`` starts the study's other
+helpers: processes that compile its kernels.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 __all__ = [
     "StartedWorkers",
     "kernel_warm_up",
+    "fork_server_pays",
     "sigint_ignored_by_children",
     "start_fork_server",
     "start_workers",
@@ -77,7 +79,7 @@ def start_workers(count: int, device: str = "cpu") -> StartedWorkers:
     """Start ``count`` workers; each opens ``device`` (a document's ``simulation.device``), then waits
     for ``begin``. They run with the environment as it is now: start them after anything that changes
     how the libraries load (``TRITON_INTERPRET``)."""
-    context = _context()
+    context = _context(count)
     inbox, results, stop = context.Queue(), context.Queue(), context.Event()
     threads = max(1, (os.cpu_count() or 1) // count)
     environ = dict(os.environ)
@@ -100,8 +102,12 @@ def started_workers(count: int, device: str) -> Iterator[StartedWorkers | None]:
             started.close()
 
 
-# Processes that warm up a study's kernels: compiling is CPU work (a core each), and the cores the
-# workers leave, at most this many, finish a decision-sized study's variants within its first run.
+# Processes that warm up a study's kernels: one for every CORES_PER_WARM_UP_PROCESS cores the workers
+# leave (at least one, at most MAX_WARM_UP_PROCESSES). Compiling competes with the workers' host loops:
+# on a 16-core H200 machine with 8 workers, four processes made a fresh decision-sized run take
+# 49-58 s where one had taken 29 s (benchmarks/results); the warm-up's marks carry what one process
+# did not finish on to the next run.
+CORES_PER_WARM_UP_PROCESS = 8
 MAX_WARM_UP_PROCESSES = 4
 
 
@@ -115,8 +121,8 @@ def kernel_warm_up(evaluator: object, max_members: int, workers: int = 1) -> Ite
     if compiles is None or not compiles():
         yield
         return
-    count = max(1, min(MAX_WARM_UP_PROCESSES, ((os.cpu_count() or 1) - workers) // 2))
-    context = _context()
+    count = max(1, min(MAX_WARM_UP_PROCESSES, ((os.cpu_count() or 1) - workers) // CORES_PER_WARM_UP_PROCESS))
+    context = _context(workers)
     environ = dict(os.environ)
     processes = [
         context.Process(target=_warm_up_entry, args=(evaluator, max_members, (i, count), environ), daemon=True)
@@ -210,26 +216,30 @@ def _open_device(device: str) -> None:
 _PRELOAD = ["spectune._preload"]  # what the fork server imports once for all its children
 
 
+def fork_server_pays(workers: int) -> bool:
+    """Whether a study with ``workers`` processes takes them from the fork server: where the machine
+    has fewer cores than processes would import at once (the workers and the parent), so that spawned
+    children would import one after another anyway. With a core each, spawned children import side by
+    side, and the first to finish starts the study; one server's imports were slower to the first
+    trial on a 16-core GPU machine (7-9 s against 6.1-6.2 s)."""
+    return workers > 1 and "forkserver" in multiprocessing.get_all_start_methods() and (os.cpu_count() or 1) <= workers
+
+
 def start_fork_server() -> None:
-    """Launch the fork server now (no-op where it runs or the platform has none): it imports
-    ``_PRELOAD`` meanwhile, and the first process started from it waits only for what is left. The
-    server and Python's resource tracker are launched with SIGINT ignored, which they and the
-    server's children inherit: a Ctrl-C cannot kill a process that is still starting."""
-    if _context().get_start_method() != "forkserver":
-        return
+    """Launch the fork server now (no-op where it runs): it imports ``_PRELOAD`` meanwhile, and the
+    first process started from it waits only for what is left. The server and Python's resource
+    tracker are launched with SIGINT ignored, which they and the server's children inherit: a Ctrl-C
+    cannot kill a process that is still starting."""
     from multiprocessing import forkserver
 
+    multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)  # read when the server starts
     with sigint_ignored_by_children():
         forkserver.ensure_running()
 
 
-def _context() -> Any:
-    """The fork server's context (with ``_PRELOAD``) where the platform has one, else spawning's."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(_PRELOAD)  # read when the server starts (once a process)
-    return context
+def _context(workers: int) -> Any:
+    """The fork server's context where it pays (``fork_server_pays``), else spawning's."""
+    return multiprocessing.get_context("forkserver" if fork_server_pays(workers) else "spawn")
 
 
 class _Starter:

@@ -26,15 +26,30 @@ def test_the_workers_of_a_study_run_are_read_from_the_command_line(args, workers
 
 
 @pytest.mark.parametrize(
-    ("args", "starts"), [(["study", "run", "s.yaml", "--workers", "2"], True), (["--help"], False)]
+    ("args", "pays", "starts"),
+    [
+        (["study", "run", "s.yaml", "--workers", "2"], True, True),
+        (["study", "run", "s.yaml", "--workers", "2"], False, False),  # a core each: spawned
+        (["--help"], True, False),
+    ],
 )
-def test_the_fork_server_starts_before_the_app_only_for_study_runs_with_workers(monkeypatch, args, starts):
+def test_the_fork_server_starts_before_the_app_for_study_runs_it_pays_for(monkeypatch, args, pays, starts):
     events: list[str] = []
     monkeypatch.setattr(sys, "argv", ["spectune", *args])
+    monkeypatch.setattr("spectune._spawn.fork_server_pays", lambda workers: pays)
     monkeypatch.setattr("spectune._spawn.start_fork_server", lambda: events.append("server"))
     monkeypatch.setattr("spectune.cli.main", lambda: events.append("app"))
     _launch.main()
     assert events == (["server", "app"] if starts else ["app"])
+
+
+def test_the_fork_server_pays_only_with_fewer_cores_than_importing_processes(monkeypatch):
+    from spectune._spawn import fork_server_pays
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert fork_server_pays(2) and fork_server_pays(8) and not fork_server_pays(1)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert not fork_server_pays(8) and fork_server_pays(16)
 
 
 def test_the_entry_point_loads_no_command_line_library_before_it_decides():

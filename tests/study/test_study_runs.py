@@ -466,7 +466,7 @@ def test_a_kernel_compiling_evaluator_warms_up_in_processes_of_its_own_stopped_a
 
     from spectune._spawn import kernel_warm_up
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 9)  # 9 cores, 3 workers: the 6 left make 3 warm-up processes
+    monkeypatch.setattr(os, "cpu_count", lambda: 27)  # 27 cores, 3 workers: the 24 left make 3 warm-up processes
     log = tmp_path / "warm.log"
     with kernel_warm_up(WarmingEvaluator(str(log), warm_s=120), BATCH_POINTS, workers=3):
         deadline = time.monotonic() + 60
@@ -487,12 +487,14 @@ def test_a_kernel_compiling_evaluator_warms_up_in_processes_of_its_own_stopped_a
         assert set(multiprocessing.active_children()) == before
 
 
-def test_processes_from_the_fork_server_run_with_their_starters_environment(tmp_path, monkeypatch):
-    """The fork server keeps the environment it started with; a worker takes its starter's (a child
-    that imports Triton reads TRITON_INTERPRET from it)."""
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_processes_run_with_their_starters_environment(tmp_path, monkeypatch, fork_server):
+    """The fork server keeps the environment it started with; a worker, forked or spawned, takes its
+    starter's (a child that imports Triton reads TRITON_INTERPRET from it)."""
     from spectune._spawn import start_fork_server
 
     start_fork_server()  # started (or running) before the variable below exists
+    monkeypatch.setattr("spectune._spawn.fork_server_pays", lambda workers: fork_server)
     monkeypatch.setenv("SPECTUNE_TEST_STARTER", str(tmp_path))
     space = make_space(batch_sizes=(1,), max_k=1, methods=("eagle3",))
     storage = str(tmp_path / "s.journal")
