@@ -38,6 +38,7 @@ from spectune.study._storage import (
     open_storage,
     open_study,
     prepare_study,
+    reads_are_cheap,
 )
 from spectune.study._structured import (
     REFINE_BUDGET,
@@ -217,9 +218,7 @@ def _worker_loop(
     idle_prunes = 0
     waiting_on: tuple[tuple[int, TrialState, int], ...] | None = None  # the trials' progress when told to wait
     decide_again_at = 0.0
-    # A journal is read from where the last read ended (microseconds); a database answers a query with
-    # every trial, so an idle worker there asks no more often than it decides.
-    idle_poll = _IDLE_POLL_S if isinstance(study._storage, optuna.storages.JournalStorage) else _POLL_S
+    idle_poll = _IDLE_POLL_S if reads_are_cheap(study) else _POLL_S  # a database: no more often than it decides
     while keep_going():
         if waiting_on is not None and time.monotonic() < decide_again_at:
             # Deciding costs milliseconds; looking whether any trial moved costs microseconds, so an idle

@@ -39,6 +39,7 @@ from spectune.study._records import (
     trial_point,
 )
 from spectune.study._space import Point, StudySpace
+from spectune.study._storage import reads_are_cheap
 from spectune.study._structured import REFINE_BUDGET, structured_next_point
 
 __all__ = [
@@ -52,11 +53,14 @@ __all__ = [
 
 Strategy = Literal["structured", "exhaustive", "tpe"]
 ATTR_NO_POINT_LEFT = "spectune.no_point_left"
-# A wait on other trials polls after 1 ms, then twice as long each time up to _POLL_S: an earlier
-# trial holds its point within milliseconds, and the trials of a round decide one after another,
-# so a fixed 50 ms poll cost a round 50 ms a trial in it.
+# A wait on other trials polls after 1 ms, then twice as long each time up to _POLL_S (_CHEAP_POLL_S
+# where reads cost microseconds: a journal): an earlier trial holds its point within milliseconds, and
+# the trials of a round decide one after another, each detecting the one before at its next poll, so
+# a round's deciding costs its trials' decisions plus one poll's lateness each (a fixed 50 ms poll:
+# 50 ms a trial).
 _FIRST_POLL_S = 0.001
 _POLL_S = 0.05
+_CHEAP_POLL_S = 0.002
 # Give up waiting for an earlier trial that never shows its point (it cannot take longer than this
 # unless its process hangs; then a duplicate is the lesser evil).
 _WAIT_LIMIT_S = 60.0
@@ -91,7 +95,7 @@ def poll_intervals(first: float = _FIRST_POLL_S, longest: float = _POLL_S) -> It
 def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
     """Trials numbered below ``number``, once each live one holds its point (or the wait limit passes)."""
     deadline = time.monotonic() + _WAIT_LIMIT_S
-    delays = poll_intervals()
+    delays = poll_intervals(longest=_CHEAP_POLL_S if reads_are_cheap(study) else _POLL_S)
     while True:
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < number]
         undecided = [

@@ -45,6 +45,7 @@ from spectune.study._records import is_abandoned
 from spectune.study._space import StudySpace
 
 __all__ = [
+    "reads_are_cheap",
     "JournalRepair",
     "StudyFingerprint",
     "close_storage",
@@ -199,6 +200,12 @@ def _rdb_storage(storage: str, retry_failed_trials: bool) -> RDBStorage:
             grace_period=GRACE_PERIOD_S,
             failed_trial_callback=RetryFailedTrialCallback(max_retry=MAX_RETRY) if retry_failed_trials else None,
         )
+
+
+def reads_are_cheap(study: optuna.Study) -> bool:
+    """Whether reading the study's trials costs microseconds: a journal is read on from where the last
+    read ended, where a database answers a query with every trial (poll those seldom)."""
+    return isinstance(study._storage, optuna.storages.JournalStorage)
 
 
 def close_storage(storage: BaseStorage) -> None:

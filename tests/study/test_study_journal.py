@@ -52,3 +52,34 @@ def test_a_storage_that_is_not_a_regular_file_is_refused_not_read(tmp_path):
     for storage in ("/dev/zero", str(tmp_path)):
         with pytest.raises(SpectuneError, match=f"--storage {storage}: not a regular file"):
             run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage)
+
+
+@pytest.mark.parametrize("journal", [True, False])
+def test_a_wait_for_earlier_trials_polls_a_journal_every_few_milliseconds(tmp_path, monkeypatch, journal):
+    # The trials of a round decide one after another, each seeing the one before at its next poll: on a
+    # journal (reads cost microseconds) the polls stay a few milliseconds apart; on a database they back
+    # off to 50 ms (each read is a query with every trial).
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    from spectune.study import _sampler
+
+    storage = (
+        optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "s.journal")))
+        if journal
+        else optuna.storages.InMemoryStorage()
+    )
+    study = optuna.create_study(storage=storage)
+    undecided = study.ask()  # running, no point yet
+    delays: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        if len(delays) == 12:  # it decides: its params are written
+            for name in (_sampler.PARAM_BATCH_SIZE, _sampler.PARAM_COMBO, _sampler.PARAM_K):
+                storage.set_trial_param(undecided._trial_id, name, 0, CategoricalDistribution([1]))
+
+    monkeypatch.setattr(_sampler.time, "sleep", sleep)
+    earlier = _sampler.wait_for_earlier_trials(study, undecided.number + 1)
+    assert [t.number for t in earlier] == [undecided.number] and len(delays) == 12
+    assert max(delays) == (0.002 if journal else 0.05)
