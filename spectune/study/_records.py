@@ -189,6 +189,29 @@ def evaluate_metrics(
     return Evaluation(point, trial_number, metrics, throughput, stderr, feasible, score, noise)
 
 
+# A completed trial never changes: its point and evaluation, read once a process (every decision of a
+# round's trials reads every trial of the study). Storages hand out the same object for a finished
+# trial each time, so the entry is kept by that object (held: no other can take its id) and the space.
+_COMPLETED_CACHE_SIZE = 100_000
+_completed_cache: dict[int, tuple[FrozenTrial, StudySpace, Point | None, Evaluation | None]] = {}
+
+
+def _completed(space: StudySpace, trial: FrozenTrial) -> tuple[Point | None, Evaluation | None]:
+    """A completed trial's point and evaluation (None without a point or metrics)."""
+    cached = _completed_cache.get(id(trial))
+    if cached is not None and cached[0] is trial and cached[1] is space:
+        return cached[2], cached[3]
+    point = trial_point(space, trial)
+    metrics = trial_metrics(trial) if point is not None else None
+    evaluation = None
+    if point is not None and metrics is not None:
+        evaluation = evaluate_metrics(space, point, metrics, trial.number)
+    if len(_completed_cache) >= _COMPLETED_CACHE_SIZE:
+        _completed_cache.clear()
+    _completed_cache[id(trial)] = (trial, space, point, evaluation)
+    return point, evaluation
+
+
 @dataclass
 class SearchState:
     """Per point: its evaluation (first completed trial), whether a live trial holds it, its failures."""
@@ -209,14 +232,14 @@ class SearchState:
         for trial in sorted(trials, key=lambda t: t.number):
             if trial.number == exclude_number:
                 continue
-            point = trial_point(space, trial)
             if trial.state == TrialState.COMPLETE:
                 state.num_complete_trials += 1
-                if point is not None and point not in state.completed:
-                    metrics = trial_metrics(trial)
-                    if metrics is not None:
-                        state.completed[point] = evaluate_metrics(space, point, metrics, trial.number)
-            elif trial.state == TrialState.WAITING or (
+                point, evaluation = _completed(space, trial)
+                if point is not None and evaluation is not None and point not in state.completed:
+                    state.completed[point] = evaluation
+                continue
+            point = trial_point(space, trial)
+            if trial.state == TrialState.WAITING or (
                 trial.state == TrialState.RUNNING and not is_abandoned(trial, now)
             ):
                 state.num_live_trials += 1

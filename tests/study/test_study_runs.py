@@ -512,3 +512,38 @@ def test_processes_run_with_their_starters_environment(tmp_path, monkeypatch, fo
         pids = {str(p.pid) for p in started.processes}
     seen = {t.worker.split(":")[1] for t in load_outcome(storage, space.name).trials if t.state == "COMPLETE"}
     assert seen and seen <= pids  # the started processes simulated, with the variable set (else they raise)
+
+
+def test_a_completed_trials_evaluation_is_read_once_and_never_taken_for_another_trials():
+    # Every decision reads every trial; a completed trial's evaluation is kept by the trial object, so
+    # a trial alike in number and params but another object (another study, another storage) is read
+    # anew, and so is the same trial under another space.
+    from dataclasses import replace
+
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from spectune.study._records import ATTR_RESULT, PARAM_BATCH_SIZE, PARAM_COMBO, PARAM_K, SearchState
+
+    space = make_space(batch_sizes=(8,), max_k=2, methods=("ngram",))
+    point = next(p for p in space.points() if p.num_speculative_tokens == 1)
+    combos = [c.label for c in space.combos]
+
+    def completed(throughput: float) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            params={PARAM_BATCH_SIZE: 8, PARAM_COMBO: point.combo.label, PARAM_K: 1},
+            distributions={
+                PARAM_BATCH_SIZE: CategoricalDistribution([8]),
+                PARAM_COMBO: CategoricalDistribution(combos),
+                PARAM_K: IntDistribution(0, 2),
+            },
+            values=[throughput],
+            user_attrs={ATTR_RESULT: {"throughput_tokens_per_s": throughput, "throughput_stderr_tokens_per_s": 1.0}},
+        )
+
+    first, second = completed(100.0), completed(200.0)
+    assert first.number == second.number and first._trial_id == second._trial_id  # alike but for their results
+    assert SearchState.from_trials(space, [first]).completed[point].throughput == 100.0
+    assert SearchState.from_trials(space, [second]).completed[point].throughput == 200.0
+    assert SearchState.from_trials(space, [first]).completed[point].throughput == 100.0
+    bound = replace(space, constraints=())  # another space object: read anew
+    assert SearchState.from_trials(bound, [first]).completed[point].throughput == 100.0
