@@ -72,11 +72,16 @@ def warm_up(
         (f"writer {vocab} {has_draft}", functools.partial(_write_one_step, device, vocab, has_draft))
         for has_draft in (False, True)
     ]
-    for shape in dict.fromkeys(shapes):
-        for chosen in engine_plans(shape, vocab, sm_count, max_rows):
-            launches.append(
-                (f"call {vocab} {shape} {chosen}", functools.partial(_launch_one, device, vocab, shape, chosen))
-            )
+    # Every shape's plan for the fewest rows first, then its next plan, and so on: a study's first rounds
+    # (one or a few points of a batch size, every combo and K) meet the small calls of every shape.
+    plans = {shape: engine_plans(shape, vocab, sm_count, max_rows) for shape in dict.fromkeys(shapes)}
+    for rank in range(max((len(p) for p in plans.values()), default=0)):
+        for shape, shape_plans in plans.items():
+            if rank < len(shape_plans):
+                chosen = shape_plans[rank]
+                launches.append(
+                    (f"call {vocab} {shape} {chosen}", functools.partial(_launch_one, device, vocab, shape, chosen))
+                )
     stamp = _build_stamp(device) if marks is not None else ""
     index, processes = share
     made = 0

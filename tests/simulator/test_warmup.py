@@ -126,3 +126,18 @@ def test_a_later_warm_up_skips_what_an_earlier_one_finished_until_the_build_chan
     # the writers, launched before the failure, stay marked; the failed call and the rest run again
     assert _warmup.warm_up(cuda, 4096, shapes, rows, marks=tmp_path) == everything - 2
     assert all(kind == "call" for kind, *_ in launched)
+
+
+def test_the_warm_up_launches_every_shapes_smallest_call_before_any_larger_one(monkeypatch):
+    from spectune.simulator import _warmup
+
+    launched: list[tuple[object, ...]] = []
+    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "_launch_one", lambda *args: launched.append(args[2:]))
+    monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    shapes = study_shapes([("standard", "greedy"), ("block", "probabilistic")], range(1, 9))
+    _warmup.warm_up(torch.device("cuda"), 4096, shapes, 16 * 256)
+    first = {shape: engine_plans(shape, 4096, 132, 16 * 256)[0] for shape in shapes}
+    assert launched[: len(shapes)] == [(shape, first[shape]) for shape in shapes]
+    assert len(launched) == sum(len(engine_plans(s, 4096, 132, 16 * 256)) for s in shapes) > len(shapes)
