@@ -6,6 +6,7 @@ at its first kernel: about half a second). Not the kernels: Triton reads its int
 a kernel is defined, from the environment each child takes from its starter.
 """
 
+import contextlib
 import os
 
 import optuna  # noqa: F401
@@ -15,6 +16,7 @@ import spectune.simulator  # noqa: F401
 import spectune.study  # noqa: F401
 
 if os.path.exists("/proc/driver/nvidia/version"):
-    from triton.runtime.cache import triton_key
+    with contextlib.suppress(Exception):  # a head start only: a child that needs the key computes it
+        from triton.runtime.cache import triton_key
 
-    triton_key()  # cached in the server, so in every child forked from it
+        triton_key()  # cached in the server, so in every child forked from it
