@@ -221,7 +221,7 @@ def fork_server_pays(workers: int) -> bool:
     has fewer cores than processes would import at once (the workers and the parent), so that spawned
     children would import one after another anyway. With a core each, spawned children import side by
     side, and the first to finish starts the study; one server's imports were slower to the first
-    trial on a 16-core GPU machine (7-9 s against 6.1-6.2 s)."""
+    trial on a 16-core GPU machine (6.6-11 s against 6.1-6.2 s)."""
     return workers > 1 and "forkserver" in multiprocessing.get_all_start_methods() and (os.cpu_count() or 1) <= workers
 
 
