@@ -5,6 +5,7 @@ The evaluator is the closed-form test double (``study_doubles``): these tests ar
 sampler mechanics, not about simulation.
 """
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -547,3 +548,37 @@ def test_a_completed_trials_evaluation_is_read_once_and_never_taken_for_another_
     assert SearchState.from_trials(space, [first]).completed[point].throughput == 100.0
     bound = replace(space, constraints=())  # another space object: read anew
     assert SearchState.from_trials(bound, [first]).completed[point].throughput == 100.0
+
+
+def test_a_worker_that_cannot_start_fails_the_study_with_the_reason(tmp_path, monkeypatch):
+    from spectune._spawn import StartedWorkers, _Starter
+
+    class Unstartable:
+        pid = None
+        exitcode = None
+
+        def start(self) -> None:
+            raise OSError("no more processes")
+
+        def is_alive(self) -> bool:
+            return False
+
+        def join(self, timeout: float | None = None) -> None:
+            pass
+
+    starter = _Starter(multiprocessing.get_context("spawn"), [Unstartable()])  # type: ignore[list-item]
+    with pytest.raises(RuntimeError, match="starting the study's processes failed: no more processes"):
+        starter.check()
+    monkeypatch.setattr("spectune._spawn.fork_server_pays", lambda workers: True)  # started on the thread
+    context = multiprocessing.get_context("forkserver")
+    processes = [Unstartable(), Unstartable()]
+    starter = _Starter(context, processes)  # type: ignore[arg-type]
+    starter.join()
+    with pytest.raises(RuntimeError, match="no more processes"):
+        starter.check()
+    started = StartedWorkers(processes, context.Queue(), context.Queue(), context.Event(), starter)  # type: ignore[arg-type]
+    space = make_space(batch_sizes=(1,), max_k=1, methods=("eagle3",))
+    with pytest.raises(RuntimeError, match="starting the study's processes failed: no more processes"):
+        run_study(
+            space, SyntheticEvaluator(), fingerprint(), storage=str(tmp_path / "s.journal"), workers=2, started=started
+        )
