@@ -29,8 +29,8 @@ from typing import Any
 
 __all__ = [
     "StartedWorkers",
-    "kernel_warm_up",
     "fork_server_pays",
+    "kernel_warm_up",
     "sigint_ignored_by_children",
     "start_fork_server",
     "start_workers",

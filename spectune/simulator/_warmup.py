@@ -83,6 +83,8 @@ def warm_up(
                     (f"call {vocab} {shape} {chosen}", functools.partial(_launch_one, device, vocab, shape, chosen))
                 )
     stamp = _build_stamp(device) if marks is not None else ""
+    if marks is not None:
+        marks.mkdir(parents=True, exist_ok=True)
     index, processes = share
     made = 0
     for key, launch_one in launches[index::processes]:
@@ -95,7 +97,6 @@ def warm_up(
         made += 1
         if mark is not None:
             torch.cuda.synchronize(device)  # compiled and run: marked only once it is in the cache
-            mark.parent.mkdir(parents=True, exist_ok=True)
             mark.touch()
     torch.cuda.synchronize(device)
     return made

@@ -45,7 +45,6 @@ from spectune.study._records import is_abandoned
 from spectune.study._space import StudySpace
 
 __all__ = [
-    "reads_are_cheap",
     "JournalRepair",
     "StudyFingerprint",
     "close_storage",
@@ -56,6 +55,7 @@ __all__ = [
     "open_storage",
     "open_study",
     "prepare_study",
+    "reads_are_cheap",
     "repair_journal",
     "resolve_storage",
     "study_space",
