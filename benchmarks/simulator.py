@@ -69,6 +69,7 @@ FIELDS = [
     "date",
     "commit",
     "members",
+    "engine",
 ]
 
 
@@ -86,10 +87,10 @@ def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: s
                 "rejection_sample_method": method,
                 "draft_sample_method": draft,
             },
-            "acceptance": {"conditional_rates": [0.8, 0.75, 0.7, 0.7, 0.65, 0.65, 0.6, 0.6][:k]},
+            "acceptance": {"conditional_rates": _RATES[:k]},
             "workload": {
                 "concurrency": batch,
-                "num_requests": max(8 * batch, 64),
+                "num_requests": _requests_for(batch, k, steps),
                 "prompt_tokens": 256,
                 "output_tokens": 256,
                 "temperature": 0.7,
@@ -97,9 +98,23 @@ def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: s
             },
             "hardware": "h100-sxm",
             "target_model": "llama-3.1-8b",
-            "simulation": {"device": device, "max_steps": steps, "baseline": False},
+            "simulation": {"device": device, "max_steps": 2 * steps, "baseline": False},
         }
     )
+
+
+_RATES = [0.8, 0.75, 0.7, 0.7, 0.65, 0.65, 0.6, 0.6]  # conditional acceptance by position
+
+
+def _requests_for(batch: int, k: int, steps: int) -> int:
+    """Requests a closed loop of ``batch`` serves in about ``steps`` steps (256-token outputs; the mean
+    tokens a step from the rates' closed form), so the run ends by itself: an engine verifying ahead
+    verifies requests to their end, and a run cut at max_steps would count rows no step read."""
+    tokens_per_step, accepted = 1.0, 1.0
+    for rate in _RATES[:k]:
+        accepted *= rate
+        tokens_per_step += accepted
+    return max(batch, round(batch * steps * tokens_per_step / 255))
 
 
 def _copy_bandwidth(device: torch.device) -> float:
@@ -164,10 +179,15 @@ def main() -> None:
         "--profile", type=int, default=0, metavar="N", help="print the timed run's top N functions by own time"
     )
     parser.add_argument(
+        "--step-by-step", action="store_true", help="CUDA: verify every step as the loop reaches it, not ahead"
+    )
+    parser.add_argument(
         "--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)"
     )
     args = parser.parse_args()
-    from spectune.simulator import simulate_many
+    from spectune.simulator import _engine, simulate_many
+
+    _engine.VERIFY_AHEAD = not args.step_by_step
 
     commit = (
         args.commit
@@ -227,9 +247,11 @@ def main() -> None:
             "date": date.today().isoformat(),
             "commit": commit,
             "members": args.members,
+            "engine": "step" if args.step_by_step or device.type != "cuda" else "ahead",
         }
         rows.append(row)
         members = f" x{args.members} in lockstep" if args.members > 1 else ""
+        members += f" ({row['engine']})"
         extra = f", compiles during the timed run: {recompiled}" if recompiled is not None else ""
         sys.stdout.write(
             f"{row['device']}: B={batch} K={k} V={vocab} {method}/{draft}{members}: {steps_per_s:,.0f} steps/s "

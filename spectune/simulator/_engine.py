@@ -53,6 +53,10 @@ from spectune.workload import LogitSynthesizer
 
 __all__ = ["EngineMember", "call_inputs", "run_lockstep", "slot_rows"]
 
+# Whether engines with counter-based draws (CUDA's) verify ahead (``_ahead``) rather than step by step;
+# the two give the same numbers (off: ``benchmarks/simulator.py --step-by-step`` and the tests).
+VERIFY_AHEAD = True
+
 # On CUDA a member's slice of R is its concurrency rounded up to this (Triton specialises integer
 # arguments on divisibility by 16; the launch policy changes with the grid only at such steps).
 _ROW_QUANTUM = 16
@@ -75,7 +79,8 @@ class EngineMember:
     ids ``global_ids`` maps to the document's). synthesizer(batch size): the logit synthesizer of the
     acceptance bin a running batch falls in (None: the loop never verifies). temperature_index (int64
     [N] on the device), request_seeds (int64 [N]) and generator are the simulation's own (shared by
-    its replicas); ``concurrency`` bounds the decode batch and ``num_drafts`` its K.
+    its replicas); ``concurrency`` bounds the decode batch and ``num_drafts`` its K; ``output_tokens``
+    (int64 [N], by global id; None: not known) the requests' output lengths.
     """
 
     loop: LoopSteps
@@ -86,6 +91,7 @@ class EngineMember:
     concurrency: int
     num_drafts: int
     global_ids: np.ndarray | None = None
+    output_tokens: np.ndarray | None = None  # by global request id: lets an engine verify ahead
     trace: LoopTrace | None = None
     kernel_s: float = 0.0
     synthesis_s: float = 0.0
@@ -113,6 +119,10 @@ def run_lockstep(
         verifier: _Verifier = _Verifier()
     elif backend == "reference":
         verifier = _TwinVerifier(device, num_drafts, method, synthetic_rates)
+    elif VERIFY_AHEAD and _counter_draws(device) and all(m.output_tokens is not None for m in verifying):
+        from spectune.simulator._ahead import AheadVerifier  # built on this module's kernel verifier
+
+        verifier = AheadVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
     else:
         verifier = _KernelVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
     try:

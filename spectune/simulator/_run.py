@@ -274,7 +274,7 @@ class _Setup:
                 loop=loop, synthesizer=self._synthesizer if verifies else None, temperature_index=temperature_index,
                 request_seeds=request_seeds, generator=generator,
                 concurrency=part.closed_loop_concurrency or part.max_running_requests,
-                num_drafts=max_k, global_ids=ids,
+                num_drafts=max_k, global_ids=ids, output_tokens=requests.output_tokens,
             ))  # fmt: skip
         self.setup_s = time.perf_counter() - started
 

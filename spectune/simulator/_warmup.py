@@ -30,23 +30,32 @@ import torch
 from spectune.kernels._arguments import RowTable
 from spectune.kernels._launcher import _sm_count, launch
 from spectune.kernels._plan import LaunchPlan, plan
+from spectune.simulator import _engine
+from spectune.simulator._ahead import ahead_rows
 from spectune.simulator._engine import call_inputs, slot_rows
 from spectune.simulator._step_writer import MEMBER_FIELDS, ROW_FIELDS, write_step
 
-__all__ = ["KernelShape", "engine_plans", "marks_dir", "study_shapes", "warm_up"]
+__all__ = ["KernelShape", "engine_plans", "engine_rows", "marks_dir", "study_shapes", "warm_up"]
 
 KernelShape = tuple[str, bool, int]
 """(verification rule, draft logits, K) of an engine's call."""
 
 
-def engine_plans(shape: KernelShape, vocab: int, sm_count: int, max_rows: int) -> list[LaunchPlan]:
-    """Every plan an engine's call of ``shape`` takes on a GPU of ``sm_count`` SMs, R running over the
-    row counts an engine can have (multiples of ``slot_rows``' quantum) up to ``max_rows``."""
+def engine_rows(device: torch.device, max_rows: int) -> list[int]:
+    """The row counts R of the calls engines on ``device`` make: verifying ahead, its one call size;
+    step by step, every multiple of ``slot_rows``' quantum up to ``max_rows``."""
+    if _engine.VERIFY_AHEAD and _engine._counter_draws(device):
+        return [ahead_rows(device)]
+    quantum = slot_rows(1, device)
+    return list(range(quantum, max(max_rows, quantum) + 1, quantum))
+
+
+def engine_plans(shape: KernelShape, vocab: int, sm_count: int, rows: Iterable[int]) -> list[LaunchPlan]:
+    """Every plan an engine's call of ``shape`` takes on a GPU of ``sm_count`` SMs at the row counts ``rows``."""
     method, has_draft, num_drafts = shape
-    quantum = slot_rows(1, torch.device("cuda"))
     plans: dict[LaunchPlan, None] = {}
-    for rows in range(quantum, max(max_rows, quantum) + 1, quantum):
-        chosen = plan(rows, num_drafts, vocab, torch.float32, has_draft, method, sm_count, False, row_table=True)
+    for count in rows:
+        chosen = plan(count, num_drafts, vocab, torch.float32, has_draft, method, sm_count, False, row_table=True)
         plans.setdefault(chosen)
     return list(plans)
 
@@ -55,13 +64,14 @@ def warm_up(
     device: torch.device,
     vocab: int,
     shapes: Iterable[KernelShape],
-    max_rows: int,
+    rows: Sequence[int],
     share: tuple[int, int] = (0, 1),
     keep_going: Callable[[], bool] = lambda: True,
     marks: Path | None = None,
 ) -> int:
-    """Launch the step writer and every plan of every shape once (16 rows over a one-row bank), so that
-    each variant is compiled into Triton's cache; return the launches made. ``share`` (i, n): only the
+    """Launch the step writer and every plan of every shape at the row counts ``rows`` (``engine_rows``)
+    once (16 rows over a one-row bank), so that each variant is compiled into Triton's cache; return
+    the launches made. ``share`` (i, n): only the
     i-th of every n launches (n processes warm up together); ``keep_going`` is asked before each
     launch; ``marks``: a folder where each finished launch leaves a mark and a marked one is skipped
     (None: launch all). CUDA only (0 elsewhere)."""
@@ -74,7 +84,7 @@ def warm_up(
     ]
     # Every shape's plan for the fewest rows first, then its next plan, and so on: a study's first rounds
     # (one or a few points of a batch size, every combo and K) meet the small calls of every shape.
-    plans = {shape: engine_plans(shape, vocab, sm_count, max_rows) for shape in dict.fromkeys(shapes)}
+    plans = {shape: engine_plans(shape, vocab, sm_count, rows) for shape in dict.fromkeys(shapes)}
     for rank in range(max((len(p) for p in plans.values()), default=0)):
         for shape, shape_plans in plans.items():
             if rank < len(shape_plans):

@@ -139,7 +139,7 @@ class SimulationEvaluator:
             return 0
         from spectune.simulator._backend import resolve_device
         from spectune.simulator._engine import slot_rows
-        from spectune.simulator._warmup import marks_dir, study_shapes, warm_up
+        from spectune.simulator._warmup import engine_rows, marks_dir, study_shapes, warm_up
 
         document = self.document
         device = resolve_device(document.simulation.device)
@@ -147,7 +147,8 @@ class SimulationEvaluator:
         verified = [(rule, sampling) for _, rule, sampling in document.combinations() if rule in ("standard", "block")]
         shapes = study_shapes(verified, range(ks.min, ks.max + 1))
         max_rows = max_members * slot_rows(max(document.schedule.batch_sizes), device)
-        return warm_up(device, document.workload.vocab_size, shapes, max_rows, share, keep_going, marks_dir())
+        rows = engine_rows(device, max_rows)
+        return warm_up(device, document.workload.vocab_size, shapes, rows, share, keep_going, marks_dir())
 
     def evaluate_many(self, points: Sequence[Point]) -> list[StudyMetrics]:
         """The points' metrics, simulated side by side where they can share a call (lockstep)."""

@@ -8,8 +8,11 @@ from test_lockstep import _documents, _on_cuda
 
 from spectune.kernels._plan import plan
 from spectune.simulator import simulate_many
+from spectune.simulator._ahead import ahead_rows
 from spectune.simulator._engine import slot_rows
-from spectune.simulator._warmup import engine_plans, study_shapes, warm_up
+from spectune.simulator._warmup import engine_plans, engine_rows, study_shapes, warm_up
+
+_STEP_ROWS = range(16, 16 * 256 + 1, 16)  # every call size of step-by-step engines of up to 16 x 256 rows
 
 
 def test_the_warm_up_plans_every_call_an_engine_can_make():
@@ -21,7 +24,7 @@ def test_the_warm_up_plans_every_call_an_engine_can_make():
     max_rows = max_members * slot_rows(max(batch_sizes), cuda)
     for shape in study_shapes([("standard", "greedy"), ("block", "probabilistic")], [1, 2, 5, 8]):
         for vocab in (4096, 128256):
-            planned = set(engine_plans(shape, vocab, 132, max_rows))
+            planned = set(engine_plans(shape, vocab, 132, range(16, max_rows + 1, 16)))
             assert len(planned) <= 8
             for _ in range(200):
                 members = [rng.choice(batch_sizes) for _ in range(rng.randint(1, max_members))]
@@ -36,7 +39,16 @@ def test_study_shapes_are_each_rule_and_sampling_at_each_k():
 
 
 def test_the_warm_up_launches_nothing_off_cuda():
-    assert warm_up(torch.device("cpu"), 256, [("block", True, 3)], 64) == 0
+    assert warm_up(torch.device("cpu"), 256, [("block", True, 3)], [64]) == 0
+
+
+def test_engines_verifying_ahead_make_calls_of_one_size(monkeypatch):
+    from spectune.simulator import _engine
+
+    cuda = torch.device("cuda")
+    assert engine_rows(cuda, 16 * 256) == [ahead_rows(cuda)] == [4096]
+    monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)
+    assert engine_rows(cuda, 16 * 256) == list(_STEP_ROWS)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles CUDA kernels")
@@ -44,7 +56,8 @@ def test_after_the_warm_up_an_engine_compiles_nothing(simulation_document):
     import triton
 
     documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
-    launches = warm_up(torch.device("cuda"), 4096, study_shapes([("block", "probabilistic")], range(1, 6)), 16 * 64)
+    cuda = torch.device("cuda")
+    launches = warm_up(cuda, 4096, study_shapes([("block", "probabilistic")], range(1, 6)), engine_rows(cuda, 16 * 64))
     assert launches > 2 * 5  # the two step writers, and at least one plan a shape
     compiled: list[str] = []
     previous = triton.knobs.compilation.listener
@@ -67,11 +80,11 @@ def test_processes_warming_up_together_split_the_launches_without_gaps_or_overla
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     shapes = study_shapes([("standard", "greedy"), ("block", "probabilistic")], range(1, 9))
     cuda = torch.device("cuda")
-    everything = _warmup.warm_up(cuda, 4096, shapes, 16 * 256)
+    everything = _warmup.warm_up(cuda, 4096, shapes, _STEP_ROWS)
     alone = list(launched)
     assert everything == len(alone) == len(set(alone)) and ("writer", True) in alone
     launched.clear()
-    assert sum(_warmup.warm_up(cuda, 4096, shapes, 16 * 256, (i, 3)) for i in range(3)) == everything
+    assert sum(_warmup.warm_up(cuda, 4096, shapes, _STEP_ROWS, (i, 3)) for i in range(3)) == everything
     assert sorted(map(repr, launched)) == sorted(map(repr, alone))
 
 
@@ -84,7 +97,7 @@ def test_the_warm_up_stops_when_told(monkeypatch):
     monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: launched.append(args))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     shapes = study_shapes([("block", "probabilistic")], range(1, 9))
-    made = _warmup.warm_up(torch.device("cuda"), 4096, shapes, 16 * 256, keep_going=lambda: len(launched) < 3)
+    made = _warmup.warm_up(torch.device("cuda"), 4096, shapes, _STEP_ROWS, keep_going=lambda: len(launched) < 3)
     assert made == len(launched) == 3
 
 
@@ -105,7 +118,7 @@ def test_a_later_warm_up_skips_what_an_earlier_one_finished_until_the_build_chan
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(_warmup, "_build_stamp", lambda device: "build 1")
     shapes = study_shapes([("standard", "greedy"), ("block", "probabilistic")], range(1, 9))
-    cuda, rows = torch.device("cuda"), 16 * 256
+    cuda, rows = torch.device("cuda"), _STEP_ROWS
 
     everything = _warmup.warm_up(cuda, 4096, shapes, rows)  # no marks: every launch
     launched.clear()
@@ -137,7 +150,7 @@ def test_the_warm_up_launches_every_shapes_smallest_call_before_any_larger_one(m
     monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     shapes = study_shapes([("standard", "greedy"), ("block", "probabilistic")], range(1, 9))
-    _warmup.warm_up(torch.device("cuda"), 4096, shapes, 16 * 256)
-    first = {shape: engine_plans(shape, 4096, 132, 16 * 256)[0] for shape in shapes}
+    _warmup.warm_up(torch.device("cuda"), 4096, shapes, _STEP_ROWS)
+    first = {shape: engine_plans(shape, 4096, 132, _STEP_ROWS)[0] for shape in shapes}
     assert launched[: len(shapes)] == [(shape, first[shape]) for shape in shapes]
-    assert len(launched) == sum(len(engine_plans(s, 4096, 132, 16 * 256)) for s in shapes) > len(shapes)
+    assert len(launched) == sum(len(engine_plans(s, 4096, 132, _STEP_ROWS)) for s in shapes) > len(shapes)

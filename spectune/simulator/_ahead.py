@@ -1,0 +1,295 @@
+"""Verifying ahead: the kernels verify each request's next steps in large calls, before its loop gets there.
+
+What a request emits at a step depends only on the request (its seed and temperature), how many steps
+it has verified before (steps done), the step's k and the logit synthesizer of its acceptance bin:
+the step writer draws a row from the request's own counter-based stream (``_step_writer``), and the
+kernels draw from the same key (``_engine._kernel_seeds``). It does not depend on the batch the step
+runs in, the clock or the other requests. So on CUDA an engine need not meet the GPU every step:
+``AheadVerifier`` verifies, for each request that needs it, every step until the request's output is
+complete (its emitted counts summed reach its output length), in calls of a fixed size over many
+requests and steps, and keeps the counts in a table per (simulation, synthesizer, k). A step then
+reads its counts from the table, host work only. The counts are those the step would have got
+verified alone, bit for bit (``tests/simulator/test_ahead.py``); only the kernels' work moves, from
+many small calls (a host sync each, rows past a batch padded up to 16) into few full ones.
+
+When a step finds a request's count missing (a request just admitted; a step of another acceptance
+bin or k than the table holds), the verifier refills: that request's steps from there to its end,
+and with them, once the batch is full, the next requests the loop will admit, so a closed loop meets
+the GPU about once per two batches of requests. A refill runs in rounds: the first verifies the
+fewest steps the output can take (k + 1 tokens a step) where the table has seen no count yet, later
+ones the remaining tokens at the mean count seen, plus a tenth; a request's last round is its only
+overshoot, steps past its end that no loop reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+import numpy as np
+import torch
+
+from spectune.simulator._engine import EngineMember, _KernelVerifier, _Verifier
+from spectune.simulator._loop import LoopSteps, VerifyRequest
+from spectune.workload import LogitSynthesizer
+
+__all__ = ["AHEAD_LANES", "AheadVerifier", "ahead_lane_rows", "ahead_rows"]
+
+AHEAD_LANES = 8  # (synthesizer, k) pairs one call can verify at once: a lockstep group's members
+UPCOMING_BATCHES = 2  # a full batch's refill also verifies the next this many batches of requests
+_LATER_MARGIN = 1.1  # later rounds verify the remaining tokens at the mean count, plus this share
+
+
+def ahead_lane_rows(device: torch.device) -> int:
+    """Rows a lane holds in a call: 512 on CUDA (a call of 4096 rows); 16 elsewhere, where only the
+    tests verify ahead (the kernels under Triton's interpreter)."""
+    return 512 if device.type == "cuda" else 16
+
+
+def ahead_rows(device: torch.device) -> int:
+    """R of every call an engine makes on ``device`` when it verifies ahead (what the warm-up compiles)."""
+    return AHEAD_LANES * ahead_lane_rows(device)
+
+
+@dataclass(eq=False)
+class _Table:
+    """The counts of one simulation's requests under one (synthesizer, k): ``counts[g, s]`` is what
+    request g emits at its step s, known for lo[g] <= s < hi[g] (int8; 0 where unknown)."""
+
+    synthesizer: LogitSynthesizer
+    k: int
+    counts: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    emitted: int = 0  # the counts verified so far, summed, and how many: their mean sizes later rounds
+    rows: int = 0
+
+    def covered(self, gids: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        return (self.lo[gids] <= steps) & (steps < self.hi[gids])
+
+    def steps_for(self, tokens: np.ndarray, first_round: bool) -> np.ndarray:
+        """Steps to verify for ``tokens`` still to come: the fewest they can take while no count is
+        known (k + 1 a step), else at the mean count seen, plus a tenth."""
+        if first_round and self.rows == 0:
+            return np.maximum(-(-tokens // (self.k + 1)), 1)
+        mean = self.emitted / self.rows if self.rows else float(self.k + 1)
+        return np.maximum(np.ceil(tokens * _LATER_MARGIN / mean).astype(np.int64), 1)
+
+    def store(self, gids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, counts: np.ndarray) -> None:
+        """Keep counts of steps starts..starts+lengths of each request (``counts`` flat, request by request)."""
+        ends = starts + lengths
+        if ends.max() > self.counts.shape[1]:
+            wider = np.zeros((self.counts.shape[0], 1 << int(ends.max() - 1).bit_length()), dtype=np.int8)
+            wider[:, : self.counts.shape[1]] = self.counts
+            self.counts = wider
+        rows = np.repeat(gids, lengths)
+        self.counts[rows, _ranges(starts, lengths)] = counts
+        extends = (self.lo[gids] <= starts) & (starts <= self.hi[gids]) & (self.hi[gids] > 0)
+        self.lo[gids] = np.where(extends, self.lo[gids], starts)
+        self.hi[gids] = ends
+        self.emitted += int(counts.sum())
+        self.rows += len(counts)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1 for each i, concatenated."""
+    offsets = np.cumsum(lengths) - lengths
+    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets - starts, lengths)
+
+
+def _lane_synthesizer(synthesizers: list[LogitSynthesizer | None], lane: int, batch_size: int) -> LogitSynthesizer:
+    """A lane's synthesizer in the call being staged, whatever its row count."""
+    synthesizer = synthesizers[lane]
+    assert synthesizer is not None
+    return synthesizer
+
+
+@dataclass
+class _Want:
+    """Requests of one table to verify from ``starts`` on, with ``tokens`` still to come each."""
+
+    member: EngineMember
+    table: _Table
+    gids: np.ndarray
+    starts: np.ndarray
+    tokens: np.ndarray
+    rows: list[int] = field(default_factory=list)  # rows verified for the member in this refill
+
+
+class AheadVerifier(_Verifier):
+    """The kernels (``_KernelVerifier`` with counter draws) verifying ahead, through ``AHEAD_LANES``
+    lanes of ``ahead_lane_rows`` rows: each lane is one (synthesizer, k) of a call, over the requests
+    of every member (their request tables side by side)."""
+
+    def __init__(
+        self,
+        members: Sequence[EngineMember],
+        device: torch.device,
+        num_drafts: int,
+        method: str,
+        synthetic_rates: torch.Tensor | None,
+        vocab: int,
+        has_draft: bool,
+    ) -> None:
+        self.members = list(members)
+        firsts: dict[int, int] = {}  # id(request seeds) -> the first index of that simulation's requests
+        seeds: list[np.ndarray] = []
+        temperatures: list[torch.Tensor] = []
+        for member in members:
+            if id(member.request_seeds) not in firsts:  # a simulation's replicas share its tables
+                firsts[id(member.request_seeds)] = sum(map(len, seeds))
+                seeds.append(member.request_seeds)
+                temperatures.append(member.temperature_index)
+        self.first = {id(m): firsts[id(m.request_seeds)] for m in members}
+        request_seeds, temperature_index = np.concatenate(seeds), torch.cat(temperatures)
+        self.lane_synthesizers: list[LogitSynthesizer | None] = [None] * AHEAD_LANES
+        self.lane_rows = ahead_lane_rows(device)
+        self.lanes = [
+            EngineMember(
+                loop=cast(LoopSteps, None),  # a lane only stages rows; it runs no loop
+                synthesizer=functools.partial(_lane_synthesizer, self.lane_synthesizers, lane),  # no cycle
+                temperature_index=temperature_index,
+                request_seeds=request_seeds,
+                generator=members[0].generator,
+                concurrency=self.lane_rows,
+                num_drafts=num_drafts,
+            )
+            for lane in range(AHEAD_LANES)
+        ]
+        self.call = _KernelVerifier(self.lanes, device, num_drafts, method, synthetic_rates, vocab, has_draft)
+        self.tables: dict[tuple[int, int, int], _Table] = {}  # (id(member), id(synthesizer), k) -> counts
+        self.produced = {id(m): np.zeros(len(m.request_seeds), dtype=np.int64) for m in members}
+        self.admitted = {id(m): 0 for m in members}  # local request ids below this have been verified for
+        self.result: dict[int, np.ndarray] | None = None
+        self.refills = self.calls = 0
+
+    def _table(self, member: EngineMember, synthesizer: LogitSynthesizer, k: int) -> _Table:
+        key = (id(member), id(synthesizer), k)
+        table = self.tables.get(key)
+        if table is None:
+            n = len(member.request_seeds)
+            table = self.tables[key] = _Table(
+                synthesizer, k, np.zeros((n, 64), dtype=np.int8), np.zeros(n, np.int64), np.zeros(n, np.int64)
+            )
+        return table
+
+    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+        steps = []
+        wants: list[_Want] = []
+        for member, (ids, steps_done, k) in requests.items():
+            assert member.synthesizer is not None
+            gids = member.global_ids[ids] if member.global_ids is not None else ids
+            table = self._table(member, member.synthesizer(len(ids)), k)
+            steps.append((member, gids, steps_done, table))
+            missing = ~table.covered(gids, steps_done)
+            if missing.any():
+                wants.extend(self._wants(member, table, ids, gids, steps_done, missing))
+        if wants:
+            self._refill(wants)
+        result = {}
+        for member, gids, steps_done, table in steps:
+            assert table.covered(gids, steps_done).all()
+            emitted = table.counts[gids, steps_done].astype(np.int64)
+            self.produced[id(member)][gids] += emitted
+            member.rows_verified += len(gids)
+            result[id(member)] = emitted
+        self.result = result
+
+    def finish(self) -> dict[int, np.ndarray]:
+        result, self.result = self.result, None
+        assert result is not None, "finish() without start()"
+        return result
+
+    def close(self) -> None:
+        self.call.close()
+
+    def _wants(
+        self,
+        member: EngineMember,
+        table: _Table,
+        ids: np.ndarray,
+        gids: np.ndarray,
+        steps_done: np.ndarray,
+        missing: np.ndarray,
+    ) -> list[_Want]:
+        """The missing requests' steps to their end; with a full batch, the next requests' too."""
+        outputs = member.output_tokens
+        assert outputs is not None  # an engine verifying ahead gets its members' output lengths
+        missed = gids[missing]
+        # Tokens to come: the output less the prefill's first token and what the steps so far emitted
+        # (preemptions take one more each, so this never falls short).
+        tokens = np.maximum(outputs[missed] - 1 - self.produced[id(member)][missed], 1)
+        wants = [_Want(member, table, missed, steps_done[missing], tokens)]
+        local_count = len(member.global_ids) if member.global_ids is not None else len(member.request_seeds)
+        admitted = max(self.admitted[id(member)], int(ids.max()) + 1)
+        if len(ids) >= member.concurrency and admitted < local_count:
+            upcoming = np.arange(admitted, min(local_count, admitted + UPCOMING_BATCHES * member.concurrency))
+            upcoming_gids = member.global_ids[upcoming] if member.global_ids is not None else upcoming
+            upcoming_gids = upcoming_gids[(table.hi[upcoming_gids] == 0) & (outputs[upcoming_gids] > 1)]
+            if len(upcoming_gids):
+                starts = np.zeros(len(upcoming_gids), dtype=np.int64)
+                wants.append(_Want(member, table, upcoming_gids, starts, outputs[upcoming_gids] - 1))
+            admitted = int(upcoming[-1]) + 1
+        self.admitted[id(member)] = admitted
+        return wants
+
+    def _refill(self, wants: list[_Want]) -> None:
+        """Verify each want's steps in rounds until its tokens are covered."""
+        started = time.perf_counter()
+        self.refills += 1
+        rows_by_member: dict[int, int] = {}
+        pending, first_round = wants, True
+        while pending:
+            lengths = [want.table.steps_for(want.tokens, first_round) for want in pending]
+            counts = self._verify(pending, lengths)
+            later = []
+            for want, length, got in zip(pending, lengths, counts):
+                want.table.store(want.gids, want.starts, length, got)
+                rows_by_member[id(want.member)] = rows_by_member.get(id(want.member), 0) + len(got)
+                offsets = np.cumsum(length) - length
+                tokens = want.tokens - np.add.reduceat(got.astype(np.int64), offsets)
+                short = tokens > 0
+                if short.any():
+                    later.append(
+                        _Want(want.member, want.table, want.gids[short], (want.starts + length)[short], tokens[short])
+                    )
+            pending, first_round = later, False
+        spent = time.perf_counter() - started
+        total = max(sum(rows_by_member.values()), 1)
+        for member in {id(w.member): w.member for w in wants}.values():
+            member.kernel_s += spent * rows_by_member.get(id(member), 0) / total
+
+    def _verify(self, wants: list[_Want], lengths: list[np.ndarray]) -> list[np.ndarray]:
+        """Counts (int8, flat per want: request by request, step by step) of each want's steps
+        starts..starts+lengths, in calls of up to ``AHEAD_LANES`` lanes of one (synthesizer, k) each."""
+        pieces = []  # (want index, first flat row, rows, request index in the call's tables, steps)
+        for index, (want, length) in enumerate(zip(wants, lengths)):
+            requests = np.repeat(want.gids + self.first[id(want.member)], length)
+            steps = _ranges(want.starts, length)
+            for begin in range(0, len(requests), self.lane_rows):
+                end = begin + self.lane_rows
+                pieces.append((index, begin, requests[begin:end], steps[begin:end]))
+        out = [np.zeros(int(length.sum()), dtype=np.int8) for length in lengths]
+        empty = np.zeros(0, dtype=np.int64)
+        for call_start in range(0, len(pieces), AHEAD_LANES):
+            call_pieces = pieces[call_start : call_start + AHEAD_LANES]
+            staged: dict[EngineMember, VerifyRequest] = {}
+            for number, lane in enumerate(self.lanes):  # every lane staged (an idle one empty): valid fields
+                index, _, requests, steps = call_pieces[min(number, len(call_pieces) - 1)]
+                table = wants[index].table
+                self.lane_synthesizers[number] = table.synthesizer
+                # The lane's rows past its piece get a request of the piece's simulation: the step writer
+                # looks their temperature up in this lane's synthesizer's tables, which a request of
+                # another simulation, left there by an earlier call, could index past.
+                offset, rows = self.call.slots[id(lane)]
+                self.call.host_rows[0, offset : offset + rows] = requests[0] + self.call.request_base[id(lane)]
+                staged[lane] = (requests, steps, table.k) if number < len(call_pieces) else (empty, empty, table.k)
+            self.call.start(staged)
+            counts = self.call.finish()
+            self.calls += 1
+            for lane, (index, begin, requests, _) in zip(self.lanes, call_pieces):
+                out[index][begin : begin + len(requests)] = counts[id(lane)]
+        return out
