@@ -31,6 +31,10 @@ so the serving loops' own host work can run while the GPU verifies). The CPU dra
 simulation's generator instead, the twin's stream, so the kernels under the interpreter and the twin
 give the same numbers there, as the CUDA twin (the same counter-based draws, made on the host) and
 the CUDA kernels do on a GPU.
+
+With counter-based draws a request's counts do not depend on the step it is verified in, so on CUDA
+the kernel verifier is not met every step: ``_ahead.AheadVerifier`` drives a ``_KernelVerifier`` of
+its own, whose calls verify requests' steps before their loops reach them (``VERIFY_AHEAD``).
 """
 
 from __future__ import annotations

@@ -2,15 +2,16 @@
 
 An engine's call compiles per launch plan (``spectune.kernels._plan``: a few per shape, chosen by R)
 and per shape: verification rule, draft logits or not, K (its padded row count, and Triton's own
-specialisation of K = 1). A study meets a random part of that set, in an order set by its search and
-its workers' timing, and the first process of a machine to meet a variant compiles it (one to four
-kernels, about two seconds each), usually inside a round that every later round waits for; a second
-run of the same study still met new ones. ``warm_up`` launches every variant once on a 16-row call,
+specialisation of K = 1). On CUDA engines verify ahead in calls of one size (``_ahead.ahead_rows``),
+so a shape has one plan there; step by step, R follows the group's batch sizes. A study meets a part
+of that set, in an order set by its search and its workers' timing, and the first process of a
+machine to meet a variant compiles it (one to four kernels, about two seconds each), usually inside a
+round that every later round waits for. ``warm_up`` launches every variant once on a 16-row call,
 so Triton's cache (shared by the machine's processes) holds them all; a study runs it in low-priority
 processes of their own beside the workers (``spectune._spawn.kernel_warm_up``), off its critical path.
 
-A decision-sized study has about two hundred variants, a few seconds of compiling each: more than its
-first run's warm-up gets through before the run ends and stops it. So each launch leaves a mark
+A decision-sized study has dozens of variants (about two hundred step by step), a few seconds of
+compiling each: more than a first run's warm-up may get through before the run ends and stops it. So each launch leaves a mark
 (``marks``: a file named by the launch and by what its compiled code depends on -- the kernels'
 source, Triton's and CUDA's versions, the GPU), and a later warm-up skips what is marked (a launch of
 a cached variant still costs a process a fraction of a second): the next run's warm-up starts where
