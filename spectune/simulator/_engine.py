@@ -55,7 +55,7 @@ from spectune.kernels.reference import RowBank, count_emitted_banked, rejection_
 from spectune.simulator._loop import LoopSteps, LoopTrace, VerifyRequest
 from spectune.workload import LogitSynthesizer
 
-__all__ = ["EngineMember", "call_inputs", "run_lockstep", "slot_rows"]
+__all__ = ["EngineMember", "call_inputs", "drive", "slot_rows"]
 
 # Whether engines with counter-based draws (CUDA's) verify ahead (``_ahead``) rather than step by step;
 # the two give the same numbers (off: ``benchmarks/simulator.py --step-by-step`` and the tests).
@@ -100,39 +100,6 @@ class EngineMember:
     kernel_s: float = 0.0
     synthesis_s: float = 0.0
     rows_verified: int = field(default=0)
-
-
-def run_lockstep(
-    members: Sequence[EngineMember],
-    *,
-    device: torch.device,
-    method: str,
-    synthetic_rates: torch.Tensor | None,
-    backend: str,
-    vocab_size: int,
-    draft_logits: bool,
-) -> None:
-    """Run every member's loop to its end, verifying each step's rows of all members in one call.
-
-    ``backend`` 'reference' (the twin over the members' banks) or 'triton' (the kernels over the same
-    banks, through row tables). Fills each member's ``trace`` and wall-time shares.
-    """
-    verifying = [m for m in members if m.synthesizer is not None]
-    num_drafts = max((m.num_drafts for m in verifying), default=0)
-    if not verifying:
-        verifier: _Verifier = _Verifier()
-    elif backend == "reference":
-        verifier = _TwinVerifier(device, num_drafts, method, synthetic_rates)
-    elif VERIFY_AHEAD and _counter_draws(device) and all(m.output_tokens is not None for m in verifying):
-        from spectune.simulator._ahead import AheadVerifier  # built on this module's kernel verifier
-
-        verifier = AheadVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
-    else:
-        verifier = _KernelVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
-    try:
-        drive(members, verifier)
-    finally:
-        verifier.close()
 
 
 def drive(members: Sequence[EngineMember], verifier: _Verifier) -> None:

@@ -13,8 +13,10 @@ import torch
 from spectune.config import AcceptanceRates, SimulationDocument, kv_cache_capacity_tokens
 from spectune.cost import CostModel, SamplerWork, build_cost_model
 from spectune.kernels._contract import DEFAULT_TILE
+from spectune.simulator import _engine
+from spectune.simulator._ahead import AheadVerifier
 from spectune.simulator._backend import resolve_device, select_rejection_sample
-from spectune.simulator._engine import EngineMember, run_lockstep, slot_rows
+from spectune.simulator._engine import EngineMember, slot_rows
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier, run_serving_loop, serving_loop
 from spectune.simulator._metrics import KvCacheReport, SimulationResult, summarize
@@ -186,7 +188,7 @@ def _simulate_group(
     )
     engine_started = time.perf_counter()
     members = [member for setup in setups for member in setup.members]
-    run_lockstep(
+    _run_lockstep(
         members,
         device=device,
         method=spec.rejection_sample_method if spec is not None else "standard",  # plain: never verifies
@@ -203,6 +205,41 @@ def _simulate_group(
         own_s = setup.setup_s + engine_s * rows / total_rows if len(setups) > 1 else time.perf_counter() - started
         results.append(setup.summary(baseline, own_s))
     return results
+
+
+def _run_lockstep(
+    members: Sequence[EngineMember],
+    *,
+    device: torch.device,
+    method: str,
+    synthetic_rates: torch.Tensor | None,
+    backend: str,
+    vocab_size: int,
+    draft_logits: bool,
+) -> None:
+    """Run every member's loop to its end, verifying each step's rows of all members in one call.
+
+    ``backend`` 'reference' (the twin over the members' banks) or 'triton' (the kernels over the same
+    banks, through row tables). Fills each member's ``trace`` and wall-time shares.
+    """
+    verifying = [m for m in members if m.synthesizer is not None]
+    num_drafts = max((m.num_drafts for m in verifying), default=0)
+    if not verifying:
+        verifier: _engine._Verifier = _engine._Verifier()
+    elif backend == "reference":
+        verifier = _engine._TwinVerifier(device, num_drafts, method, synthetic_rates)
+    elif (
+        _engine.VERIFY_AHEAD and _engine._counter_draws(device) and all(m.output_tokens is not None for m in verifying)
+    ):
+        verifier = AheadVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
+    else:
+        verifier = _engine._KernelVerifier(
+            verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits
+        )
+    try:
+        _engine.drive(members, verifier)
+    finally:
+        verifier.close()
 
 
 class _Setup:

@@ -58,7 +58,7 @@ def test_after_the_warm_up_an_engine_compiles_nothing(simulation_document):
     documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
     cuda = torch.device("cuda")
     launches = warm_up(cuda, 4096, study_shapes([("block", "probabilistic")], range(1, 6)), engine_rows(cuda, 16 * 64))
-    assert launches > 2 * 5  # the two step writers, and at least one plan a shape
+    assert launches >= 2 + 5  # the two step writers, and at least one plan a shape
     compiled: list[str] = []
     previous = triton.knobs.compilation.listener
     triton.knobs.compilation.listener = lambda *, src, **_: compiled.append(getattr(src, "name", "?"))
