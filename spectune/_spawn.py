@@ -1,13 +1,17 @@
 """Study worker processes started before their work is known, so that their start-up overlaps the parent's.
 
 A worker needs torch, Triton and Optuna and an open device (seconds: about five on a GPU machine)
-before it can simulate anything. This module imports none of that, so ``spectune study run`` can
-start its workers as soon as it has read the study, and each then waits for its work (``begin``).
-Where the machine has a core for each, the processes are spawned and import side by side. Where it
-has fewer cores than processes importing at once (``fork_server_pays``: two workers on two cores),
-they come from a fork server instead: one fresh process that imports torch, Optuna and the study code
-once (``spectune._preload``) and forks each child with them loaded (on two cores the workers' first
-trial came 1.3 s sooner). The server never opens CUDA, so its children can; it defines no kernel, as
+before it can simulate anything. This module imports none of that, so its workers can start before
+the parent has loaded its own libraries, and each then waits for its work (``begin``). Where the
+machine has a core for each, the processes are spawned and import side by side, from the very start
+of ``spectune study run``: the entry point spawns them before the command-line libraries load
+(``start_early_workers``), so their imports overlap the parent's and its reading of the study. What
+only the study says (its device), and the environment as reading it left it, reaches them later,
+when the command asks for them (``started_workers``). Where the machine has fewer cores than
+processes importing at once (``fork_server_pays``: two workers on two cores), they come from a fork
+server instead: one fresh process that imports torch, Optuna and the study code once
+(``spectune._preload``) and forks each child with them loaded (on two cores the workers' first trial
+came 1.3 s sooner). The server never opens CUDA, so its children can; it defines no kernel, as
 Triton reads its interpreter switch then, from the environment each child takes from its starter
 (``_entry``). Starting from the server waits for its imports, so it happens on a thread of its own:
 the parent goes on preparing the study meanwhile. ``kernel_warm_up`` starts the study's other
@@ -32,22 +36,42 @@ __all__ = [
     "fork_server_pays",
     "kernel_warm_up",
     "sigint_ignored_by_children",
+    "start_early_workers",
     "start_fork_server",
     "start_workers",
     "started_workers",
 ]
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What a worker needs before its work: the device it opens (a document's ``simulation.device``),
+    torch's CPU threads (the workers share the cores: each with torch's default, one a core, eight
+    workers on 16 cores ran 128 threads) and its starter's environment (``_take_environment``)."""
+
+    device: str
+    threads: int
+    environ: dict[str, str]
+
+    @classmethod
+    def now(cls, device: str, count: int) -> _Setup:
+        """The setup of each of ``count`` workers, with the environment as it is now."""
+        return cls(device, max(1, (os.cpu_count() or 1) // count), dict(os.environ))
+
+
 @dataclass
 class StartedWorkers:
     """Worker processes and their queues: ``inbox`` hands each its work, ``results`` takes (index,
-    status, payload) from each, ``stop`` asks them to end their running trial and stop."""
+    status, payload) from each, ``stop`` asks them to end their running trial and stop. ``setups``
+    hands each early worker its setup (``start_early_workers``); None where they were given it at
+    start."""
 
     processes: list[BaseProcess]
     inbox: Any  # multiprocessing Queue
     results: Any  # multiprocessing Queue
     stop: Any  # multiprocessing Event
     starting: _Starter
+    setups: Any = None  # multiprocessing Queue
 
     def check(self) -> None:
         """Raise what starting the processes raised, if it did."""
@@ -79,27 +103,57 @@ def start_workers(count: int, device: str = "cpu") -> StartedWorkers:
     """Start ``count`` workers; each opens ``device`` (a document's ``simulation.device``), then waits
     for ``begin``. They run with the environment as it is now: start them after anything that changes
     how the libraries load (``TRITON_INTERPRET``)."""
-    context = _context(count)
-    inbox, results, stop = context.Queue(), context.Queue(), context.Event()
-    threads = max(1, (os.cpu_count() or 1) // count)
-    environ = dict(os.environ)
-    processes: list[BaseProcess] = [
-        context.Process(target=_entry, args=(i, device, threads, environ, inbox, results, stop), daemon=True)
-        for i in range(count)
-    ]
-    return StartedWorkers(processes, inbox, results, stop, _Starter(context, processes))
+    return _start(_context(count), count, _Setup.now(device, count))
+
+
+# The workers ``start_early_workers`` started and no study has taken yet; process-global, like the
+# fork server, as the entry point starts them before the command that takes them exists.
+_early: StartedWorkers | None = None
+
+
+def start_early_workers(count: int) -> None:
+    """Spawn ``count`` workers now, before the study, its device and the environment it leaves are
+    known: they import while this process loads the command line and reads the study, then wait for
+    ``started_workers`` to hand them the rest. Spawned, not forked from the server: only where each
+    has a core is their importing side by side worth starting this early (``fork_server_pays``).
+    Workers no study takes end with this process (daemonic: ``multiprocessing`` terminates them at
+    exit, mid-import or waiting), or when a study asks for another count."""
+    global _early
+    _early = _start(multiprocessing.get_context("spawn"), count, None)
 
 
 @contextlib.contextmanager
 def started_workers(count: int, device: str) -> Iterator[StartedWorkers | None]:
-    """``start_workers`` when ``count`` > 1 (None for one: the parent is the worker), closed on exit
-    whatever happened in between (a study that fails before it begins leaves no process behind)."""
-    started = start_workers(count, device) if count > 1 else None
+    """The ``count`` workers ``start_early_workers`` started, handed their setup now (``device``,
+    torch's threads and the environment as it is now), else ``start_workers`` when ``count`` > 1
+    (None for one: the parent is the worker); closed on exit whatever happened in between (a study
+    that fails before it begins leaves no process behind)."""
+    global _early
+    early, _early = _early, None
+    if early is not None and len(early.processes) == count:
+        setup = _Setup.now(device, count)
+        for _ in early.processes:
+            early.setups.put(setup)
+        started: StartedWorkers | None = early
+    else:
+        if early is not None:  # started for another count (the entry point reads the first --workers)
+            early.close()
+        started = start_workers(count, device) if count > 1 else None
     try:
         yield started
     finally:
         if started is not None:
             started.close()
+
+
+def _start(context: Any, count: int, setup: _Setup | None) -> StartedWorkers:
+    """Start ``count`` workers given ``setup``, or (None) waiting for it on their ``setups`` queue."""
+    inbox, results, stop = context.Queue(), context.Queue(), context.Event()
+    setups = context.Queue() if setup is None else None
+    processes: list[BaseProcess] = [
+        context.Process(target=_entry, args=(i, setup, setups, inbox, results, stop), daemon=True) for i in range(count)
+    ]
+    return StartedWorkers(processes, inbox, results, stop, _Starter(context, processes), setups)
 
 
 # Processes that warm up a study's kernels: one for every CORES_PER_WARM_UP_PROCESS cores the workers
@@ -166,35 +220,47 @@ def sigint_ignored_by_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _entry(index: int, device: str, threads: int, environ: dict[str, str], inbox: Any, results: Any, stop: Any) -> None:
+def _entry(index: int, setup: _Setup | None, setups: Any, inbox: Any, results: Any, stop: Any) -> None:
     """Import and open the device, wait for the work (a picklable callable; unpickling it imports the
     study code) and run it as ``work(index, results, keep_going)``: ``keep_going()`` turns False once
     ``stop`` is set or the parent is gone (an orphan of a killed run). Stopped or orphaned before any
-    work: report nothing done. ``threads``: torch's CPU threads (the workers share the cores: each
-    with torch's default, one a core, eight workers on 16 cores ran 128 threads)."""
+    work: report nothing done. ``setup`` None: an early worker (``start_early_workers``), which
+    imports first and then waits for its setup on ``setups``: neither import reads what the setup
+    changes (torch leaves Triton, and its ``TRITON_INTERPRET``, to the study code)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
-    _take_environment(environ)
-    import optuna  # noqa: F401 -- loaded already where the fork server preloads it
-    import torch
-
-    torch.set_num_threads(threads)
-
-    _open_device(device)
     parent = multiprocessing.parent_process()
 
     def keep_going() -> bool:
         return not stop.is_set() and (parent is None or parent.is_alive())
 
-    while True:
-        if not keep_going():
+    if setup is not None:
+        _take_environment(setup.environ)
+    import optuna  # noqa: F401 -- loaded already where the fork server preloads it
+    import torch
+
+    if setup is None:
+        setup = _next(setups, keep_going)
+        if setup is None:
             results.put((index, "ok", 0))
             return
+        _take_environment(setup.environ)
+    torch.set_num_threads(setup.threads)
+    _open_device(setup.device)
+    work = _next(inbox, keep_going)
+    if work is None:
+        results.put((index, "ok", 0))
+        return
+    work(index, results, keep_going)
+
+
+def _next(source: Any, keep_going: Callable[[], bool]) -> Any:
+    """The next item on the queue ``source``; None if ``keep_going()`` turns False first."""
+    while keep_going():
         try:
-            work = inbox.get(timeout=0.1)
-            break
+            return source.get(timeout=0.1)
         except queue.Empty:
             pass
-    work(index, results, keep_going)
+    return None
 
 
 def _open_device(device: str) -> None:

@@ -13,8 +13,9 @@ def use_interpreter_if_asked(options: SimulationOptions) -> None:
     """Switch Triton's interpreter on when a document asks for the Triton kernels on the CPU.
 
     Triton reads ``TRITON_INTERPRET`` when the kernels are first imported, so it is set before the
-    simulator loads them; study workers, started afterwards, inherit it. A value already in the
-    environment is left as it is (the simulator then says if it cannot run).
+    simulator loads them; study workers take it with the environment they are handed afterwards
+    (``spectune._spawn``). A value already in the environment is left as it is (the simulator then
+    says if it cannot run).
     """
     if options.kernel_backend != "triton":
         return

@@ -159,7 +159,8 @@ def run(
         typer.echo(str(notice), err=True)
     document = loaded.model
     use_interpreter_if_asked(document.simulation)
-    # The workers import torch, Triton and Optuna and open the GPU while this process does the same.
+    # The workers import torch, Triton and Optuna and open the GPU while this process does the same; those
+    # the entry point spawned already (``spectune._launch``) are handed the device and this environment now.
     with started_workers(workers, document.simulation.device) as processes:
         import optuna
 

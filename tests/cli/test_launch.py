@@ -1,4 +1,4 @@
-"""The entry point starts the study's fork server before the command-line libraries load."""
+"""The entry point starts the study's workers, or their fork server, before the command-line libraries load."""
 
 import re
 import subprocess
@@ -28,19 +28,22 @@ def test_the_workers_of_a_study_run_are_read_from_the_command_line(args, workers
 @pytest.mark.parametrize(
     ("args", "pays", "starts"),
     [
-        (["study", "run", "s.yaml", "--workers", "2"], True, True),
-        (["study", "run", "s.yaml", "--workers", "2"], False, False),  # a core each: spawned
-        (["--help"], True, False),
+        (["study", "run", "s.yaml", "--workers", "2"], True, ["server"]),
+        (["study", "run", "s.yaml", "--workers", "2"], False, ["2 workers"]),  # a core each: spawned now
+        (["study", "run", "s.yaml"], False, []),  # the parent is the worker
+        (["--help"], True, []),
+        (["--help"], False, []),
     ],
 )
-def test_the_fork_server_starts_before_the_app_for_study_runs_it_pays_for(monkeypatch, args, pays, starts):
+def test_the_fork_server_or_the_workers_start_before_the_app_for_study_runs(monkeypatch, args, pays, starts):
     events: list[str] = []
     monkeypatch.setattr(sys, "argv", ["spectune", *args])
     monkeypatch.setattr("spectune._spawn.fork_server_pays", lambda workers: pays)
     monkeypatch.setattr("spectune._spawn.start_fork_server", lambda: events.append("server"))
+    monkeypatch.setattr("spectune._spawn.start_early_workers", lambda count: events.append(f"{count} workers"))
     monkeypatch.setattr("spectune.cli.main", lambda: events.append("app"))
     _launch.main()
-    assert events == (["server", "app"] if starts else ["app"])
+    assert events == [*starts, "app"]
 
 
 def test_the_fork_server_pays_only_with_fewer_cores_than_importing_processes(monkeypatch):

@@ -13,7 +13,9 @@ import hashlib
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from spectune.study import Candidate, Combo, Constraint, Point, StudySpace
 
@@ -205,3 +207,11 @@ class EnvironmentEvaluator(SyntheticEvaluator):
         if "SPECTUNE_TEST_STARTER" not in os.environ:
             raise RuntimeError("SPECTUNE_TEST_STARTER is not set in this worker")
         return super().__call__(point)
+
+
+def report_setup(index: int, results: Any, keep_going: Callable[[], bool]) -> None:
+    """A worker's work (``StartedWorkers.begin``) that reports what the worker runs with: its
+    SPECTUNE_TEST_STARTER and torch's CPU threads."""
+    import torch
+
+    results.put((index, "ok", (os.environ.get("SPECTUNE_TEST_STARTER"), torch.get_num_threads())))

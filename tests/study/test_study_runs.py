@@ -515,6 +515,81 @@ def test_processes_run_with_their_starters_environment(tmp_path, monkeypatch, fo
     assert seen and seen <= pids  # the started processes simulated, with the variable set (else they raise)
 
 
+def test_early_workers_run_with_the_setup_they_are_handed_not_the_one_at_their_start(monkeypatch):
+    """Spawned before the study is read, a worker takes the environment (TRITON_INTERPRET may be set
+    meanwhile) and torch's threads as they are when ``started_workers`` hands them over."""
+    from study_doubles import report_setup
+
+    from spectune import _spawn
+
+    monkeypatch.setattr(_spawn, "_early", None)  # and back to none after the test
+    monkeypatch.delenv("SPECTUNE_TEST_STARTER", raising=False)
+    _spawn.start_early_workers(2)
+    early = _spawn._early
+    monkeypatch.setenv("SPECTUNE_TEST_STARTER", "handed over")
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)  # three threads each: not torch's default here
+    with started_workers(2, "cpu") as started:
+        assert started is early and _spawn._early is None
+        started.begin(report_setup)
+        seen = sorted(started.results.get(timeout=120) for _ in started.processes)
+    assert seen == [(0, "ok", ("handed over", 3)), (1, "ok", ("handed over", 3))]
+    assert not any(p.is_alive() for p in started.processes)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_early_workers_started_for_another_count_are_closed_and_the_study_gets_its_own(monkeypatch, count):
+    from spectune import _spawn
+
+    monkeypatch.setattr(_spawn, "_early", None)
+    monkeypatch.setattr(_spawn, "fork_server_pays", lambda workers: False)  # spawned: no server to wait for
+    _spawn.start_early_workers(2)
+    early = _spawn._early.processes
+    with started_workers(count, "cpu") as started:
+        assert not any(p.is_alive() for p in early) and _spawn._early is None
+        if count == 1:
+            assert started is None
+        else:
+            assert len(started.processes) == count and not set(started.processes) & set(early)
+
+
+def test_early_workers_no_study_takes_end_with_the_command_quietly(tmp_path):
+    """A command that fails before its study begins (here: no such document) exits with its error
+    alone, and its early workers end with it."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from spectune import _launch, _spawn
+
+        _spawn.fork_server_pays = lambda workers: False
+        start = _spawn.start_early_workers
+
+        def start_and_show(count):
+            start(count)
+            print(*(p.pid for p in _spawn._early.processes), flush=True)
+
+        _spawn.start_early_workers = start_and_show
+        sys.argv = ["spectune", "study", "run", "missing.yaml", "--workers", "2"]
+        _launch.main()
+        """
+    )
+    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    pids = [int(pid) for pid in ran.stdout.split()]
+    assert ran.returncode == 1 and len(pids) == 2, ran
+    assert len(ran.stderr.splitlines()) == 1 and "missing.yaml" in ran.stderr, ran.stderr  # no traceback, no warning
+    deadline = time.monotonic() + 5
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_a_completed_trials_evaluation_is_read_once_and_never_taken_for_another_trials():
     # Every decision reads every trial; a completed trial's evaluation is kept by the trial object, so
     # a trial alike in number and params but another object (another study, another storage) is read
