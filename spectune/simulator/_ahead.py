@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
@@ -116,7 +116,6 @@ class _Want:
     gids: np.ndarray
     starts: np.ndarray
     tokens: np.ndarray
-    rows: list[int] = field(default_factory=list)  # rows verified for the member in this refill
 
 
 class AheadVerifier(_Verifier):
@@ -134,7 +133,6 @@ class AheadVerifier(_Verifier):
         vocab: int,
         has_draft: bool,
     ) -> None:
-        self.members = list(members)
         firsts: dict[int, int] = {}  # id(request seeds) -> the first index of that simulation's requests
         seeds: list[np.ndarray] = []
         temperatures: list[torch.Tensor] = []
@@ -189,9 +187,9 @@ class AheadVerifier(_Verifier):
                 wants.extend(self._wants(member, table, ids, gids, steps_done, missing))
         if wants:
             self._refill(wants)
+            assert all(table.covered(gids, steps_done).all() for _, gids, steps_done, table in steps)
         result = {}
         for member, gids, steps_done, table in steps:
-            assert table.covered(gids, steps_done).all()
             emitted = table.counts[gids, steps_done].astype(np.int64)
             self.produced[id(member)][gids] += emitted
             member.rows_verified += len(gids)
@@ -265,7 +263,7 @@ class AheadVerifier(_Verifier):
     def _verify(self, wants: list[_Want], lengths: list[np.ndarray]) -> list[np.ndarray]:
         """Counts (int8, flat per want: request by request, step by step) of each want's steps
         starts..starts+lengths, in calls of up to ``AHEAD_LANES`` lanes of one (synthesizer, k) each."""
-        pieces = []  # (want index, first flat row, rows, request index in the call's tables, steps)
+        pieces = []  # (want index, its first flat row here, the rows' requests in the call's tables, their steps)
         for index, (want, length) in enumerate(zip(wants, lengths)):
             requests = np.repeat(want.gids + self.first[id(want.member)], length)
             steps = _ranges(want.starts, length)
