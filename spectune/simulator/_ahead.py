@@ -6,7 +6,7 @@ the step writer draws a row from the request's own counter-based stream (``_step
 kernels draw from the same key (``_engine._kernel_seeds``). It does not depend on the batch the step
 runs in, the clock or the other requests. So on CUDA an engine need not meet the GPU every step:
 ``AheadVerifier`` verifies, for each request that needs it, every step until the request's output is
-complete (its emitted counts summed reach its output length), in calls of a fixed size over many
+complete (its emitted counts summed reach its output length), in calls of two sizes over many
 requests and steps, and keeps the counts in a table per (simulation, synthesizer, k). A step then
 reads its counts from the table, host work only. The counts are those the step would have got
 verified alone, bit for bit (``tests/simulator/test_ahead.py``); only the kernels' work moves, from
@@ -36,22 +36,22 @@ from spectune.simulator._engine import EngineMember, _KernelVerifier, _Verifier
 from spectune.simulator._loop import LoopSteps, VerifyRequest
 from spectune.workload import LogitSynthesizer
 
-__all__ = ["AHEAD_LANES", "AheadVerifier", "ahead_lane_rows", "ahead_rows"]
+__all__ = ["AHEAD_LANES", "AheadVerifier", "ahead_call_rows"]
 
 AHEAD_LANES = 8  # (synthesizer, k) pairs one call can verify at once: a lockstep group's members
 UPCOMING_BATCHES = 2  # a full batch's refill also verifies the next this many batches of requests
 _LATER_MARGIN = 1.1  # later rounds verify the remaining tokens at the mean count, plus this share
 
 
-def ahead_lane_rows(device: torch.device) -> int:
-    """Rows a lane holds in a call: 512 on CUDA (a call of 4096 rows); 16 elsewhere, where only the
-    tests verify ahead (the kernels under Triton's interpreter)."""
-    return 512 if device.type == "cuda" else 16
-
-
-def ahead_rows(device: torch.device) -> int:
-    """R of every call an engine makes on ``device`` when it verifies ahead (what the warm-up compiles)."""
-    return AHEAD_LANES * ahead_lane_rows(device)
+def ahead_call_rows(device: torch.device) -> tuple[int, int]:
+    """R of the two calls an engine verifying ahead on ``device`` makes (what the warm-up compiles):
+    a small one for a refill round's last few rows, a large one while rows remain to fill half of it.
+    On CUDA 512 and 4096 rows. A call costs about its R whatever rows it holds (the rows past its
+    pieces still run, if greedily and on a cached bank row), so at a large vocabulary a call of 4096
+    rows for a round of a few rows (a request admitted alone) costs several of 512; at a small
+    vocabulary, each call's fixed costs favour the large. Elsewhere, where only the tests verify ahead (the kernels under
+    Triton's interpreter), 32 and 128."""
+    return (512, 4096) if device.type == "cuda" else (32, 128)
 
 
 @dataclass(eq=False)
@@ -107,6 +107,34 @@ def _lane_synthesizer(synthesizers: list[LogitSynthesizer | None], lane: int, ba
     return synthesizer
 
 
+class _Call:
+    """One call size: ``AHEAD_LANES`` lanes of ``lane_rows`` rows through a ``_KernelVerifier`` (one
+    graph), each lane an engine member that only stages rows, over the engine's request tables."""
+
+    def __init__(
+        self,
+        rows: int,
+        template: EngineMember,
+        verifier_args: tuple[torch.device, int, str, torch.Tensor | None, int, bool],
+    ) -> None:
+        self.lane_rows = rows // AHEAD_LANES
+        self.rows = rows
+        self.synthesizers: list[LogitSynthesizer | None] = [None] * AHEAD_LANES
+        self.lanes = [
+            EngineMember(
+                loop=cast(LoopSteps, None),  # a lane runs no loop
+                synthesizer=functools.partial(_lane_synthesizer, self.synthesizers, lane),  # no cycle
+                temperature_index=template.temperature_index,
+                request_seeds=template.request_seeds,
+                generator=template.generator,
+                concurrency=self.lane_rows,
+                num_drafts=template.num_drafts,
+            )
+            for lane in range(AHEAD_LANES)
+        ]
+        self.verifier = _KernelVerifier(self.lanes, *verifier_args)
+
+
 @dataclass
 class _Want:
     """Requests of one table to verify from ``starts`` on, with ``tokens`` still to come each."""
@@ -120,7 +148,7 @@ class _Want:
 
 class AheadVerifier(_Verifier):
     """The kernels (``_KernelVerifier`` with counter draws) verifying ahead, through ``AHEAD_LANES``
-    lanes of ``ahead_lane_rows`` rows: each lane is one (synthesizer, k) of a call, over the requests
+    lanes in calls of two sizes (``ahead_call_rows``): each lane is one (synthesizer, k) of a call, over the requests
     of every member (their request tables side by side)."""
 
     def __init__(
@@ -142,22 +170,17 @@ class AheadVerifier(_Verifier):
                 seeds.append(member.request_seeds)
                 temperatures.append(member.temperature_index)
         self.first = {id(m): firsts[id(m.request_seeds)] for m in members}
-        request_seeds, temperature_index = np.concatenate(seeds), torch.cat(temperatures)
-        self.lane_synthesizers: list[LogitSynthesizer | None] = [None] * AHEAD_LANES
-        self.lane_rows = ahead_lane_rows(device)
-        self.lanes = [
-            EngineMember(
-                loop=cast(LoopSteps, None),  # a lane only stages rows; it runs no loop
-                synthesizer=functools.partial(_lane_synthesizer, self.lane_synthesizers, lane),  # no cycle
-                temperature_index=temperature_index,
-                request_seeds=request_seeds,
-                generator=members[0].generator,
-                concurrency=self.lane_rows,
-                num_drafts=num_drafts,
-            )
-            for lane in range(AHEAD_LANES)
-        ]
-        self.call = _KernelVerifier(self.lanes, device, num_drafts, method, synthetic_rates, vocab, has_draft)
+        template = EngineMember(
+            loop=cast(LoopSteps, None),
+            synthesizer=None,
+            temperature_index=torch.cat(temperatures),
+            request_seeds=np.concatenate(seeds),
+            generator=members[0].generator,
+            concurrency=1,
+            num_drafts=num_drafts,
+        )
+        arguments = (device, num_drafts, method, synthetic_rates, vocab, has_draft)
+        self.small, self.large = (_Call(rows, template, arguments) for rows in ahead_call_rows(device))
         self.tables: dict[tuple[int, int, int], _Table] = {}  # (id(member), id(synthesizer), k) -> counts
         self.produced = {id(m): np.zeros(len(m.request_seeds), dtype=np.int64) for m in members}
         self.admitted = {id(m): 0 for m in members}  # local request ids below this have been verified for
@@ -202,7 +225,8 @@ class AheadVerifier(_Verifier):
         return result
 
     def close(self) -> None:
-        self.call.close()
+        self.small.verifier.close()
+        self.large.verifier.close()
 
     def _wants(
         self,
@@ -262,32 +286,33 @@ class AheadVerifier(_Verifier):
 
     def _verify(self, wants: list[_Want], lengths: list[np.ndarray]) -> list[np.ndarray]:
         """Counts (int8, flat per want: request by request, step by step) of each want's steps
-        starts..starts+lengths, in calls of up to ``AHEAD_LANES`` lanes of one (synthesizer, k) each."""
-        pieces = []  # (want index, its first flat row here, the rows' requests in the call's tables, their steps)
-        for index, (want, length) in enumerate(zip(wants, lengths)):
-            requests = np.repeat(want.gids + self.first[id(want.member)], length)
-            steps = _ranges(want.starts, length)
-            for begin in range(0, len(requests), self.lane_rows):
-                end = begin + self.lane_rows
-                pieces.append((index, begin, requests[begin:end], steps[begin:end]))
+        starts..starts+lengths, in calls of ``AHEAD_LANES`` lanes of one (synthesizer, k) each: large
+        calls while the rows left fill half of one, then small ones."""
+        rows = []  # per want: the rows' requests in the calls' tables, and their steps
+        for want, length in zip(wants, lengths):
+            rows.append((np.repeat(want.gids + self.first[id(want.member)], length), _ranges(want.starts, length)))
         out = [np.zeros(int(length.sum()), dtype=np.int8) for length in lengths]
+        left, index, begin = sum(len(requests) for requests, _ in rows), 0, 0
         empty = np.zeros(0, dtype=np.int64)
-        for call_start in range(0, len(pieces), AHEAD_LANES):
-            call_pieces = pieces[call_start : call_start + AHEAD_LANES]
+        while left:
+            call = self.large if left >= self.large.rows // 2 else self.small
             staged: dict[EngineMember, VerifyRequest] = {}
-            for number, lane in enumerate(self.lanes):  # every lane staged (an idle one empty): valid fields
-                index, _, requests, steps = call_pieces[min(number, len(call_pieces) - 1)]
-                table = wants[index].table
-                self.lane_synthesizers[number] = table.synthesizer
-                # The lane's rows past its piece get a request of the piece's simulation: the step writer
-                # looks their temperature up in this lane's synthesizer's tables, which a request of
-                # another simulation, left there by an earlier call, could index past.
-                offset, rows = self.call.slots[id(lane)]
-                self.call.host_rows[0, offset : offset + rows] = requests[0] + self.call.request_base[id(lane)]
-                staged[lane] = (requests, steps, table.k) if number < len(call_pieces) else (empty, empty, table.k)
-            self.call.start(staged)
-            counts = self.call.finish()
+            taken = []  # (lane, want index, first flat row, rows)
+            for number, lane in enumerate(call.lanes):  # every lane staged (an idle one empty): valid fields
+                if index == len(rows):
+                    staged[lane] = (empty, empty, staged[call.lanes[0]][2])
+                    call.synthesizers[number] = call.synthesizers[0]
+                    continue
+                (requests, steps), table = rows[index], wants[index].table
+                end = min(begin + call.lane_rows, len(requests))
+                staged[lane] = (requests[begin:end], steps[begin:end], table.k)
+                call.synthesizers[number] = table.synthesizer
+                taken.append((lane, index, begin, end - begin))
+                left -= end - begin
+                index, begin = (index + 1, 0) if end == len(requests) else (index, end)
+            call.verifier.start(staged)
+            counts = call.verifier.finish()
             self.calls += 1
-            for lane, (index, begin, requests, _) in zip(self.lanes, call_pieces):
-                out[index][begin : begin + len(requests)] = counts[id(lane)]
+            for lane, want_index, first, size in taken:
+                out[want_index][first : first + size] = counts[id(lane)]
         return out

@@ -122,7 +122,9 @@ def _write_step_kernel(
     seed = mixed.to(tl.int64, bitcast=True)
     tl.store(seeds + r, seed, mask=live)
 
-    t = tl.load(temperature_index + request, mask=valid, other=0)
+    # A row past the batch may hold a stale request of another simulation, whose temperature could
+    # index past this member's tables: it reads temperature 0.
+    t = tl.load(temperature_index + request, mask=valid & (in_batch != 0), other=0)
     zero = (r * 0).to(tl.uint32)
     picks_of = bank_rows.to(tl.uint32)
     samples_of = token_stride.to(tl.uint32)
@@ -131,17 +133,18 @@ def _write_step_kernel(
         w0, w1, _, _ = tl.philox(seed, position.to(tl.uint32), zero, zero, zero + 1)
         slot = tl.load(int_base + slot_offset + t * slot_stride + tl.minimum(position, k - 1), mask=valid, other=0)
         bank_row = slot * bank_rows + (w0 % picks_of).to(tl.int64)
-        # Rows past the batch read the bank's row 0, which stays in the GPU's cache.
+        # Rows past the batch read the bank's row 0, which stays in the GPU's cache, greedily and
+        # with placeholder drafts: the kernels then skip their draft rows and sample nothing.
         element = bank_row * vocab * in_batch
         tl.store(target_rows + r * (num_drafts + 1) + j, element + target_offset, mask=live)
         if j == 0:
-            row_t = tl.load(float_base + temperature_offset + bank_row, mask=valid, other=0.0)
+            row_t = tl.load(float_base + temperature_offset + bank_row, mask=valid & (in_batch != 0), other=0.0)
             tl.store(temperature + r, row_t, mask=live)
         if j < num_drafts:
             if HAS_DRAFT:
                 tl.store(draft_rows + r * num_drafts + j, element + draft_offset, mask=live)
             column = (w1 % samples_of).to(tl.int64)
-            drafted = valid & (j < k)
+            drafted = valid & (j < k) & (in_batch != 0)
             token = tl.load(int_base + token_offset + bank_row * token_stride + column, mask=drafted, other=-1)
             tl.store(tokens + r * num_drafts + j, token, mask=live)
 

@@ -2,8 +2,8 @@
 
 An engine's call compiles per launch plan (``spectune.kernels._plan``: a few per shape, chosen by R)
 and per shape: verification rule, draft logits or not, K (its padded row count, and Triton's own
-specialisation of K = 1). On CUDA engines verify ahead in calls of one size (``_ahead.ahead_rows``),
-so a shape has one plan there; step by step, R follows the group's batch sizes. A study meets a part
+specialisation of K = 1). On CUDA engines verify ahead in calls of two sizes (``_ahead.ahead_call_rows``),
+so a shape has at most two plans there; step by step, R follows the group's batch sizes. A study meets a part
 of that set, in an order set by its search and its workers' timing, and the first process of a
 machine to meet a variant compiles it (one to four kernels, about two seconds each), usually inside a
 round that every later round waits for. ``warm_up`` launches every variant once on a 16-row call,
@@ -32,7 +32,7 @@ from spectune.kernels._arguments import RowTable
 from spectune.kernels._launcher import _sm_count, launch
 from spectune.kernels._plan import LaunchPlan, plan
 from spectune.simulator import _engine
-from spectune.simulator._ahead import ahead_rows
+from spectune.simulator._ahead import ahead_call_rows
 from spectune.simulator._engine import call_inputs, slot_rows
 from spectune.simulator._step_writer import MEMBER_FIELDS, ROW_FIELDS, write_step
 
@@ -46,7 +46,7 @@ def engine_rows(device: torch.device, max_rows: int) -> list[int]:
     """The row counts R of the calls engines on ``device`` make: verifying ahead, its one call size;
     step by step, every multiple of ``slot_rows``' quantum up to ``max_rows``."""
     if _engine.VERIFY_AHEAD and _engine._counter_draws(device):
-        return [ahead_rows(device)]
+        return list(ahead_call_rows(device))
     quantum = slot_rows(1, device)
     return list(range(quantum, max(max_rows, quantum) + 1, quantum))
 

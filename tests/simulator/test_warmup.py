@@ -8,7 +8,7 @@ from test_lockstep import _documents, _on_cuda
 
 from spectune.kernels._plan import plan
 from spectune.simulator import simulate_many
-from spectune.simulator._ahead import ahead_rows
+from spectune.simulator._ahead import ahead_call_rows
 from spectune.simulator._engine import slot_rows
 from spectune.simulator._warmup import engine_plans, engine_rows, study_shapes, warm_up
 
@@ -42,11 +42,11 @@ def test_the_warm_up_launches_nothing_off_cuda():
     assert warm_up(torch.device("cpu"), 256, [("block", True, 3)], [64]) == 0
 
 
-def test_engines_verifying_ahead_make_calls_of_one_size(monkeypatch):
+def test_engines_verifying_ahead_make_calls_of_two_sizes(monkeypatch):
     from spectune.simulator import _engine
 
     cuda = torch.device("cuda")
-    assert engine_rows(cuda, 16 * 256) == [ahead_rows(cuda)] == [4096]
+    assert engine_rows(cuda, 16 * 256) == list(ahead_call_rows(cuda)) == [512, 4096]
     monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)
     assert engine_rows(cuda, 16 * 256) == list(_STEP_ROWS)
 
