@@ -118,10 +118,10 @@ def test_a_table_keeps_counts_by_request_and_step_and_extends_its_ranges():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_verifying_ahead_gives_the_step_by_step_numbers(simulation_document, monkeypatch):
-    """On CUDA with the kernels at V = 4096: calls of 4096 rows, the numbers of one step at a time."""
+    """On CUDA with the kernels at V = 4096: calls of 512 and 4096 rows, the numbers of one step at a time."""
     documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
     verifiers = _watch_verifiers(monkeypatch)
     ahead = simulate_many(documents, baseline=False)
-    assert len(verifiers) == 1 and verifiers[0].call.total == 4096
+    assert len(verifiers) == 1 and (verifiers[0].small.verifier.total, verifiers[0].large.verifier.total) == (512, 4096)
     monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)
     assert [_numbers(r) for r in ahead] == [_numbers(r) for r in simulate_many(documents, baseline=False)]
