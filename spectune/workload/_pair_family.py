@@ -98,11 +98,18 @@ class PairRows:
 
 
 def family_base(vocab_size: int, num_rows: int, samples_per_row: int, *, seed: int, device: torch.device) -> FamilyBase:
-    """Draw the base noise with a CPU generator (identical on every device), then move it to ``device``."""
+    """Draw the base noise: with a CPU generator, then moved to ``device``; on CUDA the two [rows, V]
+    draws come from counter-based streams on the GPU instead (``_normals``), the same on every GPU."""
     generator = torch.Generator().manual_seed(seed)
     shape = (num_rows, vocab_size)
-    bulk_noise = torch.randn(shape, generator=generator, dtype=torch.float64)
-    draft_noise = torch.randn(shape, generator=generator, dtype=torch.float64)
+    if _normals_on_device(device):
+        from spectune.workload._normals import philox_normals  # Triton: loaded where used
+
+        bulk_noise = philox_normals(shape, seed, 0, device)
+        draft_noise = philox_normals(shape, seed, 1, device)
+    else:
+        bulk_noise = torch.randn(shape, generator=generator, dtype=torch.float64)
+        draft_noise = torch.randn(shape, generator=generator, dtype=torch.float64)
     confidence_noise = torch.randn((num_rows, 1), generator=generator, dtype=torch.float64)
     offsets = torch.rand((num_rows, samples_per_row), generator=generator, dtype=torch.float64)
     strata = torch.arange(samples_per_row, dtype=torch.float64)
@@ -113,6 +120,12 @@ def family_base(vocab_size: int, num_rows: int, samples_per_row: int, *, seed: i
         draft_noise=draft_noise.to(device),
         sample_uniforms=((strata + offsets) / samples_per_row).to(device),
     )
+
+
+def _normals_on_device(device: torch.device) -> bool:
+    """Whether ``family_base`` draws its bulk noise on ``device`` (CUDA; the tests also try the CPU,
+    under Triton's interpreter)."""
+    return device.type == "cuda"
 
 
 def knob_parameters(knob: float) -> tuple[float, float]:
