@@ -43,7 +43,7 @@ KernelShape = tuple[str, bool, int]
 
 
 def engine_rows(device: torch.device, max_rows: int) -> list[int]:
-    """The row counts R of the calls engines on ``device`` make: verifying ahead, its one call size;
+    """The row counts R of the calls engines on ``device`` make: verifying ahead, its two call sizes;
     step by step, every multiple of ``slot_rows``' quantum up to ``max_rows``."""
     if _engine.VERIFY_AHEAD and _engine._counter_draws(device):
         return list(ahead_call_rows(device))
