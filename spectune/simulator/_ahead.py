@@ -49,8 +49,8 @@ def ahead_call_rows(device: torch.device) -> tuple[int, int]:
     On CUDA 512 and 4096 rows. A call costs about its R whatever rows it holds (the rows past its
     pieces still run, if greedily and on a cached bank row), so at a large vocabulary a call of 4096
     rows for a round of a few rows (a request admitted alone) costs several of 512; at a small
-    vocabulary, each call's fixed costs favour the large. Elsewhere, where only the tests verify ahead (the kernels under
-    Triton's interpreter), 32 and 128."""
+    vocabulary, each call's fixed costs favour the large. Elsewhere, where only the tests verify
+    ahead (the kernels under Triton's interpreter), 32 and 128."""
     return (512, 4096) if device.type == "cuda" else (32, 128)
 
 
@@ -148,8 +148,8 @@ class _Want:
 
 class AheadVerifier(_Verifier):
     """The kernels (``_KernelVerifier`` with counter draws) verifying ahead, through ``AHEAD_LANES``
-    lanes in calls of two sizes (``ahead_call_rows``): each lane is one (synthesizer, k) of a call, over the requests
-    of every member (their request tables side by side)."""
+    lanes in calls of two sizes (``ahead_call_rows``): each lane is one (synthesizer, k) of a call,
+    over the requests of every member (their request tables side by side)."""
 
     def __init__(
         self,
