@@ -168,6 +168,14 @@ def _compiled_variants() -> int | None:
         return None
 
 
+def _call_rows(text: str) -> tuple[int, ...]:
+    """``--call-rows``: one or two comma-separated row counts."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"SMALL[,LARGE] row counts, got {text!r}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
@@ -182,12 +190,24 @@ def main() -> None:
         "--step-by-step", action="store_true", help="CUDA: verify every step as the loop reaches it, not ahead"
     )
     parser.add_argument(
+        "--call-rows",
+        type=_call_rows,
+        metavar="SMALL[,LARGE]",
+        help="CUDA: the call sizes of the engine verifying ahead (default: spectune's; one size: calls of that size only)",
+    )
+    parser.add_argument(
         "--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)"
     )
     args = parser.parse_args()
-    from spectune.simulator import _engine, simulate_many
+    from spectune.simulator import _ahead, _engine, simulate_many
 
     _engine.VERIFY_AHEAD = not args.step_by_step
+    if args.call_rows:
+        small, large = args.call_rows[0], args.call_rows[-1]
+        if len(args.call_rows) > 2 or any(rows <= 0 or rows % (8 * 16) for rows in args.call_rows):
+            parser.error(f"--call-rows: one or two positive multiples of 128 (8 lanes of 16), got {args.call_rows}")
+        default_rows = _ahead.ahead_call_rows
+        _ahead.ahead_call_rows = lambda on: (small, large) if on.type == "cuda" else default_rows(on)
 
     commit = (
         args.commit
@@ -247,7 +267,11 @@ def main() -> None:
             "date": date.today().isoformat(),
             "commit": commit,
             "members": args.members,
-            "engine": "step" if args.step_by_step or device.type != "cuda" else "ahead",
+            "engine": "step"
+            if args.step_by_step or device.type != "cuda"
+            else f"ahead {small}/{large}"
+            if args.call_rows
+            else "ahead",
         }
         rows.append(row)
         members = f" x{args.members} in lockstep" if args.members > 1 else ""
