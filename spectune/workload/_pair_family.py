@@ -102,20 +102,28 @@ def family_base(vocab_size: int, num_rows: int, samples_per_row: int, *, seed: i
     draws come from counter-based streams on the GPU instead (``_normals``), the same on every GPU."""
     generator = torch.Generator().manual_seed(seed)
     shape = (num_rows, vocab_size)
-    if _normals_on_device(device):
+    on_device = _normals_on_device(device)
+    if on_device:
         from spectune.workload._normals import philox_normals  # Triton: loaded where used
 
-        bulk_noise = philox_normals(shape, seed, 0, device)
-        draft_noise = philox_normals(shape, seed, 1, device)
-    else:
-        bulk_noise = torch.randn(shape, generator=generator, dtype=torch.float64)
-        draft_noise = torch.randn(shape, generator=generator, dtype=torch.float64)
+    def normals(stream: int) -> torch.Tensor:
+        if on_device:
+            return philox_normals(shape, seed, stream, device)
+        return torch.randn(shape, generator=generator, dtype=torch.float64)
+
+    # One [rows, V] float64 buffer at a time besides the results (0.5 GB each at V = 128256): the bulk
+    # scaled in place (by a power of two: exact, and its argmax the noise's), then the draft noise.
+    bulk_logits = normals(0).mul_(_BULK_LOGIT_SCALE)
+    bulk_log_probs = torch.log_softmax(bulk_logits, dim=-1).to(device)
+    top_token = bulk_logits.argmax(dim=-1, keepdim=True).to(device)
+    del bulk_logits
+    draft_noise = normals(1)
     confidence_noise = torch.randn((num_rows, 1), generator=generator, dtype=torch.float64)
     offsets = torch.rand((num_rows, samples_per_row), generator=generator, dtype=torch.float64)
     strata = torch.arange(samples_per_row, dtype=torch.float64)
     return FamilyBase(
-        bulk_log_probs=torch.log_softmax(_BULK_LOGIT_SCALE * bulk_noise, dim=-1).to(device),
-        top_token=bulk_noise.argmax(dim=-1, keepdim=True).to(device),
+        bulk_log_probs=bulk_log_probs,
+        top_token=top_token,
         confidence_noise=confidence_noise.to(device),
         draft_noise=draft_noise.to(device),
         sample_uniforms=((strata + offsets) / samples_per_row).to(device),
