@@ -214,6 +214,9 @@ def main() -> None:
         or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     )
     device = torch.device(args.device)
+    engine = "step" if args.step_by_step or device.type != "cuda" else "ahead"
+    if engine == "ahead" and args.call_rows:
+        engine = f"ahead {small}/{large}"
     bandwidth = _copy_bandwidth(device) if device.type == "cuda" else None
     rows = []
     for spec in args.rows or (CUDA_ROWS if device.type == "cuda" else CPU_ROWS):
@@ -267,11 +270,7 @@ def main() -> None:
             "date": date.today().isoformat(),
             "commit": commit,
             "members": args.members,
-            "engine": "step"
-            if args.step_by_step or device.type != "cuda"
-            else f"ahead {small}/{large}"
-            if args.call_rows
-            else "ahead",
+            "engine": engine,
         }
         rows.append(row)
         members = f" x{args.members} in lockstep" if args.members > 1 else ""
