@@ -27,9 +27,12 @@ The search is shaped for rounds: a round's points run side by side (lockstep, pa
 a GPU, or with a worker per point, a round costs about one simulation however many points it holds,
 and the wall time follows the number of rounds. So the first combo's curve is simulated whole in one
 round; a hill-climb probes its start with both neighbours at once (a bracket needs them anyway; only
-when the optimum moved is one wasted), or towards larger batches with the K below it; and a bucket
-whose best is bracketed hands its start on to the next bucket while its plateau is still probed. One
-at a time (``structured_next_point``) the same rules learn each result before the next probe.
+when the optimum moved is one wasted), or towards larger batches with the K below it; and the walk is
+pipelined: a bucket starts its search from its neighbour's best so far, as soon as the neighbour has
+one, rather than once the neighbour is settled (the buckets' climbs overlap; a start that the
+neighbour's later results move costs the probes it wasted). On the decision study that took 11
+rounds where the walk bucket by bucket took 16, for about 5 % more points. One at a time
+(``structured_next_point``) the same rules learn each result before the next probe.
 
 ``structured_next_points`` returns every point the search needs now -- the independent steps of all
 searches in flight (the screening of every combo, each kept combo's two directions, every refinement)
@@ -165,33 +168,31 @@ def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
 
 
 def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
-    """One kept combo: settle the representative bucket and walk outwards each way. A bucket whose best K
-    is bracketed hands its start on to the next bucket while its own plateau is still being probed (the
-    start may move with it; the next bucket's hill-climb follows), so the plateaus cost no rounds of their
-    own; the walk stops at the first bucket whose best is not bracketed yet."""
+    """One kept combo: settle the representative bucket and walk outwards each way. Each bucket starts
+    from its neighbour's best so far, once the neighbour has a result with K >= 1 (the start may move
+    with later results; the bucket's own hill-climb follows from what it has found), so the buckets'
+    climbs and plateaus overlap; the walk stops at the first bucket whose neighbour has no result yet."""
     space = state.space
     steps = _plateau_steps(state, label, space.batch_sizes[rep])
     for direction in (1, -1):
         index = rep + direction
         while 0 <= index < len(space.batch_sizes):
+            neighbour, batch_size = space.batch_sizes[index - direction], space.batch_sizes[index]
+            if not any(k > 0 for k in _curve(state, label, neighbour)):
+                break  # nothing to start from yet (the representative bucket was screened: never there)
             # Going up in batch size the optimum moves down: start from the smallest K that ties with the
             # neighbour's best; going down it moves up: start from the neighbour's best itself.
-            start = _best_k(state, label, space.batch_sizes[index - direction], smallest_tie=direction > 0)
-            batch_size = space.batch_sizes[index]
+            start = _best_k(state, label, neighbour, smallest_tie=direction > 0)
             curve = _curve_steps(
-                state,
-                label,
-                batch_size,
-                start=_middle_k(space) if start is None else start,
-                prefer_lower=direction > 0,
+                state, label, batch_size, start=_middle_k(space) if start is None else start, prefer_lower=direction > 0
             )
             if curve:
                 steps += curve
-                break
-            # Towards smaller batches the table may not fall below the larger neighbour's K (it would rise
-            # there), so the plateau matters only down to the smallest K tied at that neighbour.
-            ties = _tie_range(state, label, space.batch_sizes[index - direction]) if direction < 0 else None
-            steps += _plateau_steps(state, label, batch_size, floor=ties[0] if ties else 0)
+            else:
+                # Towards smaller batches the table may not fall below the larger neighbour's K (it would
+                # rise there), so the plateau matters only down to the smallest K tied at that neighbour.
+                ties = _tie_range(state, label, neighbour) if direction < 0 else None
+                steps += _plateau_steps(state, label, batch_size, floor=ties[0] if ties else 0)
             index += direction
     return steps
 
