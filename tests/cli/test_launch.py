@@ -1,5 +1,6 @@
 """The entry point starts the study's workers, or their fork server, before the command-line libraries load."""
 
+import os
 import re
 import subprocess
 import sys
@@ -42,8 +43,42 @@ def test_the_fork_server_or_the_workers_start_before_the_app_for_study_runs(monk
     monkeypatch.setattr("spectune._spawn.start_fork_server", lambda: events.append("server"))
     monkeypatch.setattr("spectune._spawn.start_early_workers", lambda count: events.append(f"{count} workers"))
     monkeypatch.setattr("spectune.cli.main", lambda: events.append("app"))
+    monkeypatch.setattr(_launch, "_leave", lambda code: events.append(f"exit {code}"))
     _launch.main()
-    assert events == [*starts, "app"]
+    assert events == [*starts, "app", "exit 0"]
+
+
+@pytest.mark.parametrize(("ended", "status"), [(None, 0), (0, 0), (2, 2), ("a message", 1)])
+def test_the_entry_point_leaves_with_the_status_the_app_exited_with(monkeypatch, capsys, ended, status):
+    def app():
+        raise SystemExit(ended)
+
+    left = []
+    monkeypatch.setattr(sys, "argv", ["spectune", "validate"])
+    monkeypatch.setattr("spectune.cli.main", app)
+    monkeypatch.setattr(_launch, "_leave", left.append)
+    _launch.main()
+    assert left == [status]
+    assert capsys.readouterr().err == ("a message\n" if status == 1 else "")
+
+
+def test_the_command_leaves_without_teardown_but_with_its_output_written(tmp_path):
+    # Into a pipe, stdout is block-buffered: leaving by os._exit without a flush would lose it. The study's
+    # workers' queues are multiprocessing objects: their semaphores must be freed, not reported as leaked.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: simulation\nworkload: {}\n")
+    checked = subprocess.run([sys.executable, "-m", "spectune", "validate", str(bad)], capture_output=True, text=True)
+    assert checked.returncode == 1
+    assert "bad.yaml" in checked.stdout + checked.stderr and "1 invalid" in checked.stdout
+    usage = subprocess.run([sys.executable, "-m", "spectune", "study", "run"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "Missing argument" in usage.stderr
+    code = "from spectune import _launch; print('written'); _launch._leave(3)"
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    left = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=buffered)
+    assert left.returncode == 3 and left.stdout == "written\n"
+    code = "import multiprocessing as mp; from spectune import _launch; mp.get_context('spawn').Queue().put(1); _launch._leave(0)"
+    left = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert left.returncode == 0 and "leaked" not in left.stderr, left.stderr
 
 
 def test_the_fork_server_pays_only_with_fewer_cores_than_importing_processes(monkeypatch):

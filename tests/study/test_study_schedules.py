@@ -234,7 +234,9 @@ def test_the_walk_starts_a_bucket_before_its_neighbour_is_settled():
         points = structured_next_points(state, keep_combos=2)
         rounds += 1
         for combo in {p.combo.label for p in points if p.combo is not None}:
-            larger = {p.batch_size for p in points if p.combo is not None and p.combo.label == combo and p.batch_size > 16}
+            larger = {
+                p.batch_size for p in points if p.combo is not None and p.combo.label == combo and p.batch_size > 16
+            }
             overlapped |= len(larger) >= 2
         for point in points:
             state.completed[point] = evaluate_metrics(space, point, evaluator(point), 0)
