@@ -6,17 +6,13 @@ at its first kernel: about half a second). Not the kernels: Triton reads its int
 a kernel is defined, from the environment each child takes from its starter.
 """
 
-import contextlib
-import os
-
 import optuna  # noqa: F401
 import torch  # noqa: F401
 
 import spectune.simulator  # noqa: F401
 import spectune.study  # noqa: F401
+from spectune._spawn import nvidia_driver_present, triton_head_start
 
-if os.path.exists("/proc/driver/nvidia/version"):
-    with contextlib.suppress(Exception):  # a head start only: a child that needs the key computes it
-        from triton.runtime.cache import triton_key
-
-        triton_key()  # cached in the server, so in every child forked from it
+head_start = triton_head_start(nvidia_driver_present())  # cached in the server, so in every child forked from it
+if head_start is not None:
+    head_start.join()

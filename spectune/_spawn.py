@@ -35,11 +35,13 @@ __all__ = [
     "StartedWorkers",
     "fork_server_pays",
     "kernel_warm_up",
+    "nvidia_driver_present",
     "sigint_ignored_by_children",
     "start_early_workers",
     "start_fork_server",
     "start_workers",
     "started_workers",
+    "triton_head_start",
 ]
 
 
@@ -226,8 +228,10 @@ def _entry(index: int, setup: _Setup | None, setups: Any, inbox: Any, results: A
     ``stop`` is set or the parent is gone (an orphan of a killed run). Stopped or orphaned before any
     work: report nothing done. ``setup`` None: an early worker (``start_early_workers``), which
     imports first and then waits for its setup on ``setups``: neither import reads what the setup
-    changes (torch leaves Triton, and its ``TRITON_INTERPRET``, to the study code)."""
+    changes (torch leaves Triton, and its ``TRITON_INTERPRET``, to the study code). Where kernels run
+    compiled, Triton's import and cache key come meanwhile on a thread (``triton_head_start``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
+    head_start = triton_head_start(nvidia_driver_present())
     parent = multiprocessing.parent_process()
 
     def keep_going() -> bool:
@@ -246,11 +250,38 @@ def _entry(index: int, setup: _Setup | None, setups: Any, inbox: Any, results: A
         _take_environment(setup.environ)
     torch.set_num_threads(setup.threads)
     _open_device(setup.device)
+    if head_start is not None:
+        head_start.join()
     work = _next(inbox, keep_going)
     if work is None:
         results.put((index, "ok", 0))
         return
     work(index, results, keep_going)
+
+
+def nvidia_driver_present() -> bool:
+    """Whether this machine has an NVIDIA driver loaded (the kernels then run compiled by Triton)."""
+    return os.path.exists("/proc/driver/nvidia/version")
+
+
+def triton_head_start(driver_present: bool) -> threading.Thread | None:
+    """Import Triton and compute its cache key on a thread of their own, beside the worker's import of
+    torch (None without a driver: the CPU runs no compiled kernel). A process needs both at its first
+    kernel launch; the key hashes Triton's compiler sources and library (about half a second), mostly
+    reading and hashing files, which release the GIL. Importing Triton defines no kernel, so it reads
+    nothing of the environment the worker takes later (``_take_environment``)."""
+    if not driver_present:
+        return None
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # a head start only: the first launch computes what is missing
+            from triton.runtime.cache import triton_key
+
+            triton_key()
+
+    thread = threading.Thread(target=run, name="spectune-triton-key", daemon=True)
+    thread.start()
+    return thread
 
 
 def _next(source: Any, keep_going: Callable[[], bool]) -> Any:

@@ -114,3 +114,15 @@ def test_the_fork_servers_preload_defines_no_kernel():
     assert "spectune.kernels._verify_kernel" in defining and "spectune.simulator._step_writer" in defining
     code = f"import sys; import spectune._preload; loaded = set({defining!r}) & set(sys.modules); assert not loaded, loaded"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_worker_computes_tritons_cache_key_on_a_thread_beside_its_imports_where_kernels_run_compiled():
+    # In a fresh interpreter: the key is computed once, on the thread, and cached for the first kernel launch.
+    code = (
+        "import sys; from spectune._spawn import triton_head_start; "
+        "assert triton_head_start(False) is None and 'triton' not in sys.modules; "
+        "thread = triton_head_start(True); thread.join(); "
+        "from triton.runtime.cache import triton_key; "
+        "assert triton_key.cache_info().currsize == 1 and 'torch' not in sys.modules, triton_key.cache_info()"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
