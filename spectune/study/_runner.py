@@ -214,6 +214,7 @@ def _worker_loop(
         refine_budget=spec.refine_budget,
     )
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
+    prepare: Callable[[Callable[[], bool]], bool] | None = getattr(spec.evaluator, "prepare", None)
     completed = 0
     idle_prunes = 0
     waiting_on: tuple[tuple[int, TrialState, int], ...] | None = None  # the trials' progress when told to wait
@@ -235,6 +236,13 @@ def _worker_loop(
         if decision == "wait" or idle_prunes >= 3:
             idle_prunes = 0
             waiting_on, decide_again_at = _progress(trials), time.monotonic() + _POLL_S
+            if prepare is not None and spec.workers > 1:
+                # Nothing to take until the others' results come: pay this process's one-time costs of
+                # simulating now, stopping once a trial moves (``prepare`` goes on at the next wait).
+                moved = waiting_on
+                if prepare(lambda: keep_going() and _progress(study.get_trials(deepcopy=False)) == moved):
+                    prepare = None
+                continue
             time.sleep(idle_poll)
             continue
         waiting_on = None

@@ -215,3 +215,17 @@ def report_setup(index: int, results: Any, keep_going: Callable[[], bool]) -> No
     import torch
 
     results.put((index, "ok", (os.environ.get("SPECTUNE_TEST_STARTER"), torch.get_num_threads())))
+
+
+class PreparingEvaluator(SyntheticEvaluator):
+    """A slow ``SyntheticEvaluator`` with a ``prepare`` that waits until ``keep_going`` turns False (at
+    most 30 s), then writes '<pid> prepared' or '<pid> deadline' into ``call_log``."""
+
+    def prepare(self, keep_going) -> bool:
+        assert self.call_log is not None
+        deadline = time.monotonic() + 30
+        while keep_going() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with open(self.call_log, "a") as log:
+            log.write(f"{os.getpid()} {'prepared' if not keep_going() else 'deadline'}\n")
+        return True

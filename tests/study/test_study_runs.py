@@ -488,6 +488,31 @@ def test_a_kernel_compiling_evaluator_warms_up_in_processes_of_its_own_stopped_a
         assert set(multiprocessing.active_children()) == before
 
 
+def test_a_worker_with_nothing_to_take_prepares_until_a_trial_moves(tmp_path):
+    """While a worker waits for the others' results it pays its one-time costs (``prepare``), and stops
+    preparing when a trial moves: the study ends as it would have, each point simulated once."""
+    from study_doubles import PreparingEvaluator
+
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
+    calls = tmp_path / "calls.log"
+    storage = str(tmp_path / "s.journal")
+    evaluator = PreparingEvaluator(delay_s=0.3, call_log=str(calls))
+    run_study(space, evaluator, fingerprint(), storage=storage, strategy="structured", keep_combos=1, workers=2)
+    lines = [line.split() for line in calls.read_text().splitlines()]
+    prepared = [pid for pid, what in lines if what in ("prepared", "deadline")]
+    simulated = [what for _, what in lines if what not in ("prepared", "deadline")]
+    assert prepared and len(prepared) == len(set(prepared))  # once a worker: this prepare has nothing left after
+    assert ["deadline"] not in [[what] for _, what in lines]  # stopped when a trial moved, not at its 30 s
+    assert set(prepared) <= {pid for pid, what in lines if what not in ("prepared", "deadline")}
+    assert len(simulated) == len(set(simulated))
+    alone = str(tmp_path / "one.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=alone, strategy="structured", keep_combos=1)
+    assert (
+        load_outcome(storage, space.name).recommendation.schedule
+        == load_outcome(alone, space.name).recommendation.schedule
+    )
+
+
 @pytest.mark.parametrize("fork_server", [True, False])
 def test_processes_run_with_their_starters_environment(tmp_path, monkeypatch, fork_server):
     """The fork server keeps the environment it started with; a worker, forked or spawned, takes its
