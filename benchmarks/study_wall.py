@@ -9,8 +9,14 @@ path (the sum of each round's longest), and the trials' summed duration over the
 number of trials in flight; trials simulated side by side in lockstep each count the whole call).
 Rounds are read from start times, so read them from a one-worker run: with many workers a round's
 trials start as workers come free, the rounds found overlap, and their critical path overstates.
+``--replay STUDY`` instead replays the structured search in whole rounds -- every point it needs at
+once, then the next round with their results -- on the journal's results, simulating (here, with the
+study's device) any point the journal lacks, and prints each round's points and its longest
+simulation in simulated steps: the critical path a study with a worker per point would follow,
+whatever the timing of the run that wrote the journal.
 
     python benchmarks/study_wall.py runs/decision/study.journal
+    python benchmarks/study_wall.py runs/decision/study.journal --replay studies/decision.yaml
 """
 
 from __future__ import annotations
@@ -32,8 +38,12 @@ def main() -> None:
         help="also each trial: its start and end after the first start, its point, its simulation's steps and "
         "own wall time (a trial in a lockstep group lasts as long as the group)",
     )
+    parser.add_argument("--replay", type=Path, help="the study document: replay its structured search in rounds")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.replay is not None:
+        replay(args.storage, args.replay)
+        return
     storage: str | optuna.storages.BaseStorage = args.storage
     if Path(args.storage).exists():
         storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(args.storage))
@@ -78,6 +88,48 @@ def main() -> None:
         f"{len(trials)} trials in {len(rounds)} rounds: wall {wall:.1f} s, critical path {critical:.1f} s, "
         f"mean trials in flight {busy / wall:.2f}"
     )
+
+
+def replay(storage: str, study: Path) -> None:
+    """The structured search in whole rounds on the results ``storage`` holds (see the module's doc)."""
+    from collections import Counter
+
+    from spectune.config import load_document
+    from spectune.study import (
+        SearchState,
+        SimulationEvaluator,
+        as_metrics,
+        evaluate_metrics,
+        load_outcome,
+        space_from_document,
+        structured_converged,
+        structured_next_points,
+    )
+
+    document = load_document(study, expect="study").model
+    space = space_from_document(document)
+    known = {
+        t.point.key: t.metrics
+        for t in load_outcome(storage, space.name).trials
+        if t.state == "COMPLETE" and t.point is not None and t.metrics is not None
+    }
+    keep = document.trials.keep_combos
+    simulate = SimulationEvaluator(document)
+    state = SearchState(space)
+    rounds = critical = points = 0
+    while not structured_converged(state, keep_combos=keep):
+        needed = structured_next_points(state, keep_combos=keep)
+        lacking = sum(p.key not in known for p in needed)
+        results = [(p, known[p.key] if p.key in known else simulate(p)) for p in needed]
+        for point, metrics in results:
+            state.completed[point] = evaluate_metrics(space, point, metrics, len(state.completed))
+        steps, longest = max((as_metrics(m).simulated_steps or 0, p.key) for p, m in results)
+        sizes = dict(sorted(Counter(p.batch_size for p in needed).items()))
+        print(
+            f"round {rounds:3d}: {len(needed):2d} points {sizes}, longest {steps} steps ({longest}); {lacking} simulated here"
+        )
+        rounds, critical, points = rounds + 1, critical + steps, points + len(needed)
+    print(f"{points} points in {rounds} rounds, critical path {critical} simulated steps")
 
 
 if __name__ == "__main__":
