@@ -240,7 +240,10 @@ def _worker_loop(
                 # Nothing to take until the others' results come: pay this process's one-time costs of
                 # simulating now, stopping once a trial moves (``prepare`` goes on at the next wait).
                 moved = waiting_on
-                if prepare(lambda: keep_going() and _progress(study.get_trials(deepcopy=False)) == moved):
+                try:
+                    if prepare(lambda: keep_going() and _progress(study.get_trials(deepcopy=False)) == moved):
+                        prepare = None
+                except Exception:  # noqa: BLE001 -- a head start only: a trial that meets the same reports it
                     prepare = None
                 continue
             time.sleep(idle_poll)

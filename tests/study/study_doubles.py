@@ -229,3 +229,10 @@ class PreparingEvaluator(SyntheticEvaluator):
         with open(self.call_log, "a") as log:
             log.write(f"{os.getpid()} {'prepared' if not keep_going() else 'deadline'}\n")
         return True
+
+
+class FailingPreparation(SyntheticEvaluator):
+    """A slow ``SyntheticEvaluator`` whose ``prepare`` raises."""
+
+    def prepare(self, keep_going) -> bool:
+        raise RuntimeError("out of memory while preparing")

@@ -513,6 +513,20 @@ def test_a_worker_with_nothing_to_take_prepares_until_a_trial_moves(tmp_path):
     )
 
 
+def test_a_preparation_that_fails_leaves_the_study_to_its_trials(tmp_path):
+    from study_doubles import FailingPreparation
+
+    space = make_space(batch_sizes=(1, 8), max_k=3)
+    storage = str(tmp_path / "s.journal")
+    run_study(space, FailingPreparation(delay_s=0.2), fingerprint(), storage=storage, strategy="structured", workers=2)
+    alone = str(tmp_path / "one.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=alone, strategy="structured")
+    assert (
+        load_outcome(storage, space.name).recommendation.schedule
+        == load_outcome(alone, space.name).recommendation.schedule
+    )
+
+
 @pytest.mark.parametrize("fork_server", [True, False])
 def test_processes_run_with_their_starters_environment(tmp_path, monkeypatch, fork_server):
     """The fork server keeps the environment it started with; a worker, forked or spawned, takes its
