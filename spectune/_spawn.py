@@ -305,6 +305,8 @@ def _open_device(device: str) -> None:
         if resolved.type == "cuda":
             import torch
 
+            if resolved.index is not None:
+                torch.cuda.set_device(resolved)  # this process simulates there only: no context on another GPU
             torch.empty(1, device=resolved)
     except (SpectuneError, RuntimeError, AssertionError):
         pass

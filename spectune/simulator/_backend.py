@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -12,7 +13,7 @@ from spectune.kernels import interpreted
 from spectune.kernels import rejection_sample as triton_rejection_sample
 from spectune.kernels.reference import rejection_sample as reference_rejection_sample
 
-__all__ = ["KernelBackend", "resolve_device", "select_rejection_sample"]
+__all__ = ["KernelBackend", "on_device", "resolve_device", "select_rejection_sample"]
 
 KernelBackend = Literal["auto", "triton", "reference"]
 
@@ -23,7 +24,21 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SpectuneError(f"simulation.device: '{device}' was asked for, but no CUDA device is available")
-    return torch.device(device)
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        have = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+        raise SpectuneError(
+            f"simulation.device: '{device}' was asked for, but this machine has {count} CUDA "
+            f"device{'' if count == 1 else 's'} ({have})"
+        )
+    return resolved
+
+
+def on_device(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """Make ``device`` the current CUDA device while the block runs (Triton launches its kernels, and
+    CUDA graphs capture, on the current device, not on their tensors'); nothing for the CPU."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def select_rejection_sample(backend: KernelBackend, device: torch.device) -> tuple[str, Callable[..., Any]]:

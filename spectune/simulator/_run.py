@@ -15,7 +15,7 @@ from spectune.cost import CostModel, SamplerWork, build_cost_model
 from spectune.kernels._contract import DEFAULT_TILE
 from spectune.simulator import _engine
 from spectune.simulator._ahead import AheadVerifier
-from spectune.simulator._backend import resolve_device, select_rejection_sample
+from spectune.simulator._backend import on_device, resolve_device, select_rejection_sample
 from spectune.simulator._engine import EngineMember, slot_rows
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier, run_serving_loop, serving_loop
@@ -63,12 +63,13 @@ def simulate_many(
         if device.type == "cpu":
             torch.set_num_threads(documents[group[0]].simulation.cpu_threads)  # restored below
         try:
-            group_results = _simulate_group(
-                [documents[i] for i in group],
-                device,
-                baseline=baseline,
-                progress=progress if len(documents) == 1 else None,
-            )
+            with on_device(device):
+                group_results = _simulate_group(
+                    [documents[i] for i in group],
+                    device,
+                    baseline=baseline,
+                    progress=progress if len(documents) == 1 else None,
+                )
         finally:
             torch.set_num_threads(previous_threads)
         for i, result in zip(group, group_results):

@@ -139,7 +139,7 @@ class SimulationEvaluator:
         skipped: ``marks_dir``); return the launches made (0 off CUDA)."""
         if not self.compiles_kernels():
             return 0
-        from spectune.simulator._backend import resolve_device
+        from spectune.simulator._backend import on_device, resolve_device
         from spectune.simulator._engine import slot_rows
         from spectune.simulator._warmup import engine_rows, marks_dir, study_shapes, warm_up
 
@@ -150,7 +150,8 @@ class SimulationEvaluator:
         shapes = study_shapes(verified, range(ks.min, ks.max + 1))
         max_rows = max_members * slot_rows(max(document.schedule.batch_sizes), device)
         rows = engine_rows(device, max_rows)
-        return warm_up(device, document.workload.vocab_size, shapes, rows, share, keep_going, marks_dir())
+        with on_device(device):
+            return warm_up(device, document.workload.vocab_size, shapes, rows, share, keep_going, marks_dir())
 
     def prepare(self, keep_going: Callable[[], bool] = lambda: True) -> bool:
         """Pay this process's one-time costs of simulating while it has nothing else to do (a worker

@@ -181,3 +181,42 @@ def test_speculation_off_is_the_baseline_a_speculative_config_is_compared_with(s
         ).speedup_vs_no_spec
         is None
     )
+
+
+def test_a_cuda_device_the_machine_lacks_is_refused_naming_the_field(monkeypatch):
+    import torch
+
+    from spectune.errors import SpectuneError
+    from spectune.simulator._backend import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(SpectuneError, match=r"simulation.device: 'cuda:2' .* has 2 CUDA devices \(cuda:0 to cuda:1\)"):
+        resolve_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SpectuneError, match=r"has 1 CUDA device \(cuda:0\)"):
+        resolve_device("cuda:1")
+
+
+def _two_gpus() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() >= 2
+
+
+@pytest.mark.skipif(not _two_gpus(), reason="needs two CUDA devices")
+def test_a_simulation_on_the_second_gpu_gives_the_first_ones_numbers(simulation_document):
+    # Triton launches and CUDA graphs capture on the current device: the simulation makes its own current.
+    import torch
+
+    current = torch.cuda.current_device()
+    results = []
+    for device in ("cuda:0", "cuda:1"):
+        document = simulation_document(simulation={"device": device, "bank_rows": 256}, workload={"temperature": 0.8})
+        result = simulate(document, baseline=False).to_dict()
+        for volatile in ("wall_time_s", "kernel_wall_time_s", "synthesis_wall_time_s"):
+            result.pop(volatile)
+        results.append(result)
+    assert results[0] == results[1]
+    assert torch.cuda.current_device() == current
