@@ -260,7 +260,8 @@ def test_a_worker_prepares_one_short_simulation_of_each_verification_kind_it_has
         lambda documents, **_: simulated.extend(documents) or [result] * len(documents),
     )
     evaluator = SimulationEvaluator(document, processes=2)
-    assert evaluator.prepare() and not simulated  # no compiled kernel on this machine: nothing to pay for
+    monkeypatch.setattr(SimulationEvaluator, "compiles_kernels", lambda self: False)
+    assert evaluator.prepare() and not simulated  # no compiled kernel: nothing to pay for
     monkeypatch.setattr(SimulationEvaluator, "compiles_kernels", lambda self: True)
     monkeypatch.setattr("spectune.study._document.StudyMetrics.from_mapping", lambda mapping: mapping)
     block_greedy = next(
