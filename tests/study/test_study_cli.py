@@ -172,6 +172,7 @@ def test_workers_sharing_a_gpu_without_mps_get_a_notice(tmp_path, monkeypatch):
     from spectune.cli._study import shared_gpu_notice
 
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
     assert shared_gpu_notice("cuda", 1, tmp_path) is None  # one worker: nothing to share
     assert shared_gpu_notice("cpu", 8, tmp_path) is None
     notice = shared_gpu_notice("auto", 8, tmp_path)
