@@ -25,8 +25,8 @@ def resolve_device(device: str) -> torch.device:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SpectuneError(f"simulation.device: '{device}' was asked for, but no CUDA device is available")
     resolved = torch.device(device)
-    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
+    count = torch.cuda.device_count() if resolved.type == "cuda" else 0
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= count:
         have = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
         raise SpectuneError(
             f"simulation.device: '{device}' was asked for, but this machine has {count} CUDA "

@@ -6,17 +6,18 @@ specialisation of K = 1). On CUDA engines verify ahead in calls of two sizes
 (``_ahead.ahead_call_rows``), so a shape has at most two plans there; step by step, R follows the
 group's batch sizes. A study meets a part of that set, in an order set by its search and its
 workers' timing, and the first process of a machine to meet a variant compiles it (one to four
-kernels, about two seconds each), usually inside a round that every later round waits for. ``warm_up`` launches every variant once on a 16-row call,
-so Triton's cache (shared by the machine's processes) holds them all; a study runs it in low-priority
-processes of their own beside the workers (``spectune._spawn.kernel_warm_up``), off its critical path.
+kernels, about two seconds each), usually inside a round that every later round waits for.
+``warm_up`` launches every variant once on a 16-row call, so Triton's cache (shared by the machine's
+processes) holds them all; a study runs it in low-priority processes of their own beside the
+workers (``spectune._spawn.kernel_warm_up``), off its critical path.
 
 A decision-sized study has dozens of variants (about two hundred step by step), a few seconds of
 compiling each: more than a first run's warm-up may get through before the run ends and stops it.
 So each launch leaves a mark (``marks``: a file named by the launch and by what its compiled code
 depends on -- the kernels' source, Triton's and CUDA's versions, the GPU), and a later warm-up skips
 what is marked (a launch of a cached variant still costs a process a fraction of a second): the next
-run's warm-up starts where the last one stopped. The marks live in Triton's cache folder (``marks_dir``), so clearing that
-cache clears them too.
+run's warm-up starts where the last one stopped. The marks live in Triton's cache folder
+(``marks_dir``), so clearing that cache clears them too.
 """
 
 from __future__ import annotations
@@ -72,9 +73,9 @@ def warm_up(
 ) -> int:
     """Launch the step writer and every plan of every shape at the row counts ``rows`` (``engine_rows``)
     once (16 rows over a one-row bank), so that each variant is compiled into Triton's cache; return
-    the launches made. ``share`` (i, n): only the i-th of every n launches (n processes warm up together); ``keep_going`` is asked before each
-    launch; ``marks``: a folder where each finished launch leaves a mark and a marked one is skipped
-    (None: launch all). CUDA only (0 elsewhere)."""
+    the launches made. ``share`` (i, n): only the i-th of every n launches (n processes warm up
+    together); ``keep_going`` is asked before each launch; ``marks``: a folder where each finished
+    launch leaves a mark and a marked one is skipped (None: launch all). CUDA only (0 elsewhere)."""
     if device.type != "cuda":
         return 0
     sm_count = _sm_count(device)

@@ -168,14 +168,13 @@ class SimulationEvaluator:
 
         space = space_from_document(self.document)
         batch_size = space.batch_sizes[space.representative_bucket()]
-        k = (space.min_num_speculative_tokens + space.max_num_speculative_tokens + 1) // 2
         for combo in space.combos:
             kind = (combo.rejection_sample_method, combo.draft_sample_method)
             if kind in self._prepared or kind[0] not in ("standard", "block"):
                 continue
             if not keep_going():
                 return False
-            document = simulation_document(self.document, Point(batch_size, combo, k))
+            document = simulation_document(self.document, Point(batch_size, combo, space.middle_k))
             short = document.simulation.model_copy(update={"max_steps": _PREPARE_STEPS})
             simulate_many([document.model_copy(update={"simulation": short})], baseline=False, processes=self.processes)
             self._prepared.add(kind)

@@ -173,6 +173,11 @@ class StudySpace:
         return (0, *range(self.min_num_speculative_tokens, self.max_num_speculative_tokens + 1))
 
     @property
+    def middle_k(self) -> int:
+        """The middle of the K range searched (the upper one of two): where a search with nothing to go on starts."""
+        return (self.min_num_speculative_tokens + self.max_num_speculative_tokens + 1) // 2
+
+    @property
     def weights(self) -> tuple[float, ...]:
         """Share of serving time at each bucket (normalised; equal when not given)."""
         raw = self.batch_size_weights or tuple(1.0 for _ in self.batch_sizes)

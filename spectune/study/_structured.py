@@ -153,7 +153,7 @@ def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
     than a bracket search's four); once they are known, every other combo's steps, warm from its best."""
     space = state.space
     first = space.combos[0].label
-    middle = _middle_k(space)
+    middle = space.middle_k
     curve = [space.point(batch_size, first, k) for k in sorted(space.k_values[1:], key=lambda k: (abs(k - middle), k))]
     steps = [p for p in curve if not state.is_settled(p)]
     if steps:
@@ -184,7 +184,7 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
             # neighbour's best; going down it moves up: start from the neighbour's best itself.
             start = _best_k(state, label, neighbour, smallest_tie=direction > 0)
             curve = _curve_steps(
-                state, label, batch_size, start=_middle_k(space) if start is None else start, prefer_lower=direction > 0
+                state, label, batch_size, start=space.middle_k if start is None else start, prefer_lower=direction > 0
             )
             if curve:
                 steps += curve
@@ -291,7 +291,7 @@ def _fill_order(state: SearchState, ranking: list[str]) -> list[Point]:
             return (-1, bucket_rank[point.batch_size], 0, 0)
         reference = _best_k(state, point.combo.label, point.batch_size)
         if reference is None:
-            reference = _middle_k(space)
+            reference = space.middle_k
         distance = abs(point.num_speculative_tokens - reference)
         return (
             rank_of.get(point.combo.label, len(ranking)),
@@ -390,7 +390,3 @@ def _outward_order(count: int, center: int) -> list[int]:
             if 0 <= index < count:
                 order.append(index)
     return order
-
-
-def _middle_k(space: StudySpace) -> int:
-    return (space.min_num_speculative_tokens + space.max_num_speculative_tokens + 1) // 2
