@@ -11,15 +11,36 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from spectune.errors import DocumentError, Problem, SpectuneError
 
-__all__ = ["check_output_file", "iter_bounded_lines", "read_bounded", "read_error", "write_atomic"]
+__all__ = [
+    "SAFE_NAME_RULE",
+    "check_output_file",
+    "is_safe_name",
+    "iter_bounded_lines",
+    "read_bounded",
+    "read_error",
+    "write_atomic",
+]
 
 _CHUNK_BYTES = 1 << 20
+
+SAFE_NAME_RULE = "letters, digits, '.', '_' and '-', not starting with '-', and not '.' or '..'"
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def is_safe_name(name: str) -> bool:
+    """Whether ``name`` is one folder name on every system (``SAFE_NAME_RULE``).
+
+    A study's name becomes ``runs/<name>``: ``..`` would put its files in the current folder, a ``/``
+    or ``\\`` somewhere else, and a leading ``-`` reads as an option to the commands a user runs on it.
+    """
+    return _SAFE_NAME.fullmatch(name) is not None and set(name) != {"."} and not name.startswith("-")
 
 
 def read_error(path: Path, err: OSError, expected: str = "a file") -> str:

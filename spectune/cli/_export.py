@@ -7,8 +7,10 @@ from typing import Annotated, Literal
 
 import typer
 
+from spectune._files import SAFE_NAME_RULE, is_safe_name
 from spectune.cli._errors import handle_errors
 from spectune.cli._study import StorageOption
+from spectune.errors import SpectuneError
 
 
 @handle_errors
@@ -31,6 +33,11 @@ def export(
     from spectune.export import check_output_dir, write_artefacts  # Optuna, for this command only
     from spectune.study import default_out_dir, load_outcome, locate_study
 
+    if out is None and not Path(study).is_file() and not is_safe_name(study):
+        raise SpectuneError(
+            f"study name {study!r}: the default --out runs/<name> needs one folder name: {SAFE_NAME_RULE} "
+            "(give --out, or the study document)"
+        )
     name, storage_url = locate_study(study, storage=storage, out=None)  # --out is where to write, not where it ran
     out_dir = default_out_dir(name, out)
     check_output_dir(out_dir)

@@ -90,7 +90,9 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
     if not isinstance(kind, str) or kind not in DOCUMENT_KINDS:
         allowed = ", ".join(sorted(DOCUMENT_KINDS))
         line = source.positions.line_of(("kind",))
-        raise DocumentError([Problem(source.file, line, "kind", f"must be one of {allowed}, got {kind!r}")])
+        raise DocumentError(
+            [_blame_override(source, Problem(source.file, line, "kind", f"must be one of {allowed}, got {kind!r}"))]
+        )
     if kind == "speculative":
         data = {key: value for key, value in data.items() if key != "kind"}
         embedded = [key for key in _SERVE_CONFIG_KEYS if key in data]
@@ -101,7 +103,8 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
             _check_not_a_kindless_document(source)
     if expect is not None and kind != expect:
         line = source.positions.line_of(("kind",))
-        raise DocumentError([Problem(source.file, line, "kind", f"expected a {expect} document here, got {kind!r}")])
+        wrong = Problem(source.file, line, "kind", f"expected a {expect} document here, got {kind!r}")
+        raise DocumentError([_blame_override(source, wrong)])
     data, unread = _read_profiles(source, DOCUMENT_KINDS[kind], data, prefix)
     notices: list[tuple[tuple[str | int, ...], str]] = []
     context = {"notices": notices, "base_dir": Path(source.file).parent}

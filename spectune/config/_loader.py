@@ -71,6 +71,9 @@ _Loader.add_implicit_resolver(
 )
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _Walker:
     def __init__(self, file: str) -> None:
         self.file = file
@@ -78,6 +81,61 @@ class _Walker:
         self.problems: list[Problem] = []
         self.nodes = 0
         self.constructor = _Loader("")
+        self.resolved: dict[int, dict[str, tuple[yaml.Node, yaml.Node]]] = {}  # by id(mapping node)
+        self.resolving: set[int] = set()
+
+    def _chosen_pairs(self, node: yaml.MappingNode, path: Path_) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        """The (key, value) nodes a mapping holds once its merge keys (``<<``) are resolved, by key.
+
+        A key written in the mapping overrides one it merges (that is what merge keys are for), and a
+        mapping merged earlier in ``<<: [*a, *b]`` overrides a later one (the YAML merge-key spec,
+        yaml.org/type/merge.html); a key written twice in the mapping itself is refused, since plain
+        YAML would silently keep the last. Resolved here rather than by PyYAML's ``flatten_mapping``,
+        which lets a merged value win over the merged mapping's own override one level down.
+        """
+        cached = self.resolved.get(id(node))
+        if cached is not None:
+            return cached
+        if id(node) in self.resolving:
+            self.fail(node, path, "a mapping merges itself (<<: through its own anchor)")
+            return {}
+        self.resolving.add(id(node))
+        own: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        sources: list[yaml.Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                sources.extend(value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node])
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                self.fail(key_node, path, "mapping keys must be plain strings, got a collection")
+                continue
+            key = self.constructor.construct_object(key_node)
+            if not isinstance(key, str):
+                key = str(key)
+            if key in own:
+                first = own[key][0].start_mark.line + 1
+                self.fail(
+                    key_node,
+                    path + (key,),
+                    f"duplicate key '{key}' (first on line {first}); YAML would silently keep the last",
+                )
+                continue
+            own[key] = (key_node, value_node)
+        chosen: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+        for source in sources:
+            if not isinstance(source, yaml.MappingNode):
+                self.fail(
+                    source,
+                    path,
+                    f"<< (a merge key) takes a mapping or a list of mappings, got a {type(source).__name__.removesuffix('Node').lower()}",
+                )
+                continue
+            for key, pair in self._chosen_pairs(source, path).items():
+                chosen.setdefault(key, pair)
+        chosen.update(own)
+        self.resolving.discard(id(node))
+        self.resolved[id(node)] = chosen
+        return chosen
 
     def fail(self, node: yaml.Node, path: Path_, message: str) -> None:
         self.problems.append(Problem(self.file, node.start_mark.line + 1, dotted_path(path), message))
@@ -90,23 +148,8 @@ class _Walker:
             raise _TooLarge(f"document is nested more than {MAX_DEPTH} levels deep; refusing it")
         self.positions.values.setdefault(path, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
-            self.constructor.flatten_mapping(node)  # resolves YAML merge keys (<<)
             result: dict[Any, Any] = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    self.fail(key_node, path, "mapping keys must be plain strings, got a collection")
-                    continue
-                key = self.constructor.construct_object(key_node)
-                if not isinstance(key, str):
-                    key = str(key)
-                if key in result:
-                    self.fail(
-                        key_node,
-                        path + (key,),
-                        f"duplicate key '{key}' (first on line "
-                        f"{self.positions.keys[path + (key,)]}); YAML would silently keep the last",
-                    )
-                    continue
+            for key, (key_node, value_node) in self._chosen_pairs(node, path).items():
                 self.positions.keys[path + (key,)] = key_node.start_mark.line + 1
                 result[key] = self.walk(value_node, path + (key,), depth + 1)
             return result

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, WithJsonSchema, field_serializer, field_validator, model_validator
 
+from spectune._files import SAFE_NAME_RULE, is_safe_name
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
 from spectune.config._metrics import BOUND_METRICS, OBJECTIVE_METRICS, Constraint, Objective, parse_constraint
@@ -239,7 +240,7 @@ class StudyDocument(SpectuneModel):
 
     kind: Literal["study"] = Field(description="Document kind.")
     name: str = Field(
-        min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$",
+        min_length=1, max_length=100, json_schema_extra={"pattern": r"^[A-Za-z0-9_.-]+$"},
         description="Study name in the storage and default output folder runs/<name> (letters, digits, . _ -).",
     )  # fmt: skip
     seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Seed of every simulation (same seed, same numbers).")
@@ -295,6 +296,14 @@ class StudyDocument(SpectuneModel):
                 ]
             )
         return {**data, "workload": {**workload, "concurrency": 1}}
+
+    @field_validator("name")
+    @classmethod
+    def _one_folder_name(cls, name: str) -> str:
+        """The name becomes the folder runs/<name>, so it must be exactly one safe path component."""
+        if not is_safe_name(name):
+            raise ValueError(f"must be one folder name (it names runs/<name>): {SAFE_NAME_RULE}; got {name!r}")
+        return name
 
     @field_validator("constraints", mode="before")
     @classmethod
