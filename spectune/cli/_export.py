@@ -42,5 +42,7 @@ def export(
     out_dir = default_out_dir(name, out)
     check_output_dir(out_dir)
     outcome = load_outcome(storage_url, name)
-    written = write_artefacts(outcome, out_dir, vllm_synthetic_form=vllm_synthetic_form)
-    typer.echo(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
+    change = write_artefacts(outcome, out_dir, vllm_synthetic_form=vllm_synthetic_form)
+    if change.removed:
+        typer.echo(f"removed {out_dir}/: {', '.join(p.name for p in change.removed)} (an earlier export's)")
+    typer.echo(f"wrote {out_dir}/: {', '.join(p.name for p in change.written)}")

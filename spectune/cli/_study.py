@@ -258,8 +258,10 @@ def _report(console: Console, storage_url: str, name: str, new_trials: int, star
         f"({time.monotonic() - started:.0f} s)"
     )
     print_summary(console, outcome)
-    written = write_artefacts(outcome, out_dir)
-    console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
+    change = write_artefacts(outcome, out_dir)
+    if change.removed:
+        console.print(f"removed {out_dir}/: {', '.join(p.name for p in change.removed)} (an earlier export's)")
+    console.print(f"wrote {out_dir}/: {', '.join(p.name for p in change.written)}")
 
 
 @handle_errors

@@ -3,7 +3,9 @@
 ``write_artefacts`` writes ``recommended.yaml`` (passes ``spectune validate``), ``vllm.json``
 (``--speculative-config``), ``vllm-synthetic.json`` (the same with acceptance pinned to the simulated
 rates, for checking on a GPU), ``sglang.txt`` (server flags), ``measure.sh`` (the GPU measurements that
-check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``.
+check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``, as one set
+beside a manifest of what it wrote (``.spectune-manifest.json``): it never overwrites or removes a file
+it did not write.
 """
 
 from spectune.export._artefacts import (

@@ -1,21 +1,26 @@
-"""Writing every artefact of a study into one folder.
+"""Writing every artefact of a study into one folder, as one set.
 
-Each file is written atomically (a temporary file in the folder, then ``os.replace``), so a crash
-leaves the previous file or the new one and a symbolic link in the folder is replaced, never written
-through. An artefact an earlier export left that this one does not write (another study's
-recommendation, say) is removed, so the folder never mixes two exports.
+The folder is the user's (``--out``): it may hold their own files and the study's journal. The
+artefacts are a file set (``spectune._file_set``): written in full into a temporary folder first, so a
+full disk leaves the previous export whole, then renamed into place; an artefact an earlier export
+left that this one does not write (another study's recommendation, say) is removed, so the folder
+never mixes two exports. Only files spectune wrote there, unchanged since, are ever overwritten or
+removed: a same-named file of the user's is refused, before a study runs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from spectune._files import check_output_file, write_atomic
+from spectune._file_set import MANIFEST_NAME, FileSetChange, FileWriter, foreign_files, replace_file_set, write_new_file
+from spectune._files import check_output_file
 from spectune.errors import SpectuneError
 from spectune.export._measure import measure_script
 from spectune.export._report import report_html
@@ -88,11 +93,17 @@ def bucket_comments(recommendation: Recommendation) -> list[str]:
 
 
 def write_artefacts(
-    outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current"
-) -> list[Path]:
+    outcome: StudyOutcome,
+    out_dir: Path,
+    *,
+    vllm_synthetic_form: SyntheticForm = "current",
+    writer: FileWriter = write_new_file,
+) -> FileSetChange:
     """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html.
 
-    Without any completed trial only trials.csv and report.html are written. Returns the paths written.
+    Without any completed trial only trials.csv and report.html are written. ``writer`` writes each new
+    file (into a temporary folder inside ``out_dir``). Returns the paths written and those of an
+    earlier export removed; ``SpectuneError`` leaves the earlier export whole.
     """
     check_output_dir(out_dir)
     files: dict[str, str] = {}
@@ -109,28 +120,52 @@ def write_artefacts(
             files["measure.sh"] = script
     files["trials.csv"] = trials_csv(outcome)
     files["report.html"] = report_html(outcome)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name in ARTEFACT_NAMES:
-            stale = out_dir / name
-            if name not in files and (stale.is_symlink() or stale.is_file()):
-                stale.unlink()  # an earlier export's; left beside these files it would pass for this study's
-    except OSError as err:
-        raise SpectuneError(f"--out {out_dir}: {err.strerror or err}") from None
-    written = []
-    for name, text in files.items():
-        path = out_dir / name
-        write_atomic(path, text)
-        written.append(path)
-    return written
+    return replace_file_set(out_dir, files, names=ARTEFACT_NAMES, writer=writer)
 
 
 def check_output_dir(out_dir: Path) -> None:
-    """``SpectuneError`` unless every artefact can be written into ``out_dir`` (checked before a study runs)."""
+    """``SpectuneError`` (naming only ``--out``) unless every artefact can be written into ``out_dir``.
+
+    Checked before a study runs: the name is UTF-8 (it is written into messages and report.html), the
+    folder is a folder or can be made one, a file can really be created there (a probe, not
+    ``os.access``, which says yes to root on a read-only mount), and no artefact name is taken by a
+    file spectune did not write.
+    """
+    try:
+        str(out_dir).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(out_dir).decode("utf-8", errors="backslashreplace")
+        raise SpectuneError(
+            f"--out {shown}: the folder name is not UTF-8 text; spectune writes it into its messages and "
+            "report.html: give a UTF-8 name"
+        ) from None
     if out_dir.exists() and not out_dir.is_dir():
         raise SpectuneError(f"--out {out_dir}: exists and is not a folder")
-    for name in ARTEFACT_NAMES:
+    for name in (*ARTEFACT_NAMES, MANIFEST_NAME):
         try:
             check_output_file(out_dir / name)
         except SpectuneError as err:
             raise SpectuneError(f"--out {out_dir}: {err}") from None
+    _probe_writable(out_dir)
+    foreign = foreign_files(out_dir, ARTEFACT_NAMES)
+    if foreign:
+        names = ", ".join(path.name for path in foreign)
+        raise SpectuneError(
+            f"--out {out_dir}: {names}: not written by spectune (or changed since; {MANIFEST_NAME} there "
+            "lists what spectune wrote), and an artefact of that name would replace it: move or delete it, or "
+            "choose another --out"
+        )
+
+
+def _probe_writable(out_dir: Path) -> None:
+    """Create and remove a file in ``out_dir``, or in the nearest folder above it that exists."""
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        descriptor, probe = tempfile.mkstemp(prefix=".spectune-probe-", dir=existing)
+    except OSError as err:
+        where = "" if existing == out_dir else f" (cannot create it in {existing})"
+        raise SpectuneError(f"--out {out_dir}: cannot write there{where}: {err.strerror or err}") from None
+    os.close(descriptor)
+    os.unlink(probe)

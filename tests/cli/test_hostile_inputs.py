@@ -242,12 +242,11 @@ def test_export_never_writes_through_a_symlink_in_the_output_folder(study, tmp_p
     folder.mkdir()
     (folder / "vllm.json").symlink_to("../victim.txt")
     result = _cli("export", "tiny", "--storage", str(out / "study.journal"), "--out", str(folder))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1  # a link spectune did not put there is the user's, like any file
+    assert result.output.startswith(f"error: --out {folder}: vllm.json: not written by spectune")
     assert victim.read_text() == "precious\n"
-    assert (
-        not (folder / "vllm.json").is_symlink()
-        and (folder / "vllm.json").read_text() == (out / "vllm.json").read_text()
-    )
+    assert (folder / "vllm.json").readlink() == Path("../victim.txt")
+    assert sorted(p.name for p in folder.iterdir()) == ["vllm.json"]
 
 
 def test_a_write_that_fails_midway_leaves_the_previous_artefacts_whole(study, tmp_path):
@@ -312,7 +311,11 @@ def test_exporting_a_study_without_trials_removes_another_studys_recommendation(
     empty.write_bytes(b"".join(line for line in _records(good) if json.loads(line)["op_code"] < 4))
     result = _cli("export", "tiny", "--storage", str(empty), "--out", str(folder))
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in folder.iterdir()) == ["report.html", "trials.csv"]
+    assert result.output.splitlines()[0] == (
+        f"removed {folder}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh "
+        "(an earlier export's)"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == [".spectune-manifest.json", "report.html", "trials.csv"]
 
 
 # 5. --n-trials 0 -------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_vllm_json_has_only_vllm_field_names_and_values(outcome):
 
 
 def test_every_written_config_passes_spectune_validate(outcome, tmp_path):
-    written = write_artefacts(outcome, tmp_path)
+    written = write_artefacts(outcome, tmp_path).written
     names = {p.name for p in written}
     assert names == {"recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "trials.csv", "report.html"}
     result = CliRunner().invoke(

@@ -100,7 +100,7 @@ def test_script_serves_the_schedule_k_their_neighbours_and_k0_at_every_bucket(ou
 
 
 def test_study_artefacts_include_measure_sh(outcome, tmp_path: Path) -> None:
-    written = write_artefacts(outcome, tmp_path)
+    written = write_artefacts(outcome, tmp_path).written
     assert tmp_path / "measure.sh" in written
 
 
