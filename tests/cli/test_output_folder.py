@@ -147,3 +147,69 @@ def test_a_read_only_out_is_refused_before_the_study_naming_only_out(tmp_path, t
         assert done.stderr.strip() == f"error: --out {out}: cannot write there: Read-only file system"
     assert not (tmp_path / "s.journal").exists()
     assert list(out.iterdir()) == []
+
+
+# A full disk ---------------------------------------------------------------------------------------
+
+_FULL_DISK_SCRIPT = r"""
+import json, os, subprocess, sys
+folder, first, second = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+def snapshot():
+    return {name: open(os.path.join(folder, name), "rb").read().hex() for name in sorted(os.listdir(folder))}
+assert subprocess.run(first, capture_output=True).returncode == 0
+before = snapshot()
+filler = os.path.join(os.path.dirname(folder), "filler")
+with open(filler, "wb", buffering=0) as handle:  # the tmpfs holds the folder and the filler: fill it to the last page
+    try:
+        while True:
+            handle.write(b"\0" * 4096)
+    except OSError:
+        pass
+# Room for each small file in turn, not for report.html (the largest) nor for the whole set.
+report_pages = -(-len(bytes.fromhex(before["report.html"])) // 4096)
+assert report_pages >= 2, report_pages
+os.truncate(filler, (-(-os.path.getsize(filler) // 4096) - (report_pages - 1)) * 4096)
+failed = subprocess.run(second, capture_output=True, text=True)
+after = snapshot()
+os.unlink(filler)
+print(json.dumps({"rc": failed.returncode, "stderr": failed.stderr, "same": before == after,
+                  "before": sorted(before), "after": sorted(after)}))
+"""
+
+
+def test_a_full_disk_mid_export_leaves_the_other_studys_set_whole(tmp_path, tiny_study):
+    # The reported case: after a full disk the folder held one study's recommended.yaml and another's
+    # report.html. Here a real (small) tmpfs fills up while the second study's set is written.
+    if not _read_only_mounts_work(tmp_path):
+        pytest.skip("needs unshare and mount (a private mount namespace) for a small tmpfs")
+    journals = {}
+    for name in ("tiny", "other"):
+        document = tmp_path / f"{name}.yaml"
+        document.write_text(tiny_study(name=name))
+        journals[name] = tmp_path / f"{name}.journal"
+        ran = _cli(
+            "study", "run", str(document), "--out", str(tmp_path / f"out-{name}"), "--storage", str(journals[name])
+        )
+        assert ran.exit_code == 0, ran.output
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    folder = disk / "deploy"
+
+    def export(name: str) -> str:
+        return json.dumps(
+            [sys.executable, "-m", "spectune", "export", name, "--storage", str(journals[name]), "--out", str(folder)]
+        )
+
+    script = f'mount -t tmpfs -o size=256k tmpfs "{disk}" && exec "$@"'
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+    done = subprocess.run(
+        [*command, sys.executable, "-c", _FULL_DISK_SCRIPT, str(folder), export("tiny"), export("other")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["rc"] == 1, result
+    assert result["same"], result  # byte for byte the first study's set, no temporary folder left
+    assert "No space left on device" in result["stderr"] and "are unchanged" in result["stderr"], result["stderr"]
+    assert ".spectune-manifest.json" in result["before"] and "report.html" in result["before"]
