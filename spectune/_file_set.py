@@ -10,7 +10,9 @@ A new set is written in two steps. First every file, and the new manifest, is wr
 temporary folder inside the target folder (same file system, so the next step is a rename); a full
 disk or any other failure here removes the temporary folder and leaves the old set exactly as it was.
 Then the files are renamed into place, the old set's files that the new one lacks are removed, and
-the manifest is renamed last. Renames need no free space, so a full disk cannot strike between them.
+the manifest is renamed last. Renames write no file data, so a full disk strikes in the first step. A
+process killed between the renames can leave new files the old manifest does not list: they then
+count as the user's, and the next write refuses them rather than guess.
 """
 
 from __future__ import annotations

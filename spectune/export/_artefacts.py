@@ -127,9 +127,9 @@ def check_output_dir(out_dir: Path) -> None:
     """``SpectuneError`` (naming only ``--out``) unless every artefact can be written into ``out_dir``.
 
     Checked before a study runs: the name is UTF-8 (it is written into messages and report.html), the
-    folder is a folder or can be made one, a file can really be created there (a probe, not
-    ``os.access``, which says yes to root on a read-only mount), and no artefact name is taken by a
-    file spectune did not write.
+    folder is a folder or can be made one, a file can really be created there (a probe: ``os.access``
+    answers from the mode bits, which do not stop root, and misses ACLs, security modules and full
+    inode tables), and no artefact name is taken by a file spectune did not write.
     """
     try:
         str(out_dir).encode("utf-8")
