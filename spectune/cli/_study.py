@@ -260,6 +260,21 @@ def _report(console: Console, storage_url: str, name: str, new_trials: int, star
     print_summary(console, outcome)
     written = write_artefacts(outcome, out_dir)
     console.print(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
+    _refuse_if_nothing_feasible(outcome)
+
+
+def _refuse_if_nothing_feasible(outcome: StudyOutcome) -> None:
+    """A study whose every bucket misses the SLOs answers no question: exit 1, naming the constraints."""
+    recommendation = outcome.recommendation
+    if recommendation is None or not outcome.space.constraints:
+        return
+    evaluations = [c.evaluation for c in recommendation.choices if c.evaluation is not None]
+    if evaluations and not any(e.feasible for e in evaluations):
+        labels = ", ".join(repr(c.label) for c in outcome.space.constraints)
+        raise SpectuneError(
+            f"no simulated config meets the constraints {labels} at any batch size: loosen them (the artefacts "
+            "written hold the least violating configs, not a config that meets them)"
+        )
 
 
 @handle_errors

@@ -50,3 +50,12 @@ def test_bounds_that_meet_at_one_value_are_not_a_contradiction(tmp_path, tiny_st
     result = runner.invoke(app, ["validate", str(document)])
     assert "contradicts" not in result.output, result.output
     assert result.exit_code == 0, result.output
+
+
+def test_a_study_where_nothing_meets_the_constraints_exits_1_naming_them(tmp_path, tiny_study):
+    document = tmp_path / "tiny.yaml"
+    document.write_text(_with_constraints(tiny_study(), ["tpot_p99_ms <= 0.000001"]))
+    result = runner.invoke(app, ["study", "run", str(document), "--out", str(tmp_path / "out")])
+    assert "Traceback" not in result.output
+    assert result.exit_code == 1, result.output
+    assert "no simulated config meets the constraints 'tpot_p99_ms <= 1e-06' at any batch size" in result.output
