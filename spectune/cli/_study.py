@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -52,7 +51,7 @@ def _table(rows: list[dict[str, str]]) -> Table:
 
 def print_summary(console: Console, outcome: StudyOutcome) -> None:
     """The recommendation, its per-bucket table and the vLLM flag."""
-    from spectune.export import pareto_rows, summary_rows, vllm_speculative_config
+    from spectune.export import pareto_rows, summary_rows, vllm_serve_command
     from spectune.study import provenance_notes, recommendation_provenance
 
     recommendation = outcome.recommendation
@@ -71,9 +70,7 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
         console.print(f"note: {note}", markup=False)
     for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):
         console.print(f"mark: {note}", markup=False)
-    console.print(
-        f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False
-    )
+    console.print(vllm_serve_command(recommendation), markup=False)
 
 
 def _progress_callback(

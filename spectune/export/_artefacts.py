@@ -99,7 +99,8 @@ def write_artefacts(
     recommendation = outcome.recommendation
     if recommendation is not None:
         files["recommended.yaml"] = recommended_yaml(outcome)
-        files["vllm.json"] = json_text(vllm_speculative_config(recommendation))
+        if not recommendation.speculation_off_everywhere:  # serve plainly: no drafter behind a table of 0 rows
+            files["vllm.json"] = json_text(vllm_speculative_config(recommendation))
         synthetic = vllm_synthetic_config(recommendation, vllm_synthetic_form)
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)
