@@ -37,3 +37,5 @@ def export(
     outcome = load_outcome(storage_url, name)
     written = write_artefacts(outcome, out_dir, vllm_synthetic_form=vllm_synthetic_form)
     typer.echo(f"wrote {out_dir}/: {', '.join(p.name for p in written)}")
+    if outcome.partial_note is not None:
+        typer.echo(f"note: {outcome.partial_note}")

@@ -66,6 +66,8 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
     if "tpot_p99" in outcome.space.objectives:
         console.print("Pareto fronts (throughput vs p99 TPOT) per batch size:")
         console.print(_table(pareto_rows(outcome)))
+    if outcome.partial_note is not None:
+        console.print(f"note: {outcome.partial_note}", markup=False)
     for note in recommendation.notes:
         console.print(f"note: {note}", markup=False)
     for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):

@@ -62,6 +62,7 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
         f"# Recommended by spectune study {outcome.space.name!r} ({outcome.num_evaluations} simulations).",
         f"# {recommendation.combo.label}; aggregate {recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s "
         "(weighted geometric mean over batch-size buckets).",
+        *([f"# {outcome.partial_note}"] if outcome.partial_note is not None else []),
         *bucket_comments(recommendation),
         *(f"# note: {note}" for note in recommendation.notes),
         *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),

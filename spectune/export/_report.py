@@ -131,6 +131,8 @@ def report_html(outcome: StudyOutcome) -> str:
         parts.append("<p>No recommendation yet: no trial has completed.</p>")
     else:
         parts.append(f"<h2>Recommendation: {escape(recommendation.combo.label)}</h2>")
+        if outcome.partial_note is not None:
+            parts.append(f"<p class='note partial'><strong>{escape(outcome.partial_note)}</strong></p>")
         parts.append(_table(summary_rows(outcome)))
         for note in recommendation.notes:
             parts.append(f"<p class='note'>{escape(note)}</p>")
