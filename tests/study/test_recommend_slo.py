@@ -50,3 +50,31 @@ def test_a_combo_missing_the_slo_at_one_batch_size_loses_to_one_meeting_it_every
         n.startswith("ngram/") and "no config meets the SLOs at batch size(s) 1" in n for n in recommendation.notes
     )
     assert f"{recommendation.combo.label}: meets the SLOs at every batch size" in recommendation.notes
+
+
+class _OffMeetsAtOne(_Planted):
+    def __call__(self, point):
+        metrics = super().__call__(point)
+        if point.is_off and point.batch_size == 1:
+            metrics["tpot_p99_ms"] = 5.0
+        return metrics
+
+
+def test_a_bucket_whose_drafts_miss_the_slo_is_scored_at_the_k0_the_table_would_serve(tmp_path):
+    space = make_space(
+        name="slo",
+        batch_sizes=(1, 8),
+        max_k=2,
+        methods=("eagle3", "ngram"),
+        constraints=(parse_constraint("tpot_p99_ms <= 10"),),
+    )
+    journal = str(tmp_path / "study.journal")
+    run_study(space, _OffMeetsAtOne(), fingerprint(), storage=journal, strategy="exhaustive")
+    recommendation = load_outcome(journal, "slo").recommendation
+    assert recommendation is not None
+    ngram = next(s for s in recommendation.ranking if s.combo.candidate == "ngram")
+    assert ngram.infeasible_batch_sizes == ()
+    assert [(c.batch_size, c.num_speculative_tokens) for c in ngram.choices] == [(1, 0), (8, 2)]
+    # sqrt(50 * 1100 * 1.02): K = 0's 50 tokens/s at batch size 1 is in the mean, not left out of it
+    assert abs(ngram.aggregate_throughput_tokens_per_s - (50.0 * 1122.0) ** 0.5) < 1e-6
+    assert recommendation.combo.candidate == "eagle3"
