@@ -46,3 +46,5 @@ def export(
     if change.removed:
         typer.echo(f"removed {out_dir}/: {', '.join(p.name for p in change.removed)} (an earlier export's)")
     typer.echo(f"wrote {out_dir}/: {', '.join(p.name for p in change.written)}")
+    if outcome.partial_note is not None:
+        typer.echo(f"note: {outcome.partial_note}")

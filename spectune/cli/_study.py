@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -52,7 +51,7 @@ def _table(rows: list[dict[str, str]]) -> Table:
 
 def print_summary(console: Console, outcome: StudyOutcome) -> None:
     """The recommendation, its per-bucket table and the vLLM flag."""
-    from spectune.export import pareto_rows, summary_rows, vllm_speculative_config
+    from spectune.export import pareto_rows, summary_rows, vllm_serve_command
     from spectune.study import provenance_notes, recommendation_provenance
 
     recommendation = outcome.recommendation
@@ -67,13 +66,13 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
     if "tpot_p99" in outcome.space.objectives:
         console.print("Pareto fronts (throughput vs p99 TPOT) per batch size:")
         console.print(_table(pareto_rows(outcome)))
+    if outcome.partial_note is not None:
+        console.print(f"note: {outcome.partial_note}", markup=False)
     for note in recommendation.notes:
         console.print(f"note: {note}", markup=False)
     for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):
         console.print(f"mark: {note}", markup=False)
-    console.print(
-        f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'", markup=False
-    )
+    console.print(vllm_serve_command(recommendation), markup=False)
 
 
 def _progress_callback(
@@ -262,6 +261,21 @@ def _report(console: Console, storage_url: str, name: str, new_trials: int, star
     if change.removed:
         console.print(f"removed {out_dir}/: {', '.join(p.name for p in change.removed)} (an earlier export's)")
     console.print(f"wrote {out_dir}/: {', '.join(p.name for p in change.written)}")
+    _refuse_if_nothing_feasible(outcome)
+
+
+def _refuse_if_nothing_feasible(outcome: StudyOutcome) -> None:
+    """A study whose every bucket misses the SLOs answers no question: exit 1, naming the constraints."""
+    recommendation = outcome.recommendation
+    if recommendation is None or not outcome.space.constraints:
+        return
+    evaluations = [c.evaluation for c in recommendation.choices if c.evaluation is not None]
+    if evaluations and not any(e.feasible for e in evaluations):
+        labels = ", ".join(repr(c.label) for c in outcome.space.constraints)
+        raise SpectuneError(
+            f"no simulated config meets the constraints {labels} at any batch size: loosen them (the artefacts "
+            "written hold the least violating configs, not a config that meets them)"
+        )
 
 
 @handle_errors

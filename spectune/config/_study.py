@@ -311,16 +311,23 @@ class StudyDocument(SpectuneModel):
         """Each 'METRIC <= NUMBER' text becomes a ``Constraint``, once."""
         if not isinstance(values, list):
             return values
-        parsed, problems = [], []
+        parsed: list[Constraint] = []
+        problems: list[tuple[FieldPath, str]] = []
         for i, value in enumerate(values):
-            if not isinstance(value, str):
+            if isinstance(value, Constraint):
                 parsed.append(value)
+                continue
+            if not isinstance(value, str):
+                problems.append(
+                    ((i,), f"a constraint is a string like 'tpot_p99_ms <= 50' (METRIC <= or >= NUMBER), got {value!r}")
+                )
                 continue
             try:
                 parsed.append(parse_constraint(value))
             except ValueError as err:
                 problems.append(((i,), str(err)))
         check_rules(problems)
+        check_rules(_empty_intervals(parsed))
         return parsed
 
     @field_serializer("constraints")
@@ -453,3 +460,21 @@ class StudyDocument(SpectuneModel):
             if candidate.label == label:
                 return candidate
         raise KeyError(f"no candidate {label!r} in study {self.name!r}")
+
+
+def _empty_intervals(constraints: list[Constraint]) -> list[tuple[FieldPath, str]]:
+    """A '>=' bound above a '<=' bound on one metric leaves no value that meets both: no trial could."""
+    problems: list[tuple[FieldPath, str]] = []
+    for i, upper in enumerate(constraints):
+        if upper.op != "<=":
+            continue
+        for j, lower in enumerate(constraints):
+            if lower.op == ">=" and lower.metric == upper.metric and lower.bound > upper.bound:
+                problems.append(
+                    (
+                        (max(i, j),),
+                        f"contradicts constraints[{min(i, j)}]: {upper.label!r} and {lower.label!r} leave no "
+                        f"{upper.metric} that meets both (the '>=' bound must be at most the '<=' bound)",
+                    )
+                )
+    return problems

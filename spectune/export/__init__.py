@@ -25,6 +25,7 @@ from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
     simulated_acceptance_rates,
+    vllm_serve_command,
     vllm_speculative_config,
     vllm_synthetic_config,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "summary_rows",
     "tie_cell",
     "trials_csv",
+    "vllm_serve_command",
     "vllm_speculative_config",
     "vllm_synthetic_config",
     "write_artefacts",

@@ -67,6 +67,7 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
         f"# Recommended by spectune study {outcome.space.name!r} ({outcome.num_evaluations} simulations).",
         f"# {recommendation.combo.label}; aggregate {recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s "
         "(weighted geometric mean over batch-size buckets).",
+        *([f"# {outcome.partial_note}"] if outcome.partial_note is not None else []),
         *bucket_comments(recommendation),
         *(f"# note: {note}" for note in recommendation.notes),
         *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),
@@ -110,7 +111,8 @@ def write_artefacts(
     recommendation = outcome.recommendation
     if recommendation is not None:
         files["recommended.yaml"] = recommended_yaml(outcome)
-        files["vllm.json"] = json_text(vllm_speculative_config(recommendation))
+        if not recommendation.speculation_off_everywhere:  # serve plainly: no drafter behind a table of 0 rows
+            files["vllm.json"] = json_text(vllm_speculative_config(recommendation))
         synthetic = vllm_synthetic_config(recommendation, vllm_synthetic_form)
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)

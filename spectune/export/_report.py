@@ -13,7 +13,7 @@ from html import escape
 from spectune.config import or_nan
 from spectune.export._svg import PALETTE, Band, Series, chart_svg
 from spectune.export._tables import summary_rows
-from spectune.export._vllm import vllm_speculative_config
+from spectune.export._vllm import vllm_serve_command, vllm_speculative_config
 from spectune.study import Evaluation, StudyOutcome, pareto_front, provenance_notes, recommendation_provenance
 
 __all__ = ["report_html"]
@@ -131,13 +131,18 @@ def report_html(outcome: StudyOutcome) -> str:
         parts.append("<p>No recommendation yet: no trial has completed.</p>")
     else:
         parts.append(f"<h2>Recommendation: {escape(recommendation.combo.label)}</h2>")
+        if outcome.partial_note is not None:
+            parts.append(f"<p class='note partial'><strong>{escape(outcome.partial_note)}</strong></p>")
         parts.append(_table(summary_rows(outcome)))
         for note in recommendation.notes:
             parts.append(f"<p class='note'>{escape(note)}</p>")
         for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed)):
             parts.append(f"<p class='note mark'>Extrapolated: {escape(note)}</p>")
-        parts.append("<p><code>vllm serve TARGET --speculative-config</code>:</p>")
-        parts.append(f"<pre>{escape(json.dumps(vllm_speculative_config(recommendation)))}</pre>")
+        if recommendation.speculation_off_everywhere:
+            parts.append(f"<pre>{escape(vllm_serve_command(recommendation))}</pre>")
+        else:
+            parts.append("<p><code>vllm serve TARGET --speculative-config</code>:</p>")
+            parts.append(f"<pre>{escape(json.dumps(vllm_speculative_config(recommendation)))}</pre>")
         ranking = [
             {
                 "combo": score.combo.label,

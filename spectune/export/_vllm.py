@@ -10,6 +10,7 @@ vLLM's acceptance to what the simulation saw (``rejection_sample_method: synthet
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from spectune.config import SpeculativeConfig
@@ -21,6 +22,7 @@ __all__ = [
     "recommended_speculative_config",
     "simulated_acceptance_rates",
     "vllm_speculative_config",
+    "vllm_serve_command",
     "vllm_synthetic_config",
 ]
 
@@ -42,6 +44,16 @@ def vllm_speculative_config(recommendation: Recommendation) -> dict[str, Any]:
     if _table_needed(recommendation):
         config["num_speculative_tokens_per_batch_size"] = [list(row) for row in recommendation.schedule]
     return config
+
+
+def vllm_serve_command(recommendation: Recommendation) -> str:
+    """The ``vllm serve`` line to run; plain serving when K = 0 at every batch size.
+
+    A table of 0 rows would still load and hold the drafter's weights for steps that never use it, so
+    speculation off everywhere is served, and exported, without any ``--speculative-config``."""
+    if recommendation.speculation_off_everywhere:
+        return "vllm serve TARGET  # no --speculative-config: speculation does not pay off at any batch size"
+    return f"vllm serve TARGET --speculative-config '{json.dumps(vllm_speculative_config(recommendation))}'"
 
 
 def recommended_speculative_config(recommendation: Recommendation) -> SpeculativeConfig:

@@ -60,6 +60,21 @@ class StudyOutcome:
     simulator_version: str | None
 
     @property
+    def unfinished_trials(self) -> int:
+        """Trials the storage holds as RUNNING or WAITING: a run is in progress (or died mid-trial)."""
+        return sum(1 for t in self.trials if t.state in ("RUNNING", "WAITING"))
+
+    @property
+    def partial_note(self) -> str | None:
+        """Why the recommendation may still change, or None when every trial in storage has ended."""
+        if not self.unfinished_trials:
+            return None
+        return (
+            f"PARTIAL: the study is unfinished ({self.unfinished_trials} trial(s) running or waiting in its "
+            "storage); this recommendation may change when they end — export again after the run"
+        )
+
+    @property
     def num_evaluations(self) -> int:
         """Simulations actually run (complete trials that did not reuse an earlier result)."""
         return sum(1 for t in self.trials if t.state == "COMPLETE" and t.duplicate_of is None)

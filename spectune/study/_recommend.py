@@ -257,6 +257,9 @@ class ComboScore:
     buckets_covered: int
     aggregate_throughput_tokens_per_s: float
     choices: tuple[BucketChoice, ...]
+    # Buckets where no simulated config of this combo (K = 0 included) meets the SLOs. They rank the
+    # combo before its aggregate does: a bucket left out of the mean must not make a combo look better.
+    infeasible_batch_sizes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,7 @@ def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Eval
     ranges = bucket_ranges(space.batch_sizes, space.max_batch_size)
     tie_sets = _tie_sets(space, combo.label, completed)
     choices = []
+    infeasible: list[int] = []
     log_sum = 0.0
     weight_sum = 0.0
     for batch_size, (first, last), weight, ties, k in zip(
@@ -325,13 +329,15 @@ def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Eval
             choices.append(BucketChoice(batch_size, first, last, -1, None))
             continue
         chosen = ties.member(k)
-        if chosen.feasible and chosen.throughput > 0:
+        if not chosen.feasible:
+            infeasible.append(batch_size)
+        elif chosen.throughput > 0:
             log_sum += weight * math.log(chosen.throughput)
             weight_sum += weight
         choices.append(BucketChoice(batch_size, first, last, k, chosen, ties=ties))
     aggregate = math.exp(log_sum / weight_sum) if weight_sum > 0 else 0.0
     covered = sum(1 for t in tie_sets if t is not None)
-    return ComboScore(combo, covered, aggregate, tuple(choices))
+    return ComboScore(combo, covered, aggregate, tuple(choices), tuple(infeasible))
 
 
 def _combo_gap(
@@ -384,17 +390,23 @@ def _combo_tie(gap: float, stderr: float) -> bool:
 def _pick_combo(
     space: StudySpace, completed: Mapping[Point, Evaluation]
 ) -> tuple[ComboScore, ComboScore, list[ComboScore]] | None:
-    """(winner, top, ranking): the top aggregate among the most covered combos; near-ties (within noise
-    or 0.5 %) go to the earlier combo in the document (the simpler rule/sampling first)."""
+    """(winner, top, ranking): among the most covered combos, those with the fewest buckets where nothing
+    meets the SLOs, the top aggregate; near-ties (within noise or 0.5 %) go to the earlier combo in the
+    document (the simpler rule/sampling first)."""
     scores = [_combo_score(space, combo, completed) for combo in space.combos]
     scores = [s for s in scores if s.buckets_covered > 0]
     if not scores:
         return None
     most_covered = max(s.buckets_covered for s in scores)
     eligible = [s for s in scores if s.buckets_covered == most_covered]
+    fewest_infeasible = min(len(s.infeasible_batch_sizes) for s in eligible)
+    eligible = [s for s in eligible if len(s.infeasible_batch_sizes) == fewest_infeasible]
     top = max(eligible, key=lambda s: s.aggregate_throughput_tokens_per_s)
     winner = next(s for s in eligible if s is top or _combo_tie(*_combo_gap(space, top, s, completed)[:2]))
-    ranking = sorted(scores, key=lambda s: (-s.buckets_covered, -s.aggregate_throughput_tokens_per_s))
+    ranking = sorted(
+        scores,
+        key=lambda s: (-s.buckets_covered, len(s.infeasible_batch_sizes), -s.aggregate_throughput_tokens_per_s),
+    )
     return winner, top, ranking
 
 
@@ -502,6 +514,7 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
                 "their noise (standard error = the whole throughput); comparisons rest on their acceptance counts "
                 "alone; simulate more requests or longer outputs"
             )
+    notes.extend(_infeasible_notes(ranking))
     notes.extend(_underfilled_notes(choices))
     notes.extend(_rise_notes(choices))
     schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
@@ -522,6 +535,21 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
         ranking=tuple(ranking),
         notes=tuple(notes),
     )
+
+
+def _infeasible_notes(ranking: Sequence[ComboScore]) -> list[str]:
+    """For every combo compared, the buckets where none of its configs meets the SLOs (they rank it lower)."""
+    if not any(s.infeasible_batch_sizes for s in ranking):
+        return []
+    return [
+        f"{s.combo.label}: "
+        + (
+            "no config meets the SLOs at batch size(s) " + ", ".join(str(b) for b in s.infeasible_batch_sizes)
+            if s.infeasible_batch_sizes
+            else "meets the SLOs at every batch size"
+        )
+        for s in ranking
+    ]
 
 
 def _underfilled_notes(choices: Sequence[BucketChoice]) -> list[str]:
