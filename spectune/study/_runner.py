@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
 from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers
@@ -107,7 +108,7 @@ def run_study(
     evaluator: Evaluator,
     fingerprint: StudyFingerprint,
     *,
-    storage: str,
+    storage: str | BaseStorage,
     strategy: StrategyChoice = "auto",
     n_trials: int | None = None,
     workers: int = 1,
@@ -125,12 +126,16 @@ def run_study(
     space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
     between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
     running trial and stops. ``started``: the ``workers`` processes, already started (``_spawn``; the
-    caller closes them); None: started here.
+    caller closes them); None: started here. ``storage``: a journal path or database URL, or a storage
+    already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
+    = 1) and which the caller closes.
     """
     if workers < 1:
         raise SpectuneError(f"--workers: must be >= 1, got {workers}")
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials}")
+    if not isinstance(storage, str) and workers != 1:
+        raise ValueError("a storage object runs the study in this process only: give its path or URL for workers > 1")
     if started is not None and len(started.processes) != workers:
         raise ValueError(f"started holds {len(started.processes)} worker processes, not workers={workers}")
     resolved = resolve_strategy(space, strategy)
@@ -140,7 +145,7 @@ def run_study(
     spec = _WorkerSpec(
         space,
         evaluator,
-        storage,
+        storage if isinstance(storage, str) else "",
         resolved,
         n_trials,
         seed,
@@ -150,9 +155,12 @@ def run_study(
         workers,
     )
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
-    opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
+    if isinstance(storage, str):
+        opened, label = open_storage(storage, retry_failed_trials=resolved == "tpe"), describe_storage(storage)
+    else:
+        opened, label = storage, "the given storage"
     try:
-        study = prepare_study(opened, space, fingerprint, storage_label=describe_storage(storage))
+        study = prepare_study(opened, space, fingerprint, storage_label=label)
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
         with kernel_warm_up(evaluator, BATCH_POINTS, workers):
@@ -162,7 +170,8 @@ def run_study(
                 completed = _run_processes(spec, started, on_poll=report, should_stop=should_stop)
         report()
     finally:
-        close_storage(opened)
+        if isinstance(storage, str):
+            close_storage(opened)
     return StudyRun(resolved, completed)
 
 
