@@ -14,13 +14,13 @@ from study_doubles import SyntheticEvaluator, fingerprint, make_space
 from spectune.errors import SpectuneError
 
 
-def _prepare(storage: str, document: str, barrier, results) -> None:  # type: ignore[no-untyped-def]
+def _prepare(storage: str, name: str, document: str, barrier, results) -> None:  # type: ignore[no-untyped-def]
     from spectune.study._storage import close_storage, open_storage, prepare_study
 
     opened = open_storage(storage)
     barrier.wait()
     try:
-        prepare_study(opened, make_space(name="raced"), fingerprint(document), storage_label=storage)
+        prepare_study(opened, make_space(name=name), fingerprint(document), storage_label=storage)
         results.put((document, "accepted"))
     except SpectuneError as err:
         results.put((document, str(err)))
@@ -28,13 +28,13 @@ def _prepare(storage: str, document: str, barrier, results) -> None:  # type: ig
         close_storage(opened)
 
 
-def race_two_documents(storage: str) -> list[str]:
-    """Two processes prepare study 'raced' on ``storage`` from two documents at one instant: each
+def race_two_documents(storage: str, name: str = "raced") -> list[str]:
+    """Two processes prepare study ``name`` on ``storage`` from two documents at one instant: each
     one's verdict ('accepted' or its error), document 'a' first."""
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(2), context.Queue()
     processes = [
-        context.Process(target=_prepare, args=(storage, document, barrier, results)) for document in ("a", "b")
+        context.Process(target=_prepare, args=(storage, name, document, barrier, results)) for document in ("a", "b")
     ]
     for process in processes:
         process.start()

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from race_doubles import accepted_count, race_two_documents
 from study_doubles import make_space
 
 from spectune.study import load_outcome
@@ -152,3 +153,12 @@ def test_four_starved_workers_fill_a_40_trial_budget_with_40_distinct_points(pos
     name = f"pg-starved-{os.getpid()}-{tmp_path.name}"
     workers, errors = run_starved_workers(postgres_url, name, tmp_path)
     check_starved_run(postgres_url, name, workers, errors)
+
+
+def test_two_documents_started_at_one_instant_on_one_postgres_study_one_is_refused(postgres_url):
+    for attempt in range(10):
+        storage_name = f"raced-{os.getpid()}-{attempt}"
+        verdicts = race_two_documents(postgres_url, name=storage_name)
+        assert accepted_count(verdicts) == 1, (attempt, verdicts)
+        refused = next(v for v in verdicts if v != "accepted")
+        assert "was made from a different version of this document" in refused
