@@ -65,8 +65,8 @@ def _leave(code: int) -> NoReturn:
 
 
 def _study_run_workers(args: list[str]) -> int:
-    """The ``--workers`` of a ``study run`` command line (1 for any other command or no usable value;
-    the app reports a bad one)."""
+    """The ``--workers`` of a ``study run`` command line (1 for any other command or no usable value,
+    one outside ``_spawn.max_workers`` included: the app reports a bad one)."""
     if args[:2] != ["study", "run"]:
         return 1
     for i, arg in enumerate(args):
@@ -76,5 +76,9 @@ def _study_run_workers(args: list[str]) -> int:
             value = arg.split("=", 1)[1]
         else:
             continue
-        return int(value) if value.isdigit() else 1
+        if not value.isdigit() or len(value) > 6:  # a huge number is refused by the app, not spawned
+            return 1
+        from spectune._spawn import workers_error
+
+        return int(value) if workers_error(int(value)) is None else 1
     return 1

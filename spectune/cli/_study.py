@@ -131,7 +131,9 @@ def run(
             "--n-trials", help="Complete trials the study ends with (overrides the document).", show_default=False
         ),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Worker processes on this machine.")] = 1,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Worker processes on this machine: 1 to 4 a CPU core (at least 8).")
+    ] = 1,
     out: Annotated[
         Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)
     ] = None,
@@ -147,9 +149,12 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
-    from spectune._spawn import started_workers
+    from spectune._spawn import started_workers, workers_error
     from spectune.config import load_document
 
+    refusal = workers_error(workers)
+    if refusal is not None:
+        raise SpectuneError(refusal)
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(
             f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')"

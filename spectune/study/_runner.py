@@ -24,7 +24,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers
+from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers, workers_error
 from spectune.errors import SpectuneError
 from spectune.study._batch import BatchCollector
 from spectune.study._objective import Evaluator, StudyObjective
@@ -130,8 +130,9 @@ def run_study(
     already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
     = 1) and which the caller closes.
     """
-    if workers < 1:
-        raise SpectuneError(f"--workers: must be >= 1, got {workers}")
+    refusal = workers_error(workers)
+    if refusal is not None:
+        raise SpectuneError(refusal)
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials}")
     if not isinstance(storage, str) and workers != 1:

@@ -126,3 +126,32 @@ def test_a_worker_computes_tritons_cache_key_on_a_thread_beside_its_imports_wher
         "assert triton_key.cache_info().currsize == 1 and 'torch' not in sys.modules, triton_key.cache_info()"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("given", ["99999999999999999999", "1000", "0"])
+def test_a_workers_count_past_the_machines_cap_is_refused_at_once_naming_the_range(given):
+    from spectune._spawn import max_workers, usable_cores
+
+    study = Path(__file__).resolve().parents[2] / "studies" / "quickstart.yaml"
+    ran = subprocess.run(
+        [sys.executable, "-m", "spectune", "study", "run", str(study), "--workers", given],
+        capture_output=True,
+        text=True,
+        timeout=120,  # before the cap, the first spawned workers without end and never returned
+    )
+    assert ran.returncode == 1, ran.stderr
+    expected = (
+        f"error: --workers: must be 1 to {max_workers()} on this machine (4 a core of its {usable_cores()}, "
+        f"at least 8), got {given}"
+    )
+    assert ran.stderr.strip().splitlines() == [expected]
+    assert "Traceback" not in ran.stderr
+
+
+def test_the_workers_cap_is_four_a_usable_core_and_never_below_eight(monkeypatch):
+    from spectune import _spawn
+
+    monkeypatch.setattr(_spawn, "usable_cores", lambda: 1)
+    assert _spawn.max_workers() == 8 and _spawn.workers_error(8) is None and _spawn.workers_error(9) is not None
+    monkeypatch.setattr(_spawn, "usable_cores", lambda: 16)
+    assert _spawn.max_workers() == 64 and _launch._study_run_workers(["study", "run", "s", "--workers", "65"]) == 1
