@@ -8,13 +8,15 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from spectune._launch import interrupted
 from spectune.cli._errors import handle_errors
 from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
@@ -121,7 +123,22 @@ class _GracefulStop:
         signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
 
 
+def _exit_130_when_interrupted(command: Callable[..., None]) -> Callable[..., None]:
+    """A Ctrl-C that lands outside the study (while the document loads or the artefacts are written):
+    one line and exit 130, as during it, not Click's 'Aborted!' with exit 1."""
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise typer.Exit(code=interrupted()) from None
+
+    return wrapper
+
+
 @handle_errors
+@_exit_130_when_interrupted
 def run(
     study: Annotated[Path, typer.Argument(help="The study document (kind: study).", show_default=False)],
     storage: StorageOption = None,
