@@ -169,14 +169,14 @@ def run(
     from spectune._spawn import started_workers, workers_error
     from spectune.config import load_document
 
-    refusal = workers_error(workers)
-    if refusal is not None:
-        raise SpectuneError(refusal)
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(
             f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')"
         )
     loaded = load_document(study, expect="study")
+    refusal = workers_error(workers)  # before any worker is spawned
+    if refusal is not None:
+        raise SpectuneError(refusal)
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
     document = loaded.model
