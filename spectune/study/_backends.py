@@ -10,10 +10,13 @@
   hash with its creation: a journal's file lock (the one its writes take; reentrant here, since
   the creation's own writes take it again), a PostgreSQL session advisory lock keyed by the study's
   name. Both are released by the kernel or the server when their holder dies.
+- **A failed journal write loses nothing** (``_JournalFile``): a full disk is named as such.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -21,12 +24,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
+from spectune.errors import SpectuneError
 from spectune.study._records import ATTR_OWNER, owner_attr
 
 __all__ = ["FlockJournalLock", "OwnedJournalStorage", "OwnedRDBStorage", "study_creation_lock"]
@@ -93,11 +98,48 @@ def _owned_template() -> FrozenTrial:
     )
 
 
+class _JournalFile(JournalFileBackend):
+    """Optuna's journal file, whose failed append leaves the file as it was and says why, located.
+
+    A full disk wrote part of a record and raised mid-way; Optuna then replayed the torn record and
+    stopped at ``AssertionError: Should not reach.``. Here the bytes of the failed append are cut off
+    again (under the write lock, so no other writer's record can follow them), so every record
+    acknowledged before stays readable and a run after space is freed resumes from them.
+    """
+
+    def __init__(self, path: str, lock: FlockJournalLock) -> None:
+        super().__init__(path, lock_obj=lock)  # type: ignore[arg-type]
+        self._path = path
+        self._write_lock = lock
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self._write_lock.acquire()
+        try:
+            size = os.path.getsize(self._path) if os.path.exists(self._path) else 0
+            try:
+                super().append_logs(logs)
+            except OSError as err:
+                with contextlib.suppress(OSError):  # cutting a file never needs space
+                    os.truncate(self._path, size)
+                raise SpectuneError(_write_error(self._path, err)) from None
+        finally:
+            self._write_lock.release()
+
+
+def _write_error(path: str, err: OSError) -> str:
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"no space left on the device holding {path}: the journal's records up to this write are kept; "
+            "free some space and run the same command to resume"
+        )
+    return f"{path}: cannot write the journal: {err.strerror or err}; its records up to this write are kept"
+
+
 class OwnedJournalStorage(JournalStorage):
     """A journal file whose new trials carry their owner from their first record."""
 
     def __init__(self, path: str, lock: FlockJournalLock) -> None:
-        super().__init__(JournalFileBackend(path, lock_obj=lock))  # type: ignore[arg-type]
+        super().__init__(_JournalFile(path, lock))
         self.file_lock = lock
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:

@@ -319,6 +319,9 @@ def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callb
             study.optimize(run, n_trials=1, callbacks=callbacks)
         except BaseException as err:  # noqa: BLE001 -- raised again in the calling thread
             errors.append(err)
+            # A trial that failed before handing its point in (a storage write refused: a full disk)
+            # would leave the batch waiting for it forever.
+            collector.abandon()
 
     # Daemon threads rather than Optuna's n_jobs pool, whose shutdown joins its threads: a Ctrl-C that
     # lands before every trial has started would leave the started ones waiting for a batch that never
