@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy
@@ -47,6 +48,7 @@ class FlockJournalLock:
     """
 
     def __init__(self, journal_path: str) -> None:
+        self.journal_path = journal_path
         self._path = journal_path + ".flock"
         self._thread_lock = threading.RLock()
         self._depth = 0
@@ -144,6 +146,16 @@ class OwnedJournalStorage(JournalStorage):
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         return super().create_new_trial(study_id, template_trial or _owned_template())
+
+    def _sync_with_backend(self) -> None:
+        # A record that turns unreadable mid-run (a foreign write, a disk error) is named as at start.
+        try:
+            super()._sync_with_backend()
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError) as err:
+            from spectune.study._storage import journal_problem  # the module that opens journals
+
+            path = self.file_lock.journal_path
+            raise SpectuneError(journal_problem(Path(path)) or f"{path}: unreadable journal: {err}") from None
 
 
 class OwnedRDBStorage(RDBStorage):

@@ -300,7 +300,23 @@ def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
 
 
 def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
-    """``size`` trials, their points evaluated in one call (see ``_batch``); one trial the plain way."""
+    """``size`` trials, their points evaluated in one call (see ``_batch``); one trial the plain way.
+
+    A ``SpectuneError`` from the storage (an unreadable journal record, a full disk) is raised as
+    itself: Optuna's trial loop, re-reading the trial after a failed write, fails again and raises
+    an error of its own (``UnboundLocalError``, ``AssertionError``) with ours as its context."""
+    try:
+        _run_trials_unwrapped(study, objective, size, callbacks)
+    except Exception as err:
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, SpectuneError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None or cause is err:
+            raise
+        raise SpectuneError(str(cause)) from None
+
+
+def _run_trials_unwrapped(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
     if size == 1:
         study.optimize(objective, n_trials=1, callbacks=callbacks)
         return

@@ -249,16 +249,24 @@ def _read_records(data: bytes) -> tuple[list[bytes], list[tuple[int, str]]]:
 
 
 def _check_journal(path: Path) -> None:
+    problem = journal_problem(path)
+    if problem is not None:
+        raise SpectuneError(problem)
+
+
+def journal_problem(path: Path) -> str | None:
+    """The located message for the journal's first unreadable record (``JOURNAL:LINE``), else None."""
     if not path.exists():
-        return
+        return None
     _, bad = _read_records(path.read_bytes())
-    if bad:
-        number, reason = bad[0]
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise SpectuneError(
-            f"{path}:{number}: unreadable journal record ({reason}){more}; nothing is written after it. "
-            f"'spectune study repair {path}' keeps every readable record and backs the file up first"
-        )
+    if not bad:
+        return None
+    number, reason = bad[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return (
+        f"{path}:{number}: unreadable journal record ({reason}){more}; nothing is written after it. "
+        f"'spectune study repair {path}' keeps every readable record and backs the file up first"
+    )
 
 
 def repair_journal(journal: str) -> JournalRepair:

@@ -151,3 +151,28 @@ def test_a_full_disk_under_the_journal_is_named_keeps_every_record_and_resumes(t
     assert resumed.exit_code == 0, resumed.output
     assert (tmp_path / "full" / "vllm.json").read_text() == (tmp_path / "clean" / "vllm.json").read_text()
     assert journal.read_bytes().startswith(kept)  # nothing written before the full disk was lost
+
+
+class _ForeignWriter(SyntheticEvaluator):
+    """Appends a line that is not a journal record while its first point is simulated (a foreign write)."""
+
+    def __init__(self, journal: Path) -> None:
+        super().__init__()
+        self.journal, self.written = journal, False
+
+    def __call__(self, point):  # type: ignore[no-untyped-def]
+        if not self.written:
+            self.written = True
+            with builtins.open(self.journal, "ab") as handle:
+                handle.write(b"not a record\n")
+        return super().__call__(point)
+
+
+def test_a_bad_journal_record_appearing_mid_run_is_named_by_journal_and_line(tmp_path):
+    space = make_space(batch_sizes=(8,), max_k=2, methods=("ngram",))
+    journal = tmp_path / "s.journal"
+    with pytest.raises(SpectuneError) as raised:
+        run_study(space, _ForeignWriter(journal), fingerprint(), storage=str(journal), strategy="exhaustive")
+    lines = journal.read_bytes().splitlines()
+    number = lines.index(b"not a record") + 1
+    assert str(raised.value).startswith(f"{journal}:{number}: unreadable journal record (not JSON: ")
