@@ -18,29 +18,45 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import sys
 from typing import NoReturn
 
-__all__ = ["main"]
+__all__ = ["INTERRUPTED", "interrupted", "main"]
+
+
+INTERRUPTED = "interrupted (Ctrl-C): run the same command to resume"
 
 
 def main() -> None:
-    workers = _study_run_workers(sys.argv[1:])
-    if workers > 1:
-        from spectune._spawn import fork_server_pays, start_early_workers, start_fork_server
-
-        if fork_server_pays(workers):
-            start_fork_server()
-        else:
-            start_early_workers(workers)
-    from spectune.cli import main as run_app
-
     try:
-        run_app()
-        code = 0
-    except SystemExit as ended:
-        code = _exit_status(ended.code)
+        workers = _study_run_workers(sys.argv[1:])
+        if workers > 1:
+            from spectune._spawn import fork_server_pays, start_early_workers, start_fork_server
+
+            if fork_server_pays(workers):
+                start_fork_server()
+            else:
+                start_early_workers(workers)
+        from spectune.cli import main as run_app
+
+        try:
+            run_app()
+            code = 0
+        except SystemExit as ended:
+            code = _exit_status(ended.code)
+    except KeyboardInterrupt:
+        # A Ctrl-C while the libraries load (the first second) lands here, outside any command.
+        code = interrupted()
     _leave(code)
+
+
+def interrupted() -> int:
+    """Say that Ctrl-C stopped the command, in one line; the exit status for it (128 + SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would interrupt the message or the exit
+    with contextlib.suppress(Exception):
+        print(INTERRUPTED, file=sys.stderr)
+    return 130
 
 
 def _exit_status(code: object) -> int:
@@ -56,7 +72,8 @@ def _exit_status(code: object) -> int:
 def _leave(code: int) -> NoReturn:
     """Exit with ``code`` now: run the exit handlers (logging's flush, ``multiprocessing``'s: it stops
     the children still running and frees their queues' semaphores), flush the streams, and skip the
-    interpreter's teardown of the loaded modules."""
+    interpreter's teardown of the loaded modules. A Ctrl-C now has nothing left to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe: nothing left to write to
@@ -65,8 +82,8 @@ def _leave(code: int) -> NoReturn:
 
 
 def _study_run_workers(args: list[str]) -> int:
-    """The ``--workers`` of a ``study run`` command line (1 for any other command or no usable value;
-    the app reports a bad one)."""
+    """The ``--workers`` of a ``study run`` command line (1 for any other command or no usable value,
+    one outside ``_spawn.max_workers`` included: the app reports a bad one)."""
     if args[:2] != ["study", "run"]:
         return 1
     for i, arg in enumerate(args):
@@ -76,5 +93,9 @@ def _study_run_workers(args: list[str]) -> int:
             value = arg.split("=", 1)[1]
         else:
             continue
-        return int(value) if value.isdigit() else 1
+        if not value.isdigit() or len(value) > 6:  # a huge number is refused by the app, not spawned
+            return 1
+        from spectune._spawn import workers_error
+
+        return int(value) if workers_error(int(value)) is None else 1
     return 1

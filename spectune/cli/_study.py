@@ -7,13 +7,15 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from spectune._launch import interrupted
 from spectune.cli._errors import handle_errors
 from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
@@ -120,7 +122,22 @@ class _GracefulStop:
         signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
 
 
+def _exit_130_when_interrupted(command: Callable[..., None]) -> Callable[..., None]:
+    """A Ctrl-C that lands outside the study (while the document loads or the artefacts are written):
+    one line and exit 130, as during it, not Click's 'Aborted!' with exit 1."""
+
+    @wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            command(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise typer.Exit(code=interrupted()) from None
+
+    return wrapper
+
+
 @handle_errors
+@_exit_130_when_interrupted
 def run(
     study: Annotated[Path, typer.Argument(help="The study document (kind: study).", show_default=False)],
     storage: StorageOption = None,
@@ -130,7 +147,9 @@ def run(
             "--n-trials", help="Complete trials the study ends with (overrides the document).", show_default=False
         ),
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Worker processes on this machine.")] = 1,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Worker processes on this machine: 1 to 4 a CPU core (at least 8).")
+    ] = 1,
     out: Annotated[
         Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)
     ] = None,
@@ -146,7 +165,7 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
-    from spectune._spawn import started_workers
+    from spectune._spawn import started_workers, workers_error
     from spectune.config import load_document
 
     if n_trials is not None and n_trials < 1:
@@ -154,6 +173,9 @@ def run(
             f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')"
         )
     loaded = load_document(study, expect="study")
+    refusal = workers_error(workers)  # before any worker is spawned
+    if refusal is not None:
+        raise SpectuneError(refusal)
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
     document = loaded.model

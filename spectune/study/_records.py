@@ -47,8 +47,9 @@ PARAM_BATCH_SIZE = "batch_size"
 PARAM_COMBO = "combo"
 PARAM_K = "num_speculative_tokens"
 
-# A trial without an owner this long after it started belongs to a process that died before it could
-# write one (the window is milliseconds); after this its point is free again.
+# spectune's storages create every trial with its owner (``_backends``); a trial without one was made
+# elsewhere (an older spectune wrote the owner just after creating the trial). Such a trial this long
+# after it started is taken as dead; after this its point is free again.
 UNOWNED_GRACE = timedelta(seconds=15)
 # A point whose simulation failed this often is given up (a deterministic failure would loop forever).
 MAX_FAILURES_PER_POINT = 3

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import optuna
+from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers
+from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers, workers_error
 from spectune.errors import SpectuneError
 from spectune.study._batch import BatchCollector
 from spectune.study._objective import Evaluator, StudyObjective
@@ -107,7 +108,7 @@ def run_study(
     evaluator: Evaluator,
     fingerprint: StudyFingerprint,
     *,
-    storage: str,
+    storage: str | BaseStorage,
     strategy: StrategyChoice = "auto",
     n_trials: int | None = None,
     workers: int = 1,
@@ -125,12 +126,17 @@ def run_study(
     space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
     between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
     running trial and stops. ``started``: the ``workers`` processes, already started (``_spawn``; the
-    caller closes them); None: started here.
+    caller closes them); None: started here. ``storage``: a journal path or database URL, or a storage
+    already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
+    = 1) and which the caller closes.
     """
-    if workers < 1:
-        raise SpectuneError(f"--workers: must be >= 1, got {workers}")
+    refusal = workers_error(workers)
+    if refusal is not None:
+        raise SpectuneError(refusal)
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials}")
+    if not isinstance(storage, str) and workers != 1:
+        raise ValueError("a storage object runs the study in this process only: give its path or URL for workers > 1")
     if started is not None and len(started.processes) != workers:
         raise ValueError(f"started holds {len(started.processes)} worker processes, not workers={workers}")
     resolved = resolve_strategy(space, strategy)
@@ -140,7 +146,7 @@ def run_study(
     spec = _WorkerSpec(
         space,
         evaluator,
-        storage,
+        storage if isinstance(storage, str) else "",
         resolved,
         n_trials,
         seed,
@@ -150,9 +156,12 @@ def run_study(
         workers,
     )
     total = n_trials if n_trials is not None else (space.size if resolved == "exhaustive" else None)
-    opened = open_storage(storage, retry_failed_trials=resolved == "tpe")
+    if isinstance(storage, str):
+        opened, label = open_storage(storage, retry_failed_trials=resolved == "tpe"), describe_storage(storage)
+    else:
+        opened, label = storage, "the given storage"
     try:
-        study = prepare_study(opened, space, fingerprint, storage_label=describe_storage(storage))
+        study = prepare_study(opened, space, fingerprint, storage_label=label)
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
         with kernel_warm_up(evaluator, BATCH_POINTS, workers):
@@ -162,7 +171,8 @@ def run_study(
                 completed = _run_processes(spec, started, on_poll=report, should_stop=should_stop)
         report()
     finally:
-        close_storage(opened)
+        if isinstance(storage, str):
+            close_storage(opened)
     return StudyRun(resolved, completed)
 
 
@@ -290,7 +300,23 @@ def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
 
 
 def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
-    """``size`` trials, their points evaluated in one call (see ``_batch``); one trial the plain way."""
+    """``size`` trials, their points evaluated in one call (see ``_batch``); one trial the plain way.
+
+    A ``SpectuneError`` from the storage (an unreadable journal record, a full disk) is raised as
+    itself: Optuna's trial loop, re-reading the trial after a failed write, fails again and raises
+    an error of its own (``UnboundLocalError``, ``AssertionError``) with ours as its context."""
+    try:
+        _run_trials_unwrapped(study, objective, size, callbacks)
+    except Exception as err:
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, SpectuneError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None or cause is err:
+            raise
+        raise SpectuneError(str(cause)) from None
+
+
+def _run_trials_unwrapped(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
     if size == 1:
         study.optimize(objective, n_trials=1, callbacks=callbacks)
         return
@@ -309,6 +335,9 @@ def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callb
             study.optimize(run, n_trials=1, callbacks=callbacks)
         except BaseException as err:  # noqa: BLE001 -- raised again in the calling thread
             errors.append(err)
+            # A trial that failed before handing its point in (a storage write refused: a full disk)
+            # would leave the batch waiting for it forever.
+            collector.abandon()
 
     # Daemon threads rather than Optuna's n_jobs pool, whose shutdown joins its threads: a Ctrl-C that
     # lands before every trial has started would leave the started ones waiting for a batch that never

@@ -1,13 +1,16 @@
 """The Optuna sampler of a study: the strategy that picks the next point, and the order that keeps
 workers from picking the same one.
 
-Call order (Optuna's): ``before_trial`` stamps the trial with its owner (host, pid) so that a trial
-of a dead process can be told from a live one; at the first ``suggest_*`` of the objective,
+Call order (Optuna's): the storage creates the trial with its owner (host, pid) already recorded
+(``_backends``), so that a trial of a dead process can be told from a live one (``before_trial``
+stamps a trial that lacks one, made on another storage); at the first ``suggest_*`` of the objective,
 ``infer_relative_search_space`` then ``sample_relative`` pick all three params at once.
 
 No two workers pick the same point because decisions are taken in trial-number order: trial n
 waits until every live trial numbered below n holds its point (its params are in the storage; that
-takes milliseconds) and then picks a point none of them holds. Trial numbers are handed out
+takes milliseconds, or as long as a starved process takes) and then picks a point none of them
+holds. The wait has no time limit: it ends when each earlier trial holds its point, finishes, or
+is found dead (its owner's process gone on this host; on a database, its heartbeat stale). Trial numbers are handed out
 atomically by every Optuna storage, so this holds for local processes on a journal file and for
 machines sharing a PostgreSQL database alike.
 
@@ -19,11 +22,15 @@ already evaluated, which the objective answers from storage instead of simulatin
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.exceptions import ExperimentalWarning
 from optuna.samplers import BaseSampler, TPESampler
+from optuna.storages import fail_stale_trials
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
@@ -61,9 +68,7 @@ ATTR_NO_POINT_LEFT = "spectune.no_point_left"
 _FIRST_POLL_S = 0.001
 _POLL_S = 0.05
 _CHEAP_POLL_S = 0.002
-# Give up waiting for an earlier trial that never shows its point (it cannot take longer than this
-# unless its process hangs; then a duplicate is the lesser evil).
-_WAIT_LIMIT_S = 60.0
+_STALE_CHECK_S = 10.0  # how often a waiting trial asks a database for trials whose heartbeat lapsed
 
 
 def search_space(space: StudySpace) -> dict[str, BaseDistribution]:
@@ -93,9 +98,14 @@ def poll_intervals(first: float = _FIRST_POLL_S, longest: float = _POLL_S) -> It
 
 
 def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
-    """Trials numbered below ``number``, once each live one holds its point (or the wait limit passes)."""
-    deadline = time.monotonic() + _WAIT_LIMIT_S
+    """Trials numbered below ``number``, once each live one holds its point.
+
+    No deadline: giving up on a slow (starved) earlier trial let this one pick the point it was about
+    to take. A dead one stops counting as live (``is_abandoned``; on a database, Optuna's stale
+    heartbeat, checked here too since every worker may be waiting)."""
     delays = poll_intervals(longest=_CHEAP_POLL_S if reads_are_cheap(study) else _POLL_S)
+    heartbeat = is_heartbeat_enabled(study._storage)
+    next_stale_check = time.monotonic()
     while True:
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < number]
         undecided = [
@@ -105,8 +115,13 @@ def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
             and not is_abandoned(t)
             and not all(name in t.params for name in (PARAM_BATCH_SIZE, PARAM_COMBO, PARAM_K))
         ]
-        if not undecided or time.monotonic() > deadline:
+        if not undecided:
             return earlier
+        if heartbeat and time.monotonic() >= next_stale_check:
+            next_stale_check = time.monotonic() + _STALE_CHECK_S
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ExperimentalWarning)
+                fail_stale_trials(study)
         time.sleep(next(delays))
 
 
@@ -133,7 +148,8 @@ class SpectuneSampler(BaseSampler):
         self._tpe = TPESampler(seed=seed) if strategy == "tpe" else None
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
-        study._storage.set_trial_user_attr(trial._trial_id, ATTR_OWNER, owner_attr())
+        if ATTR_OWNER not in trial.user_attrs:  # spectune's storages record it at creation
+            study._storage.set_trial_user_attr(trial._trial_id, ATTR_OWNER, owner_attr())
         if self._tpe is not None:
             self._tpe.before_trial(study, trial)
 

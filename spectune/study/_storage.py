@@ -21,11 +21,9 @@ study made from a different document.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
-import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -34,13 +32,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
-from optuna.storages import BaseStorage, JournalStorage, RDBStorage, RetryFailedTrialCallback
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages import BaseStorage, RDBStorage, RetryFailedTrialCallback
 from optuna.storages.journal._storage import JournalStorageReplayResult  # replays one record, to find bad ones
 from optuna.trial import TrialState
 
 from spectune.config import OBJECTIVE_METRICS, load_document
 from spectune.errors import SpectuneError
+from spectune.study._backends import FlockJournalLock, OwnedJournalStorage, OwnedRDBStorage, study_creation_lock
 from spectune.study._records import is_abandoned
 from spectune.study._space import StudySpace
 
@@ -121,40 +119,6 @@ def describe_storage(storage: str) -> str:
     return storage
 
 
-class _FlockJournalLock:
-    """The journal's write lock as a kernel ``flock``, released when its holder dies, even by SIGKILL.
-
-    Optuna's default symlink lock outlives a killed holder, and every other writer then waits out a
-    30-second grace period; a study killed mid-write would resume only after that. It has the
-    interface ``JournalFileBackend`` calls (``acquire``/``release``).
-    """
-
-    def __init__(self, journal_path: str) -> None:
-        self._path = journal_path + ".flock"
-        self._thread_lock = threading.Lock()
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        self._thread_lock.acquire()
-        try:
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            self._thread_lock.release()
-            raise
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        try:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-        finally:
-            self._thread_lock.release()
-
-
 def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStorage:
     """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage."""
     if not _is_url(storage):
@@ -163,14 +127,14 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
             raise SpectuneError(f"--storage {storage}: not a regular file (a journal file, or a database URL)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            lock = _FlockJournalLock(str(path))
+            lock = FlockJournalLock(str(path))
             lock.acquire()
             try:
                 _repair_journal_tail(path)
                 _check_journal(path)  # before anything is appended after an unreadable record
             finally:
                 lock.release()
-            return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))  # type: ignore[arg-type]
+            return OwnedJournalStorage(str(path), lock)
         except OSError as err:
             raise SpectuneError(f"--storage: cannot open the journal file {storage}: {err.strerror or err}") from None
     last_error: Exception | None = None
@@ -193,7 +157,7 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
 def _rdb_storage(storage: str, retry_failed_trials: bool) -> RDBStorage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat arguments
-        return RDBStorage(
+        return OwnedRDBStorage(
             storage,
             engine_kwargs={"pool_pre_ping": True},
             heartbeat_interval=HEARTBEAT_INTERVAL_S,
@@ -285,16 +249,24 @@ def _read_records(data: bytes) -> tuple[list[bytes], list[tuple[int, str]]]:
 
 
 def _check_journal(path: Path) -> None:
+    problem = journal_problem(path)
+    if problem is not None:
+        raise SpectuneError(problem)
+
+
+def journal_problem(path: Path) -> str | None:
+    """The located message for the journal's first unreadable record (``JOURNAL:LINE``), else None."""
     if not path.exists():
-        return
+        return None
     _, bad = _read_records(path.read_bytes())
-    if bad:
-        number, reason = bad[0]
-        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise SpectuneError(
-            f"{path}:{number}: unreadable journal record ({reason}){more}; nothing is written after it. "
-            f"'spectune study repair {path}' keeps every readable record and backs the file up first"
-        )
+    if not bad:
+        return None
+    number, reason = bad[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return (
+        f"{path}:{number}: unreadable journal record ({reason}){more}; nothing is written after it. "
+        f"'spectune study repair {path}' keeps every readable record and backs the file up first"
+    )
 
 
 def repair_journal(journal: str) -> JournalRepair:
@@ -303,7 +275,7 @@ def repair_journal(journal: str) -> JournalRepair:
     path = Path(journal)
     if not path.is_file():
         raise SpectuneError(f"{journal}: no journal file there")
-    lock = _FlockJournalLock(str(path))
+    lock = FlockJournalLock(str(path))
     try:
         lock.acquire()
         try:
@@ -344,20 +316,24 @@ def open_study(storage: BaseStorage, name: str, *, sampler: optuna.samplers.Base
 def prepare_study(
     storage: BaseStorage, space: StudySpace, fingerprint: StudyFingerprint, *, storage_label: str
 ) -> optuna.Study:
-    """Create the study, or check that the existing one was made from the same document and simulator."""
+    """Create the study, or check that the existing one was made from the same document and simulator.
+
+    The check and the creation hold one lock (``study_creation_lock``): two documents started at the
+    same moment on one study name are never both accepted."""
     objectives: tuple[Literal["maximize"], Literal["minimize"]] = ("maximize", "minimize")  # throughput, then TPOT
     directions = objectives[: len(space.objectives)]
-    study = optuna.create_study(storage=storage, study_name=space.name, directions=directions, load_if_exists=True)
-    attrs = study.user_attrs
-    if ATTR_DOCUMENT_SHA256 not in attrs:
-        # The hash goes last: a worker starting meanwhile that sees it sees the rest (else it writes the same).
-        study.set_user_attr(ATTR_SPACE, space.to_json())
-        study.set_user_attr(ATTR_SIMULATOR_VERSION, fingerprint["simulator_version"])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(_metric_names(space))
-        study.set_user_attr(ATTR_DOCUMENT_SHA256, fingerprint["document_sha256"])
-        return study
+    with study_creation_lock(storage, space.name):
+        study = optuna.create_study(storage=storage, study_name=space.name, directions=directions, load_if_exists=True)
+        attrs = study.user_attrs
+        if ATTR_DOCUMENT_SHA256 not in attrs:
+            # The hash goes last: a reader without the lock (show, export) that sees it sees the rest.
+            study.set_user_attr(ATTR_SPACE, space.to_json())
+            study.set_user_attr(ATTR_SIMULATOR_VERSION, fingerprint["simulator_version"])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(_metric_names(space))
+            study.set_user_attr(ATTR_DOCUMENT_SHA256, fingerprint["document_sha256"])
+            return study
     if attrs[ATTR_DOCUMENT_SHA256] != fingerprint["document_sha256"]:
         raise SpectuneError(
             f"study {space.name!r} in {storage_label} was made from a different version of this document "

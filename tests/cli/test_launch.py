@@ -126,3 +126,74 @@ def test_a_worker_computes_tritons_cache_key_on_a_thread_beside_its_imports_wher
         "assert triton_key.cache_info().currsize == 1 and 'torch' not in sys.modules, triton_key.cache_info()"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("given", ["99999999999999999999", "1000", "0"])
+def test_a_workers_count_past_the_machines_cap_is_refused_at_once_naming_the_range(given):
+    from spectune._spawn import max_workers, usable_cores
+
+    study = Path(__file__).resolve().parents[2] / "studies" / "quickstart.yaml"
+    ran = subprocess.run(
+        [sys.executable, "-m", "spectune", "study", "run", str(study), "--workers", given],
+        capture_output=True,
+        text=True,
+        timeout=120,  # before the cap, the first spawned workers without end and never returned
+    )
+    assert ran.returncode == 1, ran.stderr
+    expected = (
+        f"error: --workers: must be 1 to {max_workers()} on this machine (4 a core of its {usable_cores()}, "
+        f"at least 8), got {given}"
+    )
+    assert ran.stderr.strip().splitlines() == [expected]
+    assert "Traceback" not in ran.stderr
+
+
+def test_the_workers_cap_is_four_a_usable_core_and_never_below_eight(monkeypatch):
+    from spectune import _spawn
+
+    monkeypatch.setattr(_spawn, "usable_cores", lambda: 1)
+    assert _spawn.max_workers() == 8 and _spawn.workers_error(8) is None and _spawn.workers_error(9) is not None
+    monkeypatch.setattr(_spawn, "usable_cores", lambda: 16)
+    assert _spawn.max_workers() == 64 and _launch._study_run_workers(["study", "run", "s", "--workers", "65"]) == 1
+
+
+# Runs the entry point with a Ctrl-C delivered while the named module is being imported: the moment is
+# an event of the run itself (that import), not a clock.
+_INTERRUPTED_AT_IMPORT = """
+import importlib.abc, os, signal, sys
+
+class InterruptAt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptAt())
+sys.argv = ["spectune", *sys.argv[1:]]
+from spectune._launch import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "typer",  # the entry point loading the command line (the first second)
+        "optuna",  # inside 'study run', after its document was read, before the study begins
+    ],
+)
+def test_ctrl_c_while_a_study_run_starts_is_one_line_and_exit_130(tmp_path, module):
+    study = Path(__file__).resolve().parents[2] / "studies" / "quickstart.yaml"
+    code = _INTERRUPTED_AT_IMPORT.format(module=module)
+    ran = subprocess.run(
+        [sys.executable, "-c", code, "study", "run", str(study), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (ran.returncode, ran.stderr.strip().splitlines()) == (
+        130,
+        ["interrupted (Ctrl-C): run the same command to resume"],
+    ), ran.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from race_doubles import accepted_count, race_two_documents
 from study_doubles import make_space
 
 from spectune.study import load_outcome
@@ -105,3 +106,59 @@ def test_four_worker_processes_fill_a_40_trial_budget_exactly_without_duplicates
     per_worker = Counter(t.worker for t in complete)
     assert len(per_worker) == 4, per_worker  # every process took part
     assert outcome.recommendation is not None
+
+
+_STARVED_WORKER = """
+import sys
+sys.path.insert(0, {here!r})
+from race_doubles import run_starved_worker
+if __name__ == "__main__":
+    run_starved_worker({url!r}, {name!r}, int(sys.argv[1]), 40)
+"""
+
+
+def run_starved_workers(storage: str, name: str, tmp_path: Path) -> tuple[list[subprocess.Popen], list[str]]:
+    """Four workers on one 40-trial budget, each claim delayed; worker 0 starts first and holds its
+    first trial unclaimed (``race_doubles.SlowClaims``); the others start once it holds it."""
+    script = tmp_path / "starved.py"
+    script.write_text(textwrap.dedent(_STARVED_WORKER.format(here=str(HERE), url=storage, name=name)))
+    start = lambda i: subprocess.Popen(  # noqa: E731
+        [sys.executable, str(script), str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    first = start(0)
+    line = first.stdout.readline()
+    assert line.startswith("holding trial"), (line, first.communicate(timeout=60))
+    workers = [first, *(start(i) for i in (1, 2, 3))]
+    try:
+        errors = [w.communicate(timeout=240)[1] for w in workers]
+    finally:
+        for w in workers:
+            w.kill()  # a hung worker (as before ownership at creation) must not outlive the test
+    return workers, errors
+
+
+def check_starved_run(storage: str, name: str, workers: list[subprocess.Popen], errors: list[str]) -> None:
+    assert [w.returncode for w in workers] == [0, 0, 0, 0], errors
+    outcome = load_outcome(storage, name)
+    complete = [t for t in outcome.trials if t.state == "COMPLETE"]
+    assert len(complete) == 40
+    points = [t.point for t in complete]
+    assert len(set(points)) == 40, Counter(points).most_common(3)
+    assert not [t for t in outcome.trials if t.state == "FAIL"]  # no live trial was failed by another worker
+    owners = {t.worker.rsplit(":", 1)[1] for t in complete if t.worker}
+    assert str(workers[0].pid) in owners  # the starved worker's held trial completed
+
+
+def test_four_starved_workers_fill_a_40_trial_budget_with_40_distinct_points(postgres_url, tmp_path):
+    name = f"pg-starved-{os.getpid()}-{tmp_path.name}"
+    workers, errors = run_starved_workers(postgres_url, name, tmp_path)
+    check_starved_run(postgres_url, name, workers, errors)
+
+
+def test_two_documents_started_at_one_instant_on_one_postgres_study_one_is_refused(postgres_url):
+    for attempt in range(10):
+        storage_name = f"raced-{os.getpid()}-{attempt}"
+        verdicts = race_two_documents(postgres_url, name=storage_name)
+        assert accepted_count(verdicts) == 1, (attempt, verdicts)
+        refused = next(v for v in verdicts if v != "accepted")
+        assert "was made from a different version of this document" in refused

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from race_doubles import accepted_count, race_two_documents
 
 from spectune.errors import SpectuneError
 from spectune.study import default_out_dir, locate_study, resolve_storage
@@ -43,3 +44,11 @@ def test_a_study_is_located_by_its_document_or_its_name(tmp_path):
     assert locate_study("quickstart", storage=None, out=tmp_path) == ("quickstart", str(tmp_path / "study.journal"))
     with pytest.raises(SpectuneError, match="missing.yaml: no such file"):
         locate_study(str(tmp_path / "missing.yaml"), storage=None, out=None)
+
+
+@pytest.mark.parametrize("attempt", range(10))
+def test_two_documents_started_at_one_instant_on_one_journal_study_one_is_refused(tmp_path, attempt):
+    verdicts = race_two_documents(str(tmp_path / "study.journal"))
+    assert accepted_count(verdicts) == 1, verdicts
+    refused = next(v for v in verdicts if v != "accepted")
+    assert "study 'raced' in " in refused and "was made from a different version of this document" in refused
