@@ -73,6 +73,14 @@ def calibrate_command(
     model: Annotated[
         str | None, typer.Option(help="Prometheus model_name label to calibrate, when scrapes hold several.")
     ] = None,
+    server: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--server",
+            help="vLLM logs holding several servers (docker compose logs, two processes in one file): the server to "
+            "calibrate, by the label the refusal lists (e.g. vllm-1, or pid=4242); repeat to pool replicas on purpose.",
+        ),
+    ] = None,
     method: Annotated[str | None, typer.Option(help="Drafting method to record in the profile (e.g. eagle3).")] = None,
     temperature: Annotated[
         float | None, typer.Option(help="Sampling temperature of the measured traffic, if known.")
@@ -118,7 +126,10 @@ def calibrate_command(
         num_speculative_tokens=num_speculative_tokens,
         model_name=model,
         bin_edges=_bin_edges(bin_edges, no_bins),
+        servers=tuple(server or ()),
     )
+    for repeated in calibration.repeated_inputs:
+        typer.echo(str(repeated), err=True)
     if calibration.bench is not None:
         _write_bench_results(calibration, out, step_times, name or files[0].stem, method, temperature)
         return
