@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from spectune.calibrate._bench import read_bench_result
+from spectune.calibrate._bench import BenchRun, read_bench_result
+from spectune.calibrate._bench_split import runs_of_one_model, runs_of_one_temperature
 from spectune.calibrate._bench_table import BenchTable, bench_table
 from spectune.calibrate._estimate import AcceptanceEstimate, estimate_from_counts, estimate_from_lengths
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
@@ -52,6 +53,7 @@ def calibrate(
     model_name: str | None = None,
     bin_edges: Sequence[int] | None = DEFAULT_BIN_EDGES,
     servers: Sequence[str] = (),
+    temperature: float | None = None,
 ) -> Calibration:
     """Read vLLM/SGLang logs, Prometheus scrapes or per-request JSON lines into pooled acceptance estimates.
 
@@ -59,7 +61,8 @@ def calibrate(
     scrapes are taken in the order given, earlier first. ``num_speculative_tokens`` (K) is needed
     where the source does not state it (vLLM's older log line, SGLang without ``accept rate``) and
     checked where it does. ``bin_edges`` are the lower edges of the running-request bins (None: no
-    bins). A file or content given twice is read once (``repeated_inputs``). A vLLM log that holds
+    bins). Bench results are kept to one ``model_name`` (their ``model_id``) and one ``temperature``
+    where they record several. A file or content given twice is read once (``repeated_inputs``). A vLLM log that holds
     several servers (see ``_servers.py``) is refused unless ``servers`` names the ones to pool.
     Raises ``DocumentError`` naming file and line for unusable or contradictory input.
     """
@@ -75,7 +78,9 @@ def calibrate(
     if servers and chosen != "vllm-log":
         raise SpectuneError(f"--server picks servers in vLLM logs, got {chosen} input")
     if chosen == "vllm-bench":
-        return replace(_calibrate_bench(list(paths), bin_edges), repeated_inputs=tuple(repeated))
+        runs = runs_of_one_model([read_bench_result(path) for path in paths], model_name)
+        runs = runs_of_one_temperature(runs, temperature)
+        return replace(_calibrate_bench(runs, bin_edges), repeated_inputs=tuple(repeated), model_name=model_name)
     sources, num_positions = _read(chosen, list(paths), num_speculative_tokens, model_name, servers)
     skipped = tuple(problem for source in sources for problem in source.skipped)
     notes = [note for source in sources for note in source.notes]
@@ -125,9 +130,10 @@ def expand_directories(paths: Sequence[Path]) -> list[Path]:
     return expanded
 
 
-def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Calibration:
+def _calibrate_bench(runs: list[BenchRun], bin_edges: Sequence[int] | None) -> Calibration:
     """Step times and acceptance from bench results; acceptance binned by each run's concurrency."""
-    table = bench_table([read_bench_result(path) for path in paths])
+    paths = [run.file for run in runs]
+    table = bench_table(runs)
     windows = table.profile_windows()
     notes = [
         "From vllm bench serve results: exact counter differences over each run, binned by --max-concurrency. "

@@ -71,7 +71,11 @@ def calibrate_command(
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Prometheus model_name label to calibrate, when scrapes hold several.")
+        str | None,
+        typer.Option(
+            help="The model to calibrate, when the input holds several: a Prometheus model_name label, or a "
+            "vllm bench serve result's model_id."
+        ),
     ] = None,
     server: Annotated[
         list[str] | None,
@@ -83,7 +87,11 @@ def calibrate_command(
     ] = None,
     method: Annotated[str | None, typer.Option(help="Drafting method to record in the profile (e.g. eagle3).")] = None,
     temperature: Annotated[
-        float | None, typer.Option(help="Sampling temperature of the measured traffic, if known.")
+        float | None,
+        typer.Option(
+            help="Sampling temperature of the measured traffic, if known; with bench results that record "
+            "several, the runs to calibrate."
+        ),
     ] = None,
     bin_edges: Annotated[
         str | None, typer.Option(help="Lower edges of running-request bins, e.g. 1,4,16,64 (default: powers of two).")
@@ -127,6 +135,7 @@ def calibrate_command(
         model_name=model,
         bin_edges=_bin_edges(bin_edges, no_bins),
         servers=tuple(server or ()),
+        temperature=temperature,
     )
     for repeated in calibration.repeated_inputs:
         typer.echo(str(repeated), err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +116,50 @@ def test_a_copy_with_the_same_content_is_counted_once(tmp_path: Path) -> None:
     warning = next(line for line in result.output.splitlines() if "not read, same content as" in line)
     assert {warning.split(": warning:")[0], warning.split("same content as ")[1].split(" (")[0]} == copies
     assert f"vllm-bench: {len(runs)} runs" in result.output
+
+
+def _relabelled_results(tmp_path: Path, field: str, by_folder: dict[str, object]) -> Path:
+    """The example bench results, with ``field`` set in the runs of the named K folders."""
+    source = Path(synthetic.__file__).parents[2] / "examples" / "bench" / "results"
+    results = tmp_path / "results"
+    for run in sorted(source.rglob("*.json")):
+        data = json.loads(run.read_text())
+        if run.parent.name in by_folder:
+            data[field] = by_folder[run.parent.name]
+        (results / run.parent.name).mkdir(parents=True, exist_ok=True)
+        (results / run.parent.name / run.name).write_text(json.dumps(data))
+    return results
+
+
+def test_bench_runs_of_different_models_are_refused_naming_their_files(tmp_path: Path) -> None:
+    results = _relabelled_results(tmp_path, "model_id", {"k0": "Qwen/Qwen3-8B", "k1": "meta-llama/Llama-3.1-70B"})
+    result = runner.invoke(app, ["calibrate", str(results), "--out", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 1, result.output
+    assert "runs of 3 models" in result.output and "'Qwen/Qwen3-8B': 4 run(s)" in result.output
+    assert str(results / "k0" / "k0-c1.json") in result.output and "--model MODEL_ID" in result.output
+    assert not (tmp_path / "step-times.csv").exists()
+
+
+def test_bench_model_option_keeps_that_models_runs_only(tmp_path: Path) -> None:
+    results = _relabelled_results(tmp_path, "model_id", {"k0": "Qwen/Qwen3-8B", "k1": "meta-llama/Llama-3.1-70B"})
+    out = tmp_path / "p.yaml"
+    result = runner.invoke(app, ["calibrate", str(results), "--model", "synthetic", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "vllm-bench: 16 runs, K in {2, 4, 5, 6}" in result.output
+    table = (tmp_path / "step-times.csv").read_text()
+    assert "/k0/" not in table and "/k1/" not in table and "/k2/" in table
+
+
+def test_bench_runs_at_different_temperatures_are_refused_or_chosen(tmp_path: Path) -> None:
+    results = _relabelled_results(tmp_path, "temperature", {"k5": 1.0, "k6": 0.0})
+    refused = runner.invoke(app, ["calibrate", str(results), "--out", str(tmp_path / "p.yaml")])
+    assert (
+        refused.exit_code == 1
+        and "mix 2 temperatures" in refused.output
+        and "temperature 1: 4 run(s)" in refused.output
+    )
+    chosen = runner.invoke(app, ["calibrate", str(results), "--temperature", "0", "--out", str(tmp_path / "p.yaml")])
+    assert chosen.exit_code == 0, chosen.output
+    assert "K in {0, 1, 2, 4, 6}" in chosen.output
+    missing = runner.invoke(app, ["calibrate", str(results), "--temperature", "0.7", "--out", str(tmp_path / "q.yaml")])
+    assert missing.exit_code == 1 and "no run was measured at 0.7" in missing.output
