@@ -68,13 +68,17 @@ def calibrate(
     """
     if not paths:
         raise SpectuneError("no input files given")
-    paths, repeated = unique_inputs(expand_directories(paths))
+    paths, repeated = unique_inputs(expand_directories(paths), by_content=False)
     _check_options(log_format, num_speculative_tokens, bin_edges)
     formats = {str(path): log_format or detect_format(path) for path in paths}
     if len(set(formats.values())) > 1:
         listing = ", ".join(f"{file}: {fmt}" for file, fmt in formats.items())
         raise SpectuneError(f"the files hold different formats ({listing}); calibrate from one source at a time")
     chosen: LogFormat = next(iter(formats.values()))
+    if chosen != "vllm-prometheus":
+        paths, copies = unique_inputs(paths)
+        repeated += copies
+        formats = {str(path): formats[str(path)] for path in paths}
     if servers and chosen != "vllm-log":
         raise SpectuneError(f"--server picks servers in vLLM logs, got {chosen} input")
     if chosen == "vllm-bench":

@@ -29,10 +29,12 @@ class SkippedInput:
         return f"{self.file}: warning: not read, {self.reason} as {self.kept} (each input is counted once)"
 
 
-def unique_inputs(paths: Sequence[Path]) -> tuple[list[Path], list[SkippedInput]]:
-    """``paths`` in order without repeats: the first of each resolved path, then of each content.
+def unique_inputs(paths: Sequence[Path], *, by_content: bool = True) -> tuple[list[Path], list[SkippedInput]]:
+    """``paths`` in order without repeats: the first of each resolved path, then (``by_content``) of each content.
 
     Only regular files are hashed: reading a pipe to hash it would consume what the reader needs.
+    Prometheus scrapes are compared by path only: two scrapes with the same bytes are two moments
+    with no progress between them, and their cumulative counters cannot double-count.
     """
     kept: list[Path] = []
     skipped: list[SkippedInput] = []
@@ -44,7 +46,7 @@ def unique_inputs(paths: Sequence[Path]) -> tuple[list[Path], list[SkippedInput]
             skipped.append(SkippedInput(str(path), str(by_path[resolved]), "same file"))
             continue
         by_path[resolved] = path
-        digest = _digest(path)
+        digest = _digest(path) if by_content else None
         if digest is not None and digest in by_digest:
             skipped.append(SkippedInput(str(path), str(by_digest[digest]), "same content"))
             continue
