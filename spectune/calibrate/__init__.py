@@ -13,7 +13,7 @@ them and bins them by running-request count; ``calibration_profile`` turns the r
 from spectune.calibrate._bench import BenchRun, read_bench_result
 from spectune.calibrate._bench_table import BenchTable, MeasuredStep, bench_table, step_time_csv
 from spectune.calibrate._calibrate import DEFAULT_BIN_EDGES, Calibration, calibrate
-from spectune.calibrate._engine_log import EngineLog, EngineWindow, read_engine_log
+from spectune.calibrate._engine_log import MAX_FIT_MEAN_ERROR, EngineLog, EngineWindow, read_engine_log
 from spectune.calibrate._estimate import AcceptanceEstimate
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
 from spectune.calibrate._profile_writer import calibration_profile, profile_yaml
@@ -23,6 +23,7 @@ __all__ = [
     "EngineLog",
     "EngineWindow",
     "LOG_FORMATS",
+    "MAX_FIT_MEAN_ERROR",
     "AcceptanceEstimate",
     "BenchRun",
     "BenchTable",

@@ -80,6 +80,8 @@ class BenchRun:
     latencies_ms: dict[str, float]
     num_speculative_tokens: int  # 0: no speculative-decoding fields
     counts: CountWindow | None  # exact counts; None when K = 0
+    model_id: str | None = None  # the served model, as --model named it (None: the file does not say)
+    temperature: float | None = None  # the sampling temperature, where the file records it
 
     @property
     def decode_steps(self) -> int:
@@ -259,7 +261,24 @@ def read_bench_result(path: Path) -> BenchRun:
         latencies_ms=latencies,
         num_speculative_tokens=(counts.num_positions or 0) if counts is not None else 0,
         counts=counts,
+        model_id=data["model_id"] if isinstance(data.get("model_id"), str) and data["model_id"] else None,
+        temperature=_recorded_temperature(data),
     )
+
+
+def _recorded_temperature(data: dict[str, Any]) -> float | None:
+    """The run's temperature: a top-level ``temperature`` (--temperature, or --metadata temperature=T) or one
+    inside ``sampling_params``; None when neither holds a finite number."""
+    nested = data.get("sampling_params")
+    for value in (data.get("temperature"), nested.get("temperature") if isinstance(nested, dict) else None):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                continue
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
 
 
 def _spec_counts(reader: _Reader) -> CountWindow | None:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from spectune.calibrate._bench import read_bench_result
+from spectune.calibrate._bench import BenchRun, read_bench_result
+from spectune.calibrate._bench_split import runs_of_one_model, runs_of_one_temperature
 from spectune.calibrate._bench_table import BenchTable, bench_table
 from spectune.calibrate._estimate import AcceptanceEstimate, estimate_from_counts, estimate_from_lengths
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
+from spectune.calibrate._inputs import SkippedInput, unique_inputs
 from spectune.calibrate._per_request import read_per_request_jsonl
 from spectune.calibrate._prometheus import read_scrape, windows_between_scrapes
+from spectune.calibrate._servers_check import select_servers
 from spectune.calibrate._sglang_log import infer_sglang_num_positions, read_sglang_log
 from spectune.calibrate._vllm_log import read_vllm_log
 from spectune.calibrate._windows import MAX_COUNT, CountWindow, LengthWindow, SourceWindows
@@ -38,6 +41,8 @@ class Calibration:
     notes: tuple[str, ...]  # statements for the profile: assumptions, rounding, what was left out
     model_name: str | None = None
     bench: BenchTable | None = None  # vllm bench serve results: the step-time table as well
+    repeated_inputs: tuple[SkippedInput, ...] = ()  # files not read: the same file or content as another
+    servers: tuple[str, ...] = ()  # the --server labels calibrated from, where a log holds several
 
 
 def calibrate(
@@ -47,6 +52,8 @@ def calibrate(
     num_speculative_tokens: int | None = None,
     model_name: str | None = None,
     bin_edges: Sequence[int] | None = DEFAULT_BIN_EDGES,
+    servers: Sequence[str] = (),
+    temperature: float | None = None,
 ) -> Calibration:
     """Read vLLM/SGLang logs, Prometheus scrapes or per-request JSON lines into pooled acceptance estimates.
 
@@ -54,20 +61,31 @@ def calibrate(
     scrapes are taken in the order given, earlier first. ``num_speculative_tokens`` (K) is needed
     where the source does not state it (vLLM's older log line, SGLang without ``accept rate``) and
     checked where it does. ``bin_edges`` are the lower edges of the running-request bins (None: no
-    bins). Raises ``DocumentError`` naming file and line for unusable or contradictory input.
+    bins). Bench results are kept to one ``model_name`` (their ``model_id``) and one ``temperature``
+    where they record several. A file or content given twice is read once (``repeated_inputs``). A vLLM log that holds
+    several servers (see ``_servers.py``) is refused unless ``servers`` names the ones to pool.
+    Raises ``DocumentError`` naming file and line for unusable or contradictory input.
     """
     if not paths:
         raise SpectuneError("no input files given")
-    paths = expand_directories(paths)
+    paths, repeated = unique_inputs(expand_directories(paths), by_content=False)
     _check_options(log_format, num_speculative_tokens, bin_edges)
     formats = {str(path): log_format or detect_format(path) for path in paths}
     if len(set(formats.values())) > 1:
         listing = ", ".join(f"{file}: {fmt}" for file, fmt in formats.items())
         raise SpectuneError(f"the files hold different formats ({listing}); calibrate from one source at a time")
     chosen: LogFormat = next(iter(formats.values()))
+    if chosen != "vllm-prometheus":
+        paths, copies = unique_inputs(paths)
+        repeated += copies
+        formats = {str(path): formats[str(path)] for path in paths}
+    if servers and chosen != "vllm-log":
+        raise SpectuneError(f"--server picks servers in vLLM logs, got {chosen} input")
     if chosen == "vllm-bench":
-        return _calibrate_bench(list(paths), bin_edges)
-    sources, num_positions = _read(chosen, list(paths), num_speculative_tokens, model_name)
+        runs = runs_of_one_model([read_bench_result(path) for path in paths], model_name)
+        runs = runs_of_one_temperature(runs, temperature)
+        return replace(_calibrate_bench(runs, bin_edges), repeated_inputs=tuple(repeated), model_name=model_name)
+    sources, num_positions = _read(chosen, list(paths), num_speculative_tokens, model_name, servers)
     skipped = tuple(problem for source in sources for problem in source.skipped)
     notes = [note for source in sources for note in source.notes]
     count_windows = [w for source in sources for w in source.count_windows]
@@ -88,6 +106,8 @@ def calibrate(
         skipped=skipped,
         notes=tuple(dict.fromkeys(notes)),
         model_name=model_name,
+        repeated_inputs=tuple(repeated),
+        servers=tuple(servers),
     )
 
 
@@ -114,9 +134,10 @@ def expand_directories(paths: Sequence[Path]) -> list[Path]:
     return expanded
 
 
-def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Calibration:
+def _calibrate_bench(runs: list[BenchRun], bin_edges: Sequence[int] | None) -> Calibration:
     """Step times and acceptance from bench results; acceptance binned by each run's concurrency."""
-    table = bench_table([read_bench_result(path) for path in paths])
+    paths = [run.file for run in runs]
+    table = bench_table(runs)
     windows = table.profile_windows()
     notes = [
         "From vllm bench serve results: exact counter differences over each run, binned by --max-concurrency. "
@@ -165,7 +186,11 @@ def _check_options(log_format: str | None, num_speculative_tokens: int | None, b
 
 
 def _read(
-    log_format: LogFormat, paths: list[Path], num_speculative_tokens: int | None, model_name: str | None
+    log_format: LogFormat,
+    paths: list[Path],
+    num_speculative_tokens: int | None,
+    model_name: str | None,
+    servers: Sequence[str],
 ) -> tuple[list[SourceWindows], int]:
     if log_format == "vllm-prometheus":
         if len(paths) < 2:
@@ -175,6 +200,7 @@ def _read(
         sources = [windows_between_scrapes([read_scrape(path) for path in paths], model_name=model_name)]
     elif log_format == "vllm-log":
         sources = [read_vllm_log(path, num_speculative_tokens=num_speculative_tokens) for path in paths]
+        select_servers(sources, servers)
     elif log_format == "vllm-per-request":
         sources = [read_per_request_jsonl(path) for path in paths]
     else:

@@ -18,16 +18,21 @@ are left out: their steps are not decode steps.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spectune.calibrate._lines import iter_lines, split_fields
+from spectune.calibrate._servers import Origin, ServerTracker
 from spectune.calibrate._vllm_log import SPEC_DECODING_MARKER
 from spectune.errors import DocumentError, Problem
 
-__all__ = ["MAX_PREFILL_SHARE", "EngineLog", "EngineWindow", "read_engine_log"]
+__all__ = ["MAX_FIT_MEAN_ERROR", "MAX_PREFILL_SHARE", "EngineLog", "EngineWindow", "read_engine_log"]
 
 MAX_PREFILL_SHARE = 0.1
+# A fitted roofline whose step times are off by more than this on average is refused (docs/calibration.md):
+# the K choices a study compares differ by tens of percent in step time, so a worse model cannot rank them.
+MAX_FIT_MEAN_ERROR = 0.25
 _ENGINE_MARKER = "Avg generation throughput:"
 _KV_SIZE = re.compile(r"GPU KV cache size:\s*([0-9][0-9,]*)\s*tokens")
 _NUMBER = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)")
@@ -59,6 +64,14 @@ class EngineLog:
     windows: list[EngineWindow] = field(default_factory=list)
     kv_cache_tokens: int | None = None
     skipped: list[Problem] = field(default_factory=list)
+    skip_kinds: list[str] = field(default_factory=list)  # one per ``skipped``: why, in a word or two
+
+    def skipped_by_kind(self) -> dict[str, list[Problem]]:
+        """The windows left out, grouped by why (idle, prefill, ...), in the order each kind first appears."""
+        grouped: dict[str, list[Problem]] = {}
+        for kind, problem in zip(self.skip_kinds, self.skipped, strict=True):
+            grouped.setdefault(kind, []).append(problem)
+        return grouped
 
 
 @dataclass
@@ -136,27 +149,36 @@ def _spec_fields(text: str, file: str, line: int) -> tuple[int, float]:
     return k, length
 
 
-def read_engine_log(path: Path, *, kv_cache_tokens: int | None = None) -> EngineLog:
-    """Every decode window of a vLLM log; ``DocumentError`` (file and line) for lines that contradict themselves."""
+def read_engine_log(path: Path, *, kv_cache_tokens: int | None = None, servers: Sequence[str] = ()) -> EngineLog:
+    """Every decode window of a vLLM log; ``DocumentError`` (file and line) for lines that contradict themselves.
+
+    ``servers``: in a log holding several servers (``_servers.py``), the labels whose windows to keep.
+    """
     log = EngineLog(file=str(path))
-    pending: _Pending | None = None
-    windows: list[tuple[_Pending, int, float]] = []
+    tracker = ServerTracker()
+    pending: dict[Origin, _Pending] = {}  # per server: its engine line pairs with its own spec line
+    windows: list[tuple[Origin, _Pending, int, float]] = []
     saw_spec = False
     for number, text in iter_lines(path):
         size = _KV_SIZE.search(text)
         if size:
             log.kv_cache_tokens = int(size.group(1).replace(",", ""))
         elif _ENGINE_MARKER in text:
-            if pending is not None:
-                windows.append((pending, 0, 1.0))
-            pending = _engine_line(text, log.file, number)
-        elif SPEC_DECODING_MARKER in text and pending is not None:
-            saw_spec = True
-            k, length = _spec_fields(text, log.file, number)
-            windows.append((pending, k, length))
-            pending = None
-    if pending is not None:
-        windows.append((pending, 0, 1.0))
+            origin = tracker.see(text, number)
+            if origin in pending:
+                windows.append((origin, pending.pop(origin), 0, 1.0))
+            pending[origin] = _engine_line(text, log.file, number)
+        elif SPEC_DECODING_MARKER in text:
+            origin = tracker.see(text, number, window=True)
+            if origin in pending:
+                saw_spec = True
+                k, length = _spec_fields(text, log.file, number)
+                windows.append((origin, pending.pop(origin), k, length))
+    windows.extend((origin, left, 0, 1.0) for origin, left in pending.items())
+    windows.sort(key=lambda window: window[1].line)
+    if servers:
+        labels = tracker.labels()
+        windows = [window for window in windows if labels[window[0]] in servers]
     capacity = kv_cache_tokens or log.kv_cache_tokens
     if capacity is None:
         raise DocumentError(
@@ -170,12 +192,14 @@ def read_engine_log(path: Path, *, kv_cache_tokens: int | None = None) -> Engine
             ]
         )
     log.kv_cache_tokens = capacity
-    for window, k, length in windows:
-        reason = _unusable(window, k, saw_spec)
-        if reason:
+    for _, window, k, length in windows:
+        unusable = _unusable(window, k, saw_spec)
+        if unusable:
+            kind, reason = unusable
             log.skipped.append(
                 Problem(log.file, window.line, "", f"window left out of the fit: {reason}", severity="warning")
             )
+            log.skip_kinds.append(kind)
             continue
         log.windows.append(EngineWindow(
             file=log.file, line=window.line, num_running=window.running, num_speculative_tokens=k, acceptance_length=length,
@@ -191,11 +215,12 @@ def read_engine_log(path: Path, *, kv_cache_tokens: int | None = None) -> Engine
     return log
 
 
-def _unusable(window: _Pending, k: int, saw_spec: bool) -> str | None:
+def _unusable(window: _Pending, k: int, saw_spec: bool) -> tuple[str, str] | None:
+    """(kind, reason) for a window the fit cannot use, or None."""
     if window.running == 0 or window.generation <= 0:
-        return "idle (no running requests or no generated tokens)"
+        return "idle", "idle (no running requests or no generated tokens)"
     if window.prompt > MAX_PREFILL_SHARE * window.generation:
-        return f"it also prefilled ({window.prompt:g} prompt tokens/s), so its steps are not decode steps"
+        return "prefill", f"it also prefilled ({window.prompt:g} prompt tokens/s), so its steps are not decode steps"
     if saw_spec and k == 0:
-        return "no SpecDecoding line for it, in a log with speculation"
+        return "no SpecDecoding line", "no SpecDecoding line for it, in a log with speculation"
     return None

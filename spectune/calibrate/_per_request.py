@@ -15,6 +15,7 @@ counted, not used.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,38 @@ def _histogram(metrics: Any, file: str, line: int) -> list[int]:
     return histogram
 
 
+# vLLM writes these ratios as full floats; a difference past the third decimal is not rounding.
+_RATIO_TOLERANCE = 5e-4
+
+
+def _ratio_problems(
+    metrics: dict[str, Any], file: str, line: int, steps: int, accepted: int, drafted: int
+) -> list[Problem]:
+    """The summary ratios must be finite numbers and agree with the histogram (NaN and inf are not data)."""
+    expected = {
+        "mean_acceptance_length": (1.0 + accepted / steps) if steps else None,
+        "draft_acceptance_rate": (accepted / drafted) if drafted else None,
+    }
+    problems = []
+    for key, value in expected.items():
+        stated = metrics.get(key)
+        if stated is None:
+            continue
+        where = f"{PER_REQUEST_KEY}.{key}"
+        if isinstance(stated, bool) or not isinstance(stated, int | float) or not math.isfinite(stated):
+            problems.append(Problem(file, line, where, f"must be a finite number, got {stated!r:.40}"))
+        elif value is not None and abs(stated - value) > _RATIO_TOLERANCE:
+            problems.append(
+                Problem(
+                    file,
+                    line,
+                    where,
+                    f"{stated:g} contradicts {_HISTOGRAM} {metrics[_HISTOGRAM]} (which gives {value:.6g})",
+                )
+            )
+    return problems
+
+
 def _window(metrics: Any, file: str, line: int) -> CountWindow | None:
     histogram = _histogram(metrics, file, line)
     num_positions = len(histogram) - 1
@@ -152,6 +185,7 @@ def _window(metrics: Any, file: str, line: int) -> CountWindow | None:
                 f"must be >= accepted drafts ({accepted}), got {drafted}",
             )
         )
+    problems.extend(_ratio_problems(metrics, file, line, steps, accepted, drafted))
     if problems:
         raise DocumentError(problems)
     if steps == 0:

@@ -18,10 +18,12 @@ first spec-decoding line after it.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from spectune.calibrate._lines import decimal_half_step, iter_lines, split_fields
 from spectune.calibrate._reconstruct import reconstruct_window
+from spectune.calibrate._servers import Origin, ServerTracker
 from spectune.calibrate._windows import MAX_COUNT, CountWindow, SourceWindows
 from spectune.errors import DocumentError, Problem
 
@@ -58,24 +60,33 @@ def read_vllm_log(path: Path, *, num_speculative_tokens: int | None = None) -> S
     Raises ``DocumentError`` (file and line) when a line's numbers contradict each other.
     """
     source = SourceWindows(file=str(path))
-    running: int | None = None
+    servers = ServerTracker()
+    running: dict[Origin, int | None] = {}  # per server: an engine line pairs with its own server's spec line
+    origins: list[Origin] = []
     for number, text in iter_lines(path):
         start = text.find(SPEC_DECODING_MARKER)
         if start < 0:
             match = _RUNNING.search(text)
             if match:
-                running = int(match.group(1))
+                running[servers.see(text, number)] = int(match.group(1))
+            elif "Starting vLLM API server" in text:
+                servers.see(text, number)
             continue
+        origin = servers.see(text, number, window=True)
         fields = split_fields(text[start + len(SPEC_DECODING_MARKER) :])
         try:
-            window = _window(fields, source.file, number, num_speculative_tokens, running)
+            window = _window(fields, source.file, number, num_speculative_tokens, running.get(origin))
         except _SkipLine as skip:
             source.skip(number, skip.field_name.capitalize(), str(skip))
         except _Corrupt as corrupt:
             raise DocumentError([Problem(source.file, number, corrupt.field_name, str(corrupt))]) from None
         else:
             source.count_windows.append(window)
-        running = None
+            origins.append(origin)
+        running[origin] = None
+    labels = servers.labels()
+    source.count_windows = [replace(w, server=labels[o]) for w, o in zip(source.count_windows, origins, strict=True)]
+    source.servers = servers.describe()
     inferred = sum(
         1
         for w in source.count_windows

@@ -34,6 +34,7 @@ class CountWindow:
     accepted_per_position_bounds: tuple[tuple[int, int], ...] | None = None
     num_drafts_bounds: tuple[int, int] | None = None
     num_running: int | None = None
+    server: str = ""  # the server's label within its file ("" where the file holds one); see _servers.py
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class SourceWindows:
     length_windows: list[LengthWindow] = field(default_factory=list)
     skipped: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    servers: dict[str, str] = field(default_factory=dict)  # label -> description, for logs that name servers
 
     def skip(self, line: int | None, field_name: str, message: str) -> None:
         self.skipped.append(Problem(self.file, line, field_name, f"line skipped: {message}", severity="warning"))

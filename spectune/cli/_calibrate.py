@@ -13,9 +13,11 @@ from rich.table import Table
 from spectune._files import check_output_file, write_atomic
 from spectune.calibrate import (
     DEFAULT_BIN_EDGES,
+    MAX_FIT_MEAN_ERROR,
     AcceptanceEstimate,
     BenchTable,
     Calibration,
+    EngineLog,
     LogFormat,
     calibrate,
     calibration_profile,
@@ -33,7 +35,9 @@ from spectune.config import (
     validate_source,
 )
 from spectune.cost import StepSample, fit_roofline, fitted_cost_model
-from spectune.errors import SpectuneError
+from spectune.errors import Problem, SpectuneError
+
+_EXAMPLES = 3  # windows named per kind of warning
 
 
 def _bin_edges(text: str | None, no_bins: bool) -> tuple[int, ...] | None:
@@ -71,11 +75,27 @@ def calibrate_command(
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Prometheus model_name label to calibrate, when scrapes hold several.")
+        str | None,
+        typer.Option(
+            help="The model to calibrate, when the input holds several: a Prometheus model_name label, or a "
+            "vllm bench serve result's model_id."
+        ),
+    ] = None,
+    server: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--server",
+            help="vLLM logs holding several servers (docker compose logs, two processes in one file): the server to "
+            "calibrate, by the label the refusal lists (e.g. vllm-1, or pid=4242); repeat to pool replicas on purpose.",
+        ),
     ] = None,
     method: Annotated[str | None, typer.Option(help="Drafting method to record in the profile (e.g. eagle3).")] = None,
     temperature: Annotated[
-        float | None, typer.Option(help="Sampling temperature of the measured traffic, if known.")
+        float | None,
+        typer.Option(
+            help="Sampling temperature of the measured traffic, if known; with bench results that record "
+            "several, the runs to calibrate."
+        ),
     ] = None,
     bin_edges: Annotated[
         str | None, typer.Option(help="Lower edges of running-request bins, e.g. 1,4,16,64 (default: powers of two).")
@@ -95,6 +115,13 @@ def calibrate_command(
             help="With --fit-roofline: where to write the cost_model section (default: cost-model.yaml beside --out).",
         ),
     ] = None,
+    max_fit_error: Annotated[
+        float,
+        typer.Option(
+            help="With --fit-roofline: the largest mean relative step-time error of a fit that is written (a fraction; "
+            "see docs/calibration.md). A worse fit is refused: the roofline does not describe those windows."
+        ),
+    ] = MAX_FIT_MEAN_ERROR,
     kv_cache_tokens: Annotated[
         int | None,
         typer.Option(
@@ -111,6 +138,8 @@ def calibrate_command(
     """Turn real speculative-decoding metrics into an acceptance profile for simulations and studies."""
     if temperature is not None and not 0.0 <= temperature <= 10.0:  # NaN fails too
         raise SpectuneError(f"--temperature: must be a number in [0, 10], got {temperature}")
+    if not 0.0 < max_fit_error <= 10.0:  # NaN fails too
+        raise SpectuneError(f"--max-fit-error: must be a fraction in (0, 10], got {max_fit_error}")
     check_output_file(out)  # before reading the inputs
     calibration = calibrate(
         files,
@@ -118,7 +147,11 @@ def calibrate_command(
         num_speculative_tokens=num_speculative_tokens,
         model_name=model,
         bin_edges=_bin_edges(bin_edges, no_bins),
+        servers=tuple(server or ()),
+        temperature=temperature,
     )
+    for repeated in calibration.repeated_inputs:
+        typer.echo(str(repeated), err=True)
     if calibration.bench is not None:
         _write_bench_results(calibration, out, step_times, name or files[0].stem, method, temperature)
         return
@@ -130,7 +163,14 @@ def calibrate_command(
     if fit_roofline is not None:
         if calibration.log_format != "vllm-log":
             raise SpectuneError(f"--fit-roofline reads vLLM server logs, got {calibration.log_format} input")
-        _fit_roofline(calibration, fit_roofline, cost_model_out or out.parent / "cost-model.yaml", kv_cache_tokens)
+        _fit_roofline(
+            calibration,
+            fit_roofline,
+            cost_model_out or out.parent / "cost-model.yaml",
+            kv_cache_tokens,
+            max_fit_error,
+            out,
+        )
 
 
 def _write_profile(calibration: Calibration, profile: AcceptanceProfile, out: Path) -> None:
@@ -280,17 +320,49 @@ def _deployment(path: Path) -> tuple[Any, Any, Any, Any]:
     )
 
 
-def _fit_roofline(calibration: Calibration, document: Path, out: Path, kv_cache_tokens: int | None) -> None:
-    hardware, target, drafter, base = _deployment(document)
-    logs = [read_engine_log(Path(file), kv_cache_tokens=kv_cache_tokens) for file in calibration.files]
+def _summarise_left_out(logs: list[EngineLog]) -> None:
+    """One warning per kind of window left out, with its count and the first few, not one line per window."""
+    grouped: dict[str, list[Problem]] = {}
     for log in logs:
-        for problem in log.skipped:
-            typer.echo(str(problem), err=True)
+        for kind, problems in log.skipped_by_kind().items():
+            grouped.setdefault(kind, []).extend(problems)
+    for kind, problems in grouped.items():
+        examples = "; ".join(f"{p.file}:{p.line}" for p in problems[:_EXAMPLES])
+        more = f" and {len(problems) - _EXAMPLES} more" if len(problems) > _EXAMPLES else ""
+        typer.echo(
+            f"warning: {len(problems)} window(s) left out of the fit ({kind}): {problems[0].message.split(': ', 1)[-1]} "
+            f"(at {examples}{more})",
+            err=True,
+        )
+
+
+def _fit_roofline(
+    calibration: Calibration,
+    document: Path,
+    out: Path,
+    kv_cache_tokens: int | None,
+    max_fit_error: float,
+    profile_out: Path,
+) -> None:
+    hardware, target, drafter, base = _deployment(document)
+    logs = [
+        read_engine_log(Path(file), kv_cache_tokens=kv_cache_tokens, servers=calibration.servers)
+        for file in calibration.files
+    ]
+    _summarise_left_out(logs)
     steps = [
         StepSample(w.num_running, w.num_speculative_tokens, w.context_tokens, w.step_time_s, f"{w.file}:{w.line}")
         for log in logs for w in log.windows
     ]  # fmt: skip
     fit = fit_roofline(steps, hardware, target, drafter)
+    if fit.mean_relative_error > max_fit_error:
+        raise SpectuneError(
+            f"--fit-roofline: the fitted roofline misses the {fit.num_steps} measured step times by {fit.mean_relative_error:.1%} "
+            f"on average (max {fit.max_relative_error:.1%} at {fit.worst}), above the bound of {max_fit_error:.0%} "
+            f"(--max-fit-error): it does not describe this deployment, so {out} was not written (the acceptance profile "
+            f"{profile_out} was). Check that {document} is the deployment that served the log (GPU, model, "
+            "tensor parallelism, drafter)"
+        )
     config = fitted_cost_model(fit, source=", ".join(calibration.files), base=base)
     header = (
         f"# Fitted by 'spectune calibrate --fit-roofline {document}' to {fit.num_steps} decode windows of {', '.join(calibration.files)}.\n"

@@ -28,6 +28,7 @@ from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem
 
 __all__ = [
+    "MIN_STEP_TIME_MS",
     "STEP_TIME_COLUMNS",
     "CostModelConfig",
     "RooflineFitRecord",
@@ -39,6 +40,14 @@ __all__ = [
 STEP_TIME_COLUMNS = ("batch_size", "num_speculative_tokens", "step_time_ms")
 _MAX_BATCH_SIZE = 1_000_000
 _MAX_STEP_TIME_MS = 1e6
+# No decode step is faster: it runs at least one kernel per layer and a sampler, and one kernel launch
+# costs microseconds even from a CUDA graph. Smaller values are unit slips (seconds or microseconds in
+# a millisecond column) or corruption, and would be read as speedups of hundreds of times.
+MIN_STEP_TIME_MS = 0.01
+_STEP_TIME_RANGE = (
+    f"must be a number of milliseconds in [{MIN_STEP_TIME_MS:g}, {_MAX_STEP_TIME_MS:g}] "
+    f"(no GPU decode step takes under {MIN_STEP_TIME_MS * 1000:g} microseconds)"
+)
 _MAX_POINTS = 10_000  # keeps the leave-one-out fit report under a second
 _YAML_KEYS = ("kind", "points", "source", "notes")
 
@@ -50,7 +59,11 @@ class StepTimePoint(SpectuneModel):
     num_speculative_tokens: int = Field(
         ge=0, le=MAX_NUM_SPECULATIVE_TOKENS, description="Draft tokens per request, K (tokens; 0 = plain decoding)."
     )
-    step_time_ms: float = Field(gt=0, le=_MAX_STEP_TIME_MS, description="Wall time of the whole step (milliseconds).")
+    step_time_ms: float = Field(
+        ge=MIN_STEP_TIME_MS,
+        le=_MAX_STEP_TIME_MS,
+        description=f"Wall time of the whole step (milliseconds; at least {MIN_STEP_TIME_MS:g}, a physical floor).",
+    )
 
 
 class StepTimeTable(SpectuneModel):
@@ -132,8 +145,8 @@ def _parse_value(column: str, raw: Any) -> tuple[Any, str | None]:
                 return None, f"must be a number of milliseconds > 0, got {shown}"
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None, f"must be a number of milliseconds > 0, got {shown}"
-        if not math.isfinite(value) or not 0 < value <= _MAX_STEP_TIME_MS:
-            return None, f"must be a number of milliseconds in (0, {_MAX_STEP_TIME_MS:g}], got {shown}"
+        if not math.isfinite(value) or not MIN_STEP_TIME_MS <= value <= _MAX_STEP_TIME_MS:
+            return None, f"{_STEP_TIME_RANGE}, got {shown}"
         return float(value), None
     low, high = (1, _MAX_BATCH_SIZE) if column == "batch_size" else (0, MAX_NUM_SPECULATIVE_TOKENS)
     allowed = f"must be a whole number in [{low}, {high}], got {shown}"

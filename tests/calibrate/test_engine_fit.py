@@ -101,3 +101,36 @@ def test_one_batch_size_cannot_separate_bandwidth_from_overhead() -> None:
     steps = [StepSample(8, 3, 1000.0, 0.008, "x:1"), StepSample(8, 3, 2000.0, 0.009, "x:2")]
     with pytest.raises(SpectuneError, match="2 or more batch sizes"):
         fit_roofline(steps, HARDWARE, TARGET, EAGLE)
+
+
+def test_fit_roofline_summarises_left_out_windows_per_kind(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    planted = planted_roofline(HARDWARE, TARGET, EAGLE, 0.66, 1.5e-3)
+    path.write_text(engine_log(planted, varied_windows(), prefill_windows=40))
+    result = CliRunner().invoke(
+        app, ["calibrate", str(path), "--out", str(tmp_path / "p.yaml"), "--fit-roofline", str(SIMULATION)]
+    )
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if "left out of the fit" in line]
+    assert len(warnings) == 1, warnings
+    assert "warning: 40 window(s) left out of the fit (prefill)" in warnings[0] and "and 37 more" in warnings[0]
+    assert f"{path}:2; {path}:3; {path}:4" in warnings[0]
+
+
+def test_a_fit_worse_than_the_stated_bound_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    planted = planted_roofline(HARDWARE, TARGET, EAGLE, 0.66, 1.5e-3)
+    lines = engine_log(planted, varied_windows(), prefill_windows=0).splitlines()
+    # Every other engine line's throughput tripled: step times no roofline can follow.
+    for index in [i for i, line in enumerate(lines) if "Avg generation throughput:" in line][::2]:
+        head, rest = lines[index].split("Avg generation throughput: ", 1)
+        value, tail = rest.split(" ", 1)
+        lines[index] = f"{head}Avg generation throughput: {3 * float(value):.1f} {tail}"
+    path.write_text("\n".join(lines) + "\n")
+    args = ["calibrate", str(path), "--out", str(tmp_path / "p.yaml"), "--fit-roofline", str(SIMULATION)]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1, refused.output
+    assert "above the bound of 25% (--max-fit-error)" in refused.output and "Traceback" not in refused.output
+    assert not (tmp_path / "cost-model.yaml").exists()
+    allowed = CliRunner().invoke(app, [*args, "--max-fit-error", "5"])
+    assert allowed.exit_code == 0 and (tmp_path / "cost-model.yaml").exists()

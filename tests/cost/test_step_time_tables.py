@@ -92,8 +92,8 @@ def test_bad_cells_name_line_column_allowed_and_given(write_file):
         f"{path}:2: column 3 (step_time_ms): must be a number of milliseconds > 0, got 'fast'",
         f"{path}:3: column 1 (batch_size): must be a whole number in [1, 1000000], got '2.5'",
         f"{path}:4: column 2 (num_speculative_tokens): must be a whole number in [0, 64], got '65'",
-        f"{path}:5: column 3 (step_time_ms): must be a number of milliseconds in (0, 1e+06], got '-1'",
-        f"{path}:6: column 3 (step_time_ms): must be a number of milliseconds in (0, 1e+06], got '0'",
+        f"{path}:5: column 3 (step_time_ms): must be a number of milliseconds in [0.01, 1e+06] (no GPU decode step takes under 10 microseconds), got '-1'",
+        f"{path}:6: column 3 (step_time_ms): must be a number of milliseconds in [0.01, 1e+06] (no GPU decode step takes under 10 microseconds), got '0'",
         f"{path}:7: has 2 fields, the header has 3 (batch_size, num_speculative_tokens, step_time_ms)",
     ]
 
@@ -101,7 +101,7 @@ def test_bad_cells_name_line_column_allowed_and_given(write_file):
 def test_non_finite_times_are_refused(write_file):
     path = write_file("t.csv", "batch_size,num_speculative_tokens,step_time_ms\n1,0,nan\n2,0,inf\n")
     found = problems_of(path)
-    assert len(found) == 2 and all("must be a number of milliseconds in (0, 1e+06]" in m for m in found)
+    assert len(found) == 2 and all("must be a number of milliseconds in [0.01, 1e+06]" in m for m in found)
 
 
 def test_duplicate_points_name_both_lines(write_file):
