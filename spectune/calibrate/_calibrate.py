@@ -13,7 +13,9 @@ from spectune.calibrate._estimate import AcceptanceEstimate, estimate_from_count
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
 from spectune.calibrate._per_request import read_per_request_jsonl
 from spectune.calibrate._prometheus import read_scrape, windows_between_scrapes
+from spectune.calibrate._repeats import MAX_RELATIVE_SPREAD, repeated_table
 from spectune.calibrate._sglang_log import infer_sglang_num_positions, read_sglang_log
+from spectune.calibrate._sweep import is_measurement_tree, read_measurement_tree
 from spectune.calibrate._vllm_log import read_vllm_log
 from spectune.calibrate._windows import MAX_COUNT, CountWindow, LengthWindow, SourceWindows
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
@@ -47,6 +49,7 @@ def calibrate(
     num_speculative_tokens: int | None = None,
     model_name: str | None = None,
     bin_edges: Sequence[int] | None = DEFAULT_BIN_EDGES,
+    max_spread: float = MAX_RELATIVE_SPREAD,
 ) -> Calibration:
     """Read vLLM/SGLang logs, Prometheus scrapes or per-request JSON lines into pooled acceptance estimates.
 
@@ -54,10 +57,19 @@ def calibrate(
     scrapes are taken in the order given, earlier first. ``num_speculative_tokens`` (K) is needed
     where the source does not state it (vLLM's older log line, SGLang without ``accept rate``) and
     checked where it does. ``bin_edges`` are the lower edges of the running-request bins (None: no
-    bins). Raises ``DocumentError`` naming file and line for unusable or contradictory input.
+    bins). Folders of ``vllm bench sweep`` or ``measure.sh`` results are read by record, repeats pooled
+    to a median whose MAD must stay within ``max_spread`` of it (``_repeats``). Raises ``DocumentError``
+    naming file and line for unusable or contradictory input.
     """
     if not paths:
         raise SpectuneError("no input files given")
+    if is_measurement_tree(paths):
+        tree = read_measurement_tree(paths)
+        if not tree.records:
+            reasons = "; ".join(f"{p.file}: {p.message}" for p in tree.skipped[:3])
+            raise DocumentError([Problem(", ".join(map(str, paths)), None, "", f"no usable bench records ({reasons})")])
+        table = repeated_table(tree.records, max_relative_spread=max_spread)
+        return _calibrate_bench([Path(file) for file in tree.files], bin_edges, table, tree.skipped)
     paths = expand_directories(paths)
     _check_options(log_format, num_speculative_tokens, bin_edges)
     formats = {str(path): log_format or detect_format(path) for path in paths}
@@ -114,9 +126,14 @@ def expand_directories(paths: Sequence[Path]) -> list[Path]:
     return expanded
 
 
-def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Calibration:
+def _calibrate_bench(
+    paths: list[Path],
+    bin_edges: Sequence[int] | None,
+    table: BenchTable | None = None,
+    skipped: tuple[Problem, ...] = (),
+) -> Calibration:
     """Step times and acceptance from bench results; acceptance binned by each run's concurrency."""
-    table = bench_table([read_bench_result(path) for path in paths])
+    table = table or bench_table([read_bench_result(path) for path in paths])
     windows = table.profile_windows()
     notes = [
         "From vllm bench serve results: exact counter differences over each run, binned by --max-concurrency. "
@@ -129,7 +146,7 @@ def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Cali
         )
     if not windows:
         overall = AcceptanceEstimate(0, 0, False, (), 1.0, None, None)
-        return Calibration("vllm-bench", tuple(map(str, paths)), 0, overall, (), (), tuple(notes), bench=table)
+        return Calibration("vllm-bench", tuple(map(str, paths)), 0, overall, (), skipped, tuple(notes), bench=table)
     k = table.profile_k or 0
     for window in windows:
         _check_counts(window, k)
@@ -145,7 +162,7 @@ def _calibrate_bench(paths: list[Path], bin_edges: Sequence[int] | None) -> Cali
         num_positions=k,
         overall=estimate_from_counts(windows, k),
         bins=bins,
-        skipped=(),
+        skipped=skipped,
         notes=tuple(notes),
         bench=table,
     )

@@ -29,6 +29,7 @@ from spectune.errors import DocumentError, Problem
 
 __all__ = [
     "STEP_TIME_COLUMNS",
+    "STEP_TIME_OPTIONAL_COLUMNS",
     "CostModelConfig",
     "RooflineFitRecord",
     "StepTimePoint",
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 STEP_TIME_COLUMNS = ("batch_size", "num_speculative_tokens", "step_time_ms")
+# Written by 'spectune calibrate': the --max-concurrency that produced a row and, from repeats, its MAD.
+STEP_TIME_OPTIONAL_COLUMNS = ("concurrency", "step_time_mad_ms")
 _MAX_BATCH_SIZE = 1_000_000
 _MAX_STEP_TIME_MS = 1e6
 _MAX_POINTS = 10_000  # keeps the leave-one-out fit report under a second
@@ -51,6 +54,15 @@ class StepTimePoint(SpectuneModel):
         ge=0, le=MAX_NUM_SPECULATIVE_TOKENS, description="Draft tokens per request, K (tokens; 0 = plain decoding)."
     )
     step_time_ms: float = Field(gt=0, le=_MAX_STEP_TIME_MS, description="Wall time of the whole step (milliseconds).")
+    concurrency: int | None = Field(
+        default=None, ge=1, le=_MAX_BATCH_SIZE, description="The bench's --max-concurrency behind the row (requests)."
+    )
+    step_time_mad_ms: float | None = Field(
+        default=None,
+        ge=0,
+        le=_MAX_STEP_TIME_MS,
+        description="Median absolute deviation of repeated runs (milliseconds).",
+    )
 
 
 class StepTimeTable(SpectuneModel):
@@ -123,7 +135,7 @@ def _point_problems(keys: list[tuple[int, int]], where: Callable[[int], str]) ->
 def _parse_value(column: str, raw: Any) -> tuple[Any, str | None]:
     """A cell's value, or an error message saying what is allowed and what was given."""
     shown = repr(raw) if isinstance(raw, str) else str(raw)
-    if column == "step_time_ms":
+    if column in ("step_time_ms", "step_time_mad_ms"):
         value: Any = raw
         if isinstance(raw, str):
             try:
@@ -132,10 +144,14 @@ def _parse_value(column: str, raw: Any) -> tuple[Any, str | None]:
                 return None, f"must be a number of milliseconds > 0, got {shown}"
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None, f"must be a number of milliseconds > 0, got {shown}"
+        if column == "step_time_mad_ms":
+            if math.isfinite(value) and 0 <= value <= _MAX_STEP_TIME_MS:
+                return float(value), None
+            return None, f"must be a number of milliseconds in [0, {_MAX_STEP_TIME_MS:g}], got {shown}"
         if not math.isfinite(value) or not 0 < value <= _MAX_STEP_TIME_MS:
             return None, f"must be a number of milliseconds in (0, {_MAX_STEP_TIME_MS:g}], got {shown}"
         return float(value), None
-    low, high = (1, _MAX_BATCH_SIZE) if column == "batch_size" else (0, MAX_NUM_SPECULATIVE_TOKENS)
+    low, high = (1, _MAX_BATCH_SIZE) if column in ("batch_size", "concurrency") else (0, MAX_NUM_SPECULATIVE_TOKENS)
     allowed = f"must be a whole number in [{low}, {high}], got {shown}"
     value = raw
     if isinstance(raw, str):
@@ -162,10 +178,11 @@ def _read_csv(text: str, file: str) -> tuple[list[tuple[int, dict[str, Any]]], l
     header_line, header = lines[0]
     names = [name.strip() for name in next(csv.reader([header]))]
     problems = []
+    allowed = ", ".join((*STEP_TIME_COLUMNS, *STEP_TIME_OPTIONAL_COLUMNS))
     for position, name in enumerate(names, start=1):
-        if name not in STEP_TIME_COLUMNS:
+        if name not in STEP_TIME_COLUMNS + STEP_TIME_OPTIONAL_COLUMNS:
             problems.append(
-                Problem(file, header_line, f"column {position}", f"unknown column {name!r}; allowed: {wanted}")
+                Problem(file, header_line, f"column {position}", f"unknown column {name!r}; allowed: {allowed}")
             )
         elif names.index(name) != position - 1:
             problems.append(Problem(file, header_line, f"column {position}", f"column {name!r} appears twice"))

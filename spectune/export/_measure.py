@@ -35,6 +35,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spectune.calibrate import MIN_REPEATS  # calibrate refuses cells with fewer runs
 from spectune.config import (
     SpeculativeConfig,
     conditional_to_unconditional,
@@ -61,7 +62,6 @@ VLLM_BENCH_SERVE_FLAGS = (
 SERVER_START_S = 120.0  # weights, CUDA graph capture and warm-up per server start (assumed, not measured)
 _PROMPTS_PER_CONCURRENCY = 4  # four waves of requests per run ...
 _MIN_PROMPTS = 32  # ... and enough requests at small concurrency for the counters
-MIN_REPEATS = 3  # a median and a MAD need three runs of a cell; calibrate refuses fewer
 _WARMUP_PROMPTS = 16  # one short unmeasured run per server: the first requests pay compilation and caches
 
 
@@ -338,7 +338,8 @@ def _functions(context: Mapping[str, Any], max_batch_size: int, prompt_tokens: i
         '  if [[ "$4" == warmup ]]; then dir="$OUT" name=warmup.json; fi',
         f"  vllm bench serve {bench_flags} \\",
         '    --num-prompts "$3" --max-concurrency "$2" --save-result --result-dir "$dir" --result-filename "$name" \\',
-        '    --metadata "spectune_forced_k=$1" "spectune_num_speculative_tokens=$GLOBAL_K" "spectune_drafter=$DRAFTER" "spectune_run=$4"',
+        '    --metadata "spectune_forced_k=$1" "spectune_num_speculative_tokens=$GLOBAL_K" "spectune_drafter=$DRAFTER" \\',
+        '      "spectune_protocol=$MODE" "spectune_run=$4"',
         "}",
         "",
         "sweep_command() {  # what vllm bench sweep serve runs with the files write_sweep_params writes",
