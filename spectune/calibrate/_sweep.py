@@ -101,7 +101,22 @@ def read_measurement_tree(paths: Sequence[Path]) -> MeasurementTree:
     if problems:
         raise DocumentError(problems)
     _check_one_protocol(records)
-    return MeasurementTree(tuple(records), tuple(skipped), tuple(files))
+    return MeasurementTree(tuple(records), _grouped(skipped), tuple(files))
+
+
+def _grouped(skipped: Sequence[Problem]) -> tuple[Problem, ...]:
+    """One warning per reason: a sweep leaves a copy of every record, which would bury the other reasons."""
+    by_reason: dict[str, list[Problem]] = {}
+    for problem in skipped:
+        by_reason.setdefault(problem.message, []).append(problem)
+    return tuple(
+        group[0]
+        if len(group) == 1
+        else Problem(
+            group[0].file, None, "", f"{group[0].message} (and {len(group) - 1} more files like it)", "warning"
+        )
+        for group in by_reason.values()
+    )
 
 
 def _skip_reason(path: Path) -> str | None:
