@@ -14,7 +14,13 @@ from spectune.export._artefacts import (
     recommended_yaml,
     write_artefacts,
 )
-from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_script, measurement_ks
+from spectune.export._measure import (
+    VLLM_BENCH_SERVE_FLAGS,
+    VLLM_SERVE_FLAGS,
+    forced_ks,
+    measure_script,
+    measurement_ks,
+)
 from spectune.export._report import report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
 from spectune.export._svg import Band, Series, chart_svg, nice_ticks
@@ -40,6 +46,7 @@ __all__ = [
     "chart_svg",
     "check_output_dir",
     "json_text",
+    "forced_ks",
     "measure_script",
     "measurement_ks",
     "nice_ticks",

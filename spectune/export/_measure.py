@@ -386,7 +386,7 @@ def _sweep_function(candidates: list[tuple[int, str | None]], runs: list[tuple[i
     serve_params = {f"k{k}": ({"speculative_config": json.loads(config)} if config else {}) for k, config in candidates}
     bench_params = {f"c{b}": {"max_concurrency": b, "num_prompts": n} for b, n in runs}
     lines = [
-        "write_sweep_params() {  # the K-forcing protocol as vllm bench sweep serve parameter files",
+        "write_sweep_params() {  # the K-forcing protocol as the sweep's parameter files (see sweep_command)",
         '  mkdir -p "$RESULTS"',
         "  cat > \"$RESULTS/serve_params.json\" << 'JSON'",
         json.dumps(serve_params, indent=2),
