@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from spectune.cli._errors import handle_errors
-from spectune.config import DOCUMENT_KINDS, document_json_schema, find_documents, load_document
+from spectune.config import (
+    DOCUMENT_KINDS,
+    document_json_schema,
+    find_documents,
+    is_trtllm_options,
+    load_document,
+    load_trtllm_options,
+)
 from spectune.errors import DocumentError, Problem
 
 
@@ -27,6 +34,9 @@ def validate(
     invalid = warnings = 0
     for file in files:
         try:
+            if is_trtllm_options(file):  # TensorRT-LLM's options: its own rules, no spectune notices
+                load_trtllm_options(file)
+                continue
             document = load_document(file)
         except DocumentError as err:
             problems.extend(err.problems)

@@ -25,6 +25,7 @@ from spectune.export._report import report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
 from spectune.export._svg import Band, Series, chart_svg, nice_ticks
 from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, tie_cell, trials_csv
+from spectune.export._trtllm import TRTLLM_DECODING_TYPE, trtllm_options, trtllm_yaml
 from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
@@ -34,6 +35,9 @@ from spectune.export._vllm import (
 )
 
 __all__ = [
+    "TRTLLM_DECODING_TYPE",
+    "trtllm_options",
+    "trtllm_yaml",
     "ARTEFACT_NAMES",
     "SGLANG_ALGORITHMS",
     "TRIAL_COLUMNS",

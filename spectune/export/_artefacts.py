@@ -21,6 +21,7 @@ from spectune.export._measure import measure_script
 from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
+from spectune.export._trtllm import trtllm_yaml
 from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
@@ -36,6 +37,7 @@ ARTEFACT_NAMES = (
     "vllm.json",
     "vllm-synthetic.json",
     "sglang.txt",
+    "trtllm.yaml",
     "measure.sh",
     "trials.csv",
     "report.html",
@@ -104,6 +106,8 @@ def write_artefacts(
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)
         files["sglang.txt"] = sglang_flags(recommendation)
+        if (trtllm := trtllm_yaml(recommendation)) is not None:
+            files["trtllm.yaml"] = trtllm
         script = measure_script(outcome)
         if script is not None:
             files["measure.sh"] = script
