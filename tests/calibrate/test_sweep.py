@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -157,3 +159,9 @@ def test_calibrate_out_under_a_file_is_refused_before_reading(tmp_path: Path) ->
     result = runner.invoke(app, ["calibrate", str(tmp_path / "missing"), "--out", str(tmp_path / "blocker" / "p.yaml")])
     assert result.exit_code == 1
     assert "is not a folder" in result.output and "missing" not in result.output.split("is not a folder")[1]
+
+
+def test_the_docs_show_what_calibrate_prints_today() -> None:
+    script = Path(__file__).parents[2] / "benchmarks" / "calibration_sweep_doc.py"
+    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
