@@ -14,8 +14,9 @@ from spectune.config import (
     document_json_schema,
     find_documents,
     is_trtllm_options,
-    load_document,
     load_trtllm_options,
+    read_mapping,
+    validate_source,
 )
 from spectune.errors import DocumentError, Problem
 
@@ -34,10 +35,11 @@ def validate(
     invalid = warnings = 0
     for file in files:
         try:
-            if is_trtllm_options(file):  # TensorRT-LLM's options: its own rules, no spectune notices
-                load_trtllm_options(file)
+            source = read_mapping(file)  # read once: a pipe cannot be read twice
+            if is_trtllm_options(source):  # TensorRT-LLM's options: its own rules, no spectune notices
+                load_trtllm_options(source)
                 continue
-            document = load_document(file)
+            document = validate_source(source)
         except DocumentError as err:
             problems.extend(err.problems)
             invalid += 1

@@ -17,13 +17,12 @@ silently changes what is served.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from spectune.config._base import SpectuneModel
-from spectune.config._loader import SourceMapping, read_mapping
+from spectune.config._loader import SourceMapping
 from spectune.config._messages import problems_from_validation_error
 from spectune.errors import DocumentError, Problem
 
@@ -90,19 +89,16 @@ class TrtllmSpeculativeConfig(SpectuneModel):
         return sorted((self.draft_len_schedule or {}).items())
 
 
-def is_trtllm_options(path: Path) -> bool:
-    """Whether the file reads as a TensorRT-LLM options fragment (a speculative_config with decoding_type)."""
-    try:
-        data = read_mapping(path).data
-    except DocumentError:
-        return False
-    section = data.get("speculative_config")
+def is_trtllm_options(source: SourceMapping) -> bool:
+    """Whether a parsed file is a TensorRT-LLM options fragment (a speculative_config with decoding_type)."""
+    section = source.data.get("speculative_config")
     return isinstance(section, dict) and "decoding_type" in section
 
 
-def load_trtllm_options(path: Path) -> tuple[SourceMapping, TrtllmSpeculativeConfig]:
-    """Read and check a fragment; ``DocumentError`` names file, line and field of every problem."""
-    source = read_mapping(path)
+def load_trtllm_options(source: SourceMapping) -> TrtllmSpeculativeConfig:
+    """Check a parsed fragment; ``DocumentError`` names file, line and field of every problem.
+
+    It takes the parsed mapping, not a path: a file is read once (a pipe cannot be read twice)."""
     section = source.data.get("speculative_config")
     if not isinstance(section, dict):
         line = source.positions.line_of(("speculative_config",))
@@ -132,4 +128,4 @@ def load_trtllm_options(path: Path) -> tuple[SourceMapping, TrtllmSpeculativeCon
                 err, file=source.file, positions=source.positions, prefix=("speculative_config",)
             )
         ) from None
-    return source, config
+    return config
