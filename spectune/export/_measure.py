@@ -366,6 +366,7 @@ def _measure_function(
     for k, config in candidates:
         uses = [f"{start}-{end}" for start, end, row_k in recommendation.schedule if row_k == k]
         role = f"recommended for batch sizes {', '.join(uses)}" if uses else "a neighbour of a recommended K"
+        role = role if uses or k else "the baseline (the table has no 0 row)"
         if config is None:
             lines.append(f"  # K = 0 without a drafter (plain decoding); {role}")
             lines.append("  serve k0 0 none")
