@@ -10,11 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from spectune.cli import app
 from spectune.config import read_step_time_table
+from spectune.errors import DocumentError
 
 from .bench_synthetic import write_bench_results
 from .sweep_synthetic import write_sweep_tree
@@ -165,3 +167,49 @@ def test_the_docs_show_what_calibrate_prints_today() -> None:
     script = Path(__file__).parents[2] / "benchmarks" / "calibration_sweep_doc.py"
     done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_tree_mixing_the_two_protocols_is_refused(tmp_path: Path) -> None:
+    write_sweep_tree(tmp_path / "sweep", ks=KS, global_k=GLOBAL_K, concurrencies=CONCURRENCIES, conditional_rates=RATES)
+    plain = json.loads((tmp_path / "sweep" / "SERVE--k0-BENCH--c1" / "summary.json").read_text())[0]
+    plain.pop("speculative_config")
+    plain |= {"spectune_forced_k": "0", "spectune_drafter": "none", "spectune_protocol": "plain-k0"}
+    (tmp_path / "sweep" / "plain").mkdir()
+    (tmp_path / "sweep" / "plain" / "run=1.json").write_text(json.dumps(plain))
+    result = runner.invoke(app, ["calibrate", str(tmp_path / "sweep"), "--out", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 1
+    assert "plain/run=1.json: measured by the plain-k0 protocol" in result.output
+    assert "calibrate one protocol at a time" in result.output
+
+
+def test_max_spread_outside_0_1_is_a_usage_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["calibrate", str(tmp_path), "--out", str(tmp_path / "p.yaml"), "--max-spread", "0"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: --max-spread: must be a fraction in (0, 1], got 0.0"
+
+
+def test_a_looser_max_spread_accepts_the_noisy_cell(tmp_path: Path) -> None:
+    def spoil(k: int, c: int, run: int, record: dict) -> None:
+        if (k, c) == (2, 8) and run != 1:
+            record["mean_tpot_ms"] *= 0.88 if run == 0 else 1.15
+
+    write_sweep_tree(
+        tmp_path / "sweep", ks=KS, global_k=GLOBAL_K, concurrencies=CONCURRENCIES, conditional_rates=RATES, spoil=spoil
+    )
+    out = tmp_path / "p.yaml"
+    result = runner.invoke(app, ["calibrate", str(tmp_path / "sweep"), "--out", str(out), "--max-spread", "0.2"])
+    assert result.exit_code == 0, result.output
+    row = next(
+        r for r in _rows(tmp_path / "step-times.csv") if (r["concurrency"], r["num_speculative_tokens"]) == ("8", "2")
+    )
+    assert float(row["step_time_mad_ms"]) / float(row["step_time_ms"]) > 0.1
+
+
+def test_a_negative_mad_in_a_table_is_refused_naming_the_cell(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("batch_size,num_speculative_tokens,step_time_ms,step_time_mad_ms\n1,0,6.0,0.1\n8,0,6.5,-0.2\n")
+    with pytest.raises(DocumentError) as caught:
+        read_step_time_table(path)
+    assert [str(p) for p in caught.value.problems] == [
+        f"{path}:3: column 4 (step_time_mad_ms): must be a number of milliseconds in [0, 1e+06], got '-0.2'"
+    ]

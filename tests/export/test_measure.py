@@ -211,6 +211,11 @@ def test_plain_k0_mode_serves_k0_without_a_drafter(outcome, tmp_path: Path) -> N
     assert [c["num_speculative_tokens"] for c in configs] == measurement_ks(outcome.recommendation)[1:]
     assert all("num_speculative_tokens_per_batch_size" not in c for c in configs)
     assert (tmp_path / "results" / "plain-k0" / "k0" / "c8" / "run=3.json").is_file()
+    out = tmp_path / "plain" / "profile.yaml"
+    result = CliRunner().invoke(app, ["calibrate", str(tmp_path / "results" / "plain-k0"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [line.split(",") for line in (out.parent / "step-times.csv").read_text().splitlines() if line[:1].isdigit()]
+    assert {int(r[1]) for r in rows} == set(measurement_ks(outcome.recommendation))
 
 
 def test_sweep_params_mode_writes_vllm_bench_sweep_files_and_runs_nothing(outcome, tmp_path: Path) -> None:
