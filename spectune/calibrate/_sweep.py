@@ -59,15 +59,21 @@ class MeasurementTree:
 
 
 def is_measurement_tree(paths: Sequence[Path]) -> bool:
-    """Whether the paths are folders holding a sweep's ``summary.json`` or measure.sh's ``run=N.json`` files."""
-    return bool(paths) and all(path.is_dir() for path in paths) and any(_tree_files(paths))
+    """Whether the paths are a sweep's ``summary.json`` or measure.sh's ``run=N.json`` files, or folders of them."""
+    return bool(paths) and all(path.is_dir() or _is_tree_file(path) for path in paths) and any(_tree_files(paths))
+
+
+def _is_tree_file(path: Path) -> bool:
+    return path.name == "summary.json" or bool(_RUN_FILE.match(path.name))
 
 
 def _tree_files(paths: Sequence[Path]) -> Iterator[Path]:
     for path in paths:
-        for found in sorted(path.rglob("*.json")):
-            if found.name == "summary.json" or _RUN_FILE.match(found.name):
-                yield found
+        yield from (found for found in _expanded(path) if _is_tree_file(found))
+
+
+def _expanded(path: Path) -> list[Path]:
+    return sorted(found for found in path.rglob("*.json") if found.is_file()) if path.is_dir() else [path]
 
 
 def read_measurement_tree(paths: Sequence[Path]) -> MeasurementTree:
@@ -76,7 +82,7 @@ def read_measurement_tree(paths: Sequence[Path]) -> MeasurementTree:
     skipped: list[Problem] = []
     problems: list[Problem] = []
     files: list[str] = []
-    for path in (found for root in paths for found in sorted(root.rglob("*.json")) if found.is_file()):
+    for path in (found for root in paths for found in _expanded(root)):
         file = str(path)
         reason = _skip_reason(path)
         if reason is not None:

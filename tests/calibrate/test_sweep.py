@@ -213,3 +213,12 @@ def test_a_negative_mad_in_a_table_is_refused_naming_the_cell(tmp_path: Path) ->
     assert [str(p) for p in caught.value.problems] == [
         f"{path}:3: column 4 (step_time_mad_ms): must be a number of milliseconds in [0, 1e+06], got '-0.2'"
     ]
+
+
+def test_summary_files_given_one_by_one_are_read_as_records(tmp_path: Path) -> None:
+    summaries = write_sweep_tree(
+        tmp_path / "sweep", ks=KS, global_k=GLOBAL_K, concurrencies=CONCURRENCIES, conditional_rates=RATES
+    )
+    result = runner.invoke(app, ["calibrate", *map(str, summaries), "--out", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 0, result.output
+    assert len(_rows(tmp_path / "step-times.csv")) == len(KS) * len(CONCURRENCIES)
