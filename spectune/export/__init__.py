@@ -2,8 +2,9 @@
 
 ``write_artefacts`` writes ``recommended.yaml`` (passes ``spectune validate``), ``vllm.json``
 (``--speculative-config``), ``vllm-synthetic.json`` (the same with acceptance pinned to the simulated
-rates, for checking on a GPU), ``sglang.txt`` (server flags), ``measure.sh`` (the GPU measurements that
-check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``.
+rates, for checking on a GPU), ``sglang.txt`` (server flags), ``trtllm.yaml`` (TensorRT-LLM's LLM-API
+``speculative_config``), ``measure.sh`` (the GPU measurements that check the recommendation, for
+``spectune calibrate``), ``trials.csv`` and ``report.html``.
 """
 
 from spectune.export._artefacts import (

@@ -92,7 +92,8 @@ def bucket_comments(recommendation: Recommendation) -> list[str]:
 def write_artefacts(
     outcome: StudyOutcome, out_dir: Path, *, vllm_synthetic_form: SyntheticForm = "current"
 ) -> list[Path]:
-    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html.
+    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trtllm.yaml, measure.sh, trials.csv,
+    report.html (trtllm.yaml where TensorRT-LLM can take the table).
 
     Without any completed trial only trials.csv and report.html are written. Returns the paths written.
     """
