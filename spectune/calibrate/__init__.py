@@ -17,9 +17,18 @@ from spectune.calibrate._engine_log import MAX_FIT_MEAN_ERROR, EngineLog, Engine
 from spectune.calibrate._estimate import AcceptanceEstimate
 from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
 from spectune.calibrate._profile_writer import calibration_profile, profile_yaml
+from spectune.calibrate._repeats import MAX_RELATIVE_SPREAD, MIN_REPEATS, RepeatedStep, measured_step_csv
+from spectune.calibrate._sweep import CellRecord, MeasurementTree, read_measurement_tree
 
 __all__ = [
     "DEFAULT_BIN_EDGES",
+    "MAX_RELATIVE_SPREAD",
+    "MIN_REPEATS",
+    "CellRecord",
+    "MeasurementTree",
+    "RepeatedStep",
+    "measured_step_csv",
+    "read_measurement_tree",
     "EngineLog",
     "EngineWindow",
     "LOG_FORMATS",

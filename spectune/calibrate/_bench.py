@@ -41,7 +41,14 @@ from spectune.calibrate._windows import CountWindow
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem
 
-__all__ = ["BENCH_REQUIRED_FIELDS", "BENCH_SPEC_FIELDS", "BenchRun", "looks_like_bench_result", "read_bench_result"]
+__all__ = [
+    "BENCH_REQUIRED_FIELDS",
+    "BENCH_SPEC_FIELDS",
+    "BenchRun",
+    "bench_run_from_record",
+    "looks_like_bench_result",
+    "read_bench_result",
+]
 
 BENCH_REQUIRED_FIELDS = (
     "max_concurrency",
@@ -204,6 +211,11 @@ def read_bench_result(path: Path) -> BenchRun:
                 )
             ]
         ) from None
+    return bench_run_from_record(file, text, data)
+
+
+def bench_run_from_record(file: str, text: str, data: Any) -> BenchRun:
+    """Check one parsed result (``text``: its JSON source, for line numbers); ``DocumentError`` lists every problem."""
     if not isinstance(data, dict) or not any(key in data for key in BENCH_REQUIRED_FIELDS):
         got = (
             type(data).__name__

@@ -15,8 +15,10 @@ from spectune.calibrate._formats import LOG_FORMATS, LogFormat, detect_format
 from spectune.calibrate._inputs import SkippedInput, unique_inputs
 from spectune.calibrate._per_request import read_per_request_jsonl
 from spectune.calibrate._prometheus import read_scrape, windows_between_scrapes
+from spectune.calibrate._repeats import MAX_RELATIVE_SPREAD, repeated_table
 from spectune.calibrate._servers_check import select_servers
 from spectune.calibrate._sglang_log import infer_sglang_num_positions, read_sglang_log
+from spectune.calibrate._sweep import is_measurement_tree, read_measurement_tree
 from spectune.calibrate._vllm_log import read_vllm_log
 from spectune.calibrate._windows import MAX_COUNT, CountWindow, LengthWindow, SourceWindows
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
@@ -54,6 +56,7 @@ def calibrate(
     bin_edges: Sequence[int] | None = DEFAULT_BIN_EDGES,
     servers: Sequence[str] = (),
     temperature: float | None = None,
+    max_spread: float = MAX_RELATIVE_SPREAD,
 ) -> Calibration:
     """Read vLLM/SGLang logs, Prometheus scrapes or per-request JSON lines into pooled acceptance estimates.
 
@@ -63,11 +66,20 @@ def calibrate(
     checked where it does. ``bin_edges`` are the lower edges of the running-request bins (None: no
     bins). Bench results are kept to one ``model_name`` (their ``model_id``) and one ``temperature``
     where they record several. A file or content given twice is read once (``repeated_inputs``). A vLLM log that holds
-    several servers (see ``_servers.py``) is refused unless ``servers`` names the ones to pool.
-    Raises ``DocumentError`` naming file and line for unusable or contradictory input.
+    several servers (see ``_servers.py``) is refused unless ``servers`` names the ones to pool. Folders of
+    ``vllm bench sweep`` or ``measure.sh`` results are read by record, repeats pooled to a median whose MAD
+    must stay within ``max_spread`` of it (``_repeats``). Raises ``DocumentError`` naming file and line for
+    unusable or contradictory input.
     """
     if not paths:
         raise SpectuneError("no input files given")
+    if is_measurement_tree(paths):
+        tree = read_measurement_tree(paths)
+        if not tree.records:
+            reasons = "; ".join(f"{p.file}: {p.message}" for p in tree.skipped[:3])
+            raise DocumentError([Problem(", ".join(map(str, paths)), None, "", f"no usable bench records ({reasons})")])
+        table = repeated_table(tree.records, max_relative_spread=max_spread)
+        return _calibrate_bench_table([Path(file) for file in tree.files], bin_edges, table, tree.skipped)
     paths, repeated = unique_inputs(expand_directories(paths), by_content=False)
     _check_options(log_format, num_speculative_tokens, bin_edges)
     formats = {str(path): log_format or detect_format(path) for path in paths}
@@ -135,9 +147,17 @@ def expand_directories(paths: Sequence[Path]) -> list[Path]:
 
 
 def _calibrate_bench(runs: list[BenchRun], bin_edges: Sequence[int] | None) -> Calibration:
-    """Step times and acceptance from bench results; acceptance binned by each run's concurrency."""
-    paths = [run.file for run in runs]
-    table = bench_table(runs)
+    """Step times and acceptance from bench results read one file a run."""
+    return _calibrate_bench_table([Path(run.file) for run in runs], bin_edges, bench_table(runs))
+
+
+def _calibrate_bench_table(
+    paths: list[Path],
+    bin_edges: Sequence[int] | None,
+    table: BenchTable,
+    skipped: tuple[Problem, ...] = (),
+) -> Calibration:
+    """Step times and acceptance from a bench table; acceptance binned by each run's concurrency."""
     windows = table.profile_windows()
     notes = [
         "From vllm bench serve results: exact counter differences over each run, binned by --max-concurrency. "
@@ -150,7 +170,7 @@ def _calibrate_bench(runs: list[BenchRun], bin_edges: Sequence[int] | None) -> C
         )
     if not windows:
         overall = AcceptanceEstimate(0, 0, False, (), 1.0, None, None)
-        return Calibration("vllm-bench", tuple(map(str, paths)), 0, overall, (), (), tuple(notes), bench=table)
+        return Calibration("vllm-bench", tuple(map(str, paths)), 0, overall, (), skipped, tuple(notes), bench=table)
     k = table.profile_k or 0
     for window in windows:
         _check_counts(window, k)
@@ -166,7 +186,7 @@ def _calibrate_bench(runs: list[BenchRun], bin_edges: Sequence[int] | None) -> C
         num_positions=k,
         overall=estimate_from_counts(windows, k),
         bins=bins,
-        skipped=(),
+        skipped=skipped,
         notes=tuple(notes),
         bench=table,
     )

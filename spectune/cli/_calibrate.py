@@ -14,16 +14,18 @@ from spectune._files import check_output_file, write_atomic
 from spectune.calibrate import (
     DEFAULT_BIN_EDGES,
     MAX_FIT_MEAN_ERROR,
+    MAX_RELATIVE_SPREAD,
     AcceptanceEstimate,
     BenchTable,
     Calibration,
     EngineLog,
     LogFormat,
+    RepeatedStep,
     calibrate,
     calibration_profile,
+    measured_step_csv,
     profile_yaml,
     read_engine_log,
-    step_time_csv,
 )
 from spectune.cli._errors import handle_errors
 from spectune.config import (
@@ -134,13 +136,23 @@ def calibrate_command(
             help="vllm bench serve results: where to write the measured step-time table (default: step-times.csv beside --out)."
         ),
     ] = None,
+    max_spread: Annotated[
+        float,
+        typer.Option(
+            help="vllm bench sweep / measure.sh trees: the largest MAD of a cell's repeats, as a fraction of their median."
+        ),
+    ] = MAX_RELATIVE_SPREAD,
 ) -> None:
     """Turn real speculative-decoding metrics into an acceptance profile for simulations and studies."""
     if temperature is not None and not 0.0 <= temperature <= 10.0:  # NaN fails too
         raise SpectuneError(f"--temperature: must be a number in [0, 10], got {temperature}")
     if not 0.0 < max_fit_error <= 10.0:  # NaN fails too
         raise SpectuneError(f"--max-fit-error: must be a fraction in (0, 10], got {max_fit_error}")
+    if not 0.0 < max_spread <= 1.0:  # NaN fails too
+        raise SpectuneError(f"--max-spread: must be a fraction in (0, 1], got {max_spread}")
     check_output_file(out)  # before reading the inputs
+    for target in (out, step_times or out.parent / "step-times.csv"):
+        _make_folder(target)
     calibration = calibrate(
         files,
         log_format=log_format,
@@ -149,6 +161,7 @@ def calibrate_command(
         bin_edges=_bin_edges(bin_edges, no_bins),
         servers=tuple(server or ()),
         temperature=temperature,
+        max_spread=max_spread,
     )
     for repeated in calibration.repeated_inputs:
         typer.echo(str(repeated), err=True)
@@ -171,6 +184,15 @@ def calibrate_command(
             max_fit_error,
             out,
         )
+
+
+def _make_folder(path: Path) -> None:
+    """The file's folder, created as ``study run --out`` creates its own, before any input is read."""
+    check_output_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SpectuneError(f"cannot create {path.parent}: {err.strerror or err}") from None
 
 
 def _write_profile(calibration: Calibration, profile: AcceptanceProfile, out: Path) -> None:
@@ -196,6 +218,8 @@ def _write_bench_results(
         f"vllm-bench: {len(table.runs)} runs, K in {{{', '.join(map(str, sorted({r.num_speculative_tokens for r in table.runs})))}}}"
     )
     console.print(_step_table(table))
+    for problem in calibration.skipped:
+        typer.echo(str(problem), err=True)
     for point in table.single_concurrency:
         typer.echo(
             f"warning: K={point.num_speculative_tokens} was measured at one concurrency only ({point.concurrency}); left out of the "
@@ -204,7 +228,7 @@ def _write_bench_results(
         )
     table_path = step_times if step_times is not None else out.parent / "step-times.csv"
     if table.points:
-        write_atomic(table_path, step_time_csv(table))
+        write_atomic(table_path, measured_step_csv(table))
         read_step_time_table(table_path)  # the table must load as written
         console.print(f"wrote {table_path}")
     if calibration.num_positions == 0:
@@ -219,17 +243,23 @@ def _write_bench_results(
 
 
 def _step_table(table: BenchTable) -> Table:
-    result = Table(title="Measured step times (mean TPOT x tokens after the first / drafts)")
-    for heading in ("concurrency", "K", "runs", "mean batch", "step ms", "acceptance length", "mean ITL / step"):
+    points = (*table.points, *table.single_concurrency)
+    repeated = bool(points) and all(isinstance(p, RepeatedStep) for p in points)
+    title = "Measured step times (mean TPOT x tokens after the first / drafts)"
+    result = Table(title=title + ("; median of the repeats, MAD" if repeated else ""))
+    headings = ("concurrency", "K", "runs", "mean batch", "step ms", *(("MAD ms",) if repeated else ()))
+    for heading in (*headings, "acceptance length", "mean ITL / step"):
         result.add_column(heading, justify="right")
-    for point in (*table.points, *table.single_concurrency):
+    for point in points:
         itl = "-" if point.mean_itl_ms is None else f"{point.mean_itl_ms / point.step_time_ms:.2f}"
+        mad = [f"{point.step_time_mad_ms:.3f}"] if isinstance(point, RepeatedStep) and repeated else []
         result.add_row(
             str(point.concurrency),
             str(point.num_speculative_tokens),
             str(len(point.files)),
             f"{point.mean_batch_size:.1f}",
             f"{point.step_time_ms:.3f}",
+            *mad,
             f"{point.acceptance_length:.3f}",
             itl,
         )

@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 
 from spectune.cli._errors import handle_errors
-from spectune.config import DOCUMENT_KINDS, document_json_schema, find_documents, load_document
+from spectune.config import (
+    DOCUMENT_KINDS,
+    document_json_schema,
+    find_documents,
+    is_trtllm_options,
+    load_trtllm_options,
+    read_mapping,
+    validate_source,
+)
 from spectune.errors import DocumentError, Problem
 
 
@@ -27,7 +35,11 @@ def validate(
     invalid = warnings = 0
     for file in files:
         try:
-            document = load_document(file)
+            source = read_mapping(file)  # read once: a pipe cannot be read twice
+            if is_trtllm_options(source):  # TensorRT-LLM's options: its own rules, no spectune notices
+                load_trtllm_options(source)
+                continue
+            document = validate_source(source)
         except DocumentError as err:
             problems.extend(err.problems)
             invalid += 1

@@ -83,6 +83,12 @@ from spectune.config._step_times import (
     read_step_time_table,
 )
 from spectune.config._study import SpeculativeBase, StudyCandidate, StudyDocument
+from spectune.config._trtllm import (
+    TRTLLM_DECODING_TYPES,
+    TrtllmSpeculativeConfig,
+    is_trtllm_options,
+    load_trtllm_options,
+)
 from spectune.config._workload import (
     MAX_SEQUENCE_TOKENS,
     MAX_TEMPERATURES,
@@ -141,6 +147,10 @@ __all__ = [
     "SpeculativeBase",
     "StudyCandidate",
     "StudyDocument",
+    "TRTLLM_DECODING_TYPES",
+    "TrtllmSpeculativeConfig",
+    "is_trtllm_options",
+    "load_trtllm_options",
     "SpectuneModel",
     "STEP_TIME_COLUMNS",
     "RooflineFitRecord",

@@ -30,6 +30,7 @@ from spectune.errors import DocumentError, Problem
 __all__ = [
     "MIN_STEP_TIME_MS",
     "STEP_TIME_COLUMNS",
+    "STEP_TIME_OPTIONAL_COLUMNS",
     "CostModelConfig",
     "RooflineFitRecord",
     "StepTimePoint",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 STEP_TIME_COLUMNS = ("batch_size", "num_speculative_tokens", "step_time_ms")
+# Written by 'spectune calibrate': the --max-concurrency that produced a row and, from repeats, its MAD.
+STEP_TIME_OPTIONAL_COLUMNS = ("concurrency", "step_time_mad_ms")
 _MAX_BATCH_SIZE = 1_000_000
 _MAX_STEP_TIME_MS = 1e6
 # No decode step is faster: it runs at least one kernel per layer and a sampler, and one kernel launch
@@ -63,6 +66,15 @@ class StepTimePoint(SpectuneModel):
         ge=MIN_STEP_TIME_MS,
         le=_MAX_STEP_TIME_MS,
         description=f"Wall time of the whole step (milliseconds; at least {MIN_STEP_TIME_MS:g}, a physical floor).",
+    )
+    concurrency: int | None = Field(
+        default=None, ge=1, le=_MAX_BATCH_SIZE, description="The bench's --max-concurrency behind the row (requests)."
+    )
+    step_time_mad_ms: float | None = Field(
+        default=None,
+        ge=0,
+        le=_MAX_STEP_TIME_MS,
+        description="Median absolute deviation of repeated runs (milliseconds).",
     )
 
 
@@ -136,7 +148,7 @@ def _point_problems(keys: list[tuple[int, int]], where: Callable[[int], str]) ->
 def _parse_value(column: str, raw: Any) -> tuple[Any, str | None]:
     """A cell's value, or an error message saying what is allowed and what was given."""
     shown = repr(raw) if isinstance(raw, str) else str(raw)
-    if column == "step_time_ms":
+    if column in ("step_time_ms", "step_time_mad_ms"):
         value: Any = raw
         if isinstance(raw, str):
             try:
@@ -145,10 +157,14 @@ def _parse_value(column: str, raw: Any) -> tuple[Any, str | None]:
                 return None, f"must be a number of milliseconds > 0, got {shown}"
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None, f"must be a number of milliseconds > 0, got {shown}"
+        if column == "step_time_mad_ms":
+            if math.isfinite(value) and 0 <= value <= _MAX_STEP_TIME_MS:
+                return float(value), None
+            return None, f"must be a number of milliseconds in [0, {_MAX_STEP_TIME_MS:g}], got {shown}"
         if not math.isfinite(value) or not MIN_STEP_TIME_MS <= value <= _MAX_STEP_TIME_MS:
             return None, f"{_STEP_TIME_RANGE}, got {shown}"
         return float(value), None
-    low, high = (1, _MAX_BATCH_SIZE) if column == "batch_size" else (0, MAX_NUM_SPECULATIVE_TOKENS)
+    low, high = (1, _MAX_BATCH_SIZE) if column in ("batch_size", "concurrency") else (0, MAX_NUM_SPECULATIVE_TOKENS)
     allowed = f"must be a whole number in [{low}, {high}], got {shown}"
     value = raw
     if isinstance(raw, str):
@@ -175,10 +191,11 @@ def _read_csv(text: str, file: str) -> tuple[list[tuple[int, dict[str, Any]]], l
     header_line, header = lines[0]
     names = [name.strip() for name in next(csv.reader([header]))]
     problems = []
+    allowed = ", ".join((*STEP_TIME_COLUMNS, *STEP_TIME_OPTIONAL_COLUMNS))
     for position, name in enumerate(names, start=1):
-        if name not in STEP_TIME_COLUMNS:
+        if name not in STEP_TIME_COLUMNS + STEP_TIME_OPTIONAL_COLUMNS:
             problems.append(
-                Problem(file, header_line, f"column {position}", f"unknown column {name!r}; allowed: {wanted}")
+                Problem(file, header_line, f"column {position}", f"unknown column {name!r}; allowed: {allowed}")
             )
         elif names.index(name) != position - 1:
             problems.append(Problem(file, header_line, f"column {position}", f"column {name!r} appears twice"))

@@ -2,10 +2,10 @@
 
 ``write_artefacts`` writes ``recommended.yaml`` (passes ``spectune validate``), ``vllm.json``
 (``--speculative-config``), ``vllm-synthetic.json`` (the same with acceptance pinned to the simulated
-rates, for checking on a GPU), ``sglang.txt`` (server flags), ``measure.sh`` (the GPU measurements that
-check the recommendation, for ``spectune calibrate``), ``trials.csv`` and ``report.html``, as one set
-beside a manifest of what it wrote (``.spectune-manifest.json``): it never overwrites or removes a file
-it did not write.
+rates, for checking on a GPU), ``sglang.txt`` (server flags), ``trtllm.yaml`` (TensorRT-LLM's LLM-API
+``speculative_config``), ``measure.sh`` (the GPU measurements that check the recommendation, for
+``spectune calibrate``), ``trials.csv`` and ``report.html``, as one set beside a manifest of what it
+wrote (``.spectune-manifest.json``): it never overwrites or removes a file it did not write.
 """
 
 from spectune.export._artefacts import (
@@ -16,11 +16,18 @@ from spectune.export._artefacts import (
     recommended_yaml,
     write_artefacts,
 )
-from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, measure_script, measurement_ks
+from spectune.export._measure import (
+    VLLM_BENCH_SERVE_FLAGS,
+    VLLM_SERVE_FLAGS,
+    forced_ks,
+    measure_script,
+    measurement_ks,
+)
 from spectune.export._report import report_html
 from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
 from spectune.export._svg import Band, Series, chart_svg, nice_ticks
 from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, tie_cell, trials_csv
+from spectune.export._trtllm import TRTLLM_DECODING_TYPE, trtllm_options, trtllm_yaml
 from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
@@ -31,6 +38,9 @@ from spectune.export._vllm import (
 )
 
 __all__ = [
+    "TRTLLM_DECODING_TYPE",
+    "trtllm_options",
+    "trtllm_yaml",
     "ARTEFACT_NAMES",
     "SGLANG_ALGORITHMS",
     "TRIAL_COLUMNS",
@@ -43,6 +53,7 @@ __all__ = [
     "chart_svg",
     "check_output_dir",
     "json_text",
+    "forced_ks",
     "measure_script",
     "measurement_ks",
     "nice_ticks",

@@ -26,6 +26,7 @@ from spectune.export._measure import measure_script
 from spectune.export._report import report_html
 from spectune.export._sglang import sglang_flags
 from spectune.export._tables import trials_csv
+from spectune.export._trtllm import trtllm_yaml
 from spectune.export._vllm import (
     SyntheticForm,
     recommended_speculative_config,
@@ -41,6 +42,7 @@ ARTEFACT_NAMES = (
     "vllm.json",
     "vllm-synthetic.json",
     "sglang.txt",
+    "trtllm.yaml",
     "measure.sh",
     "trials.csv",
     "report.html",
@@ -100,7 +102,8 @@ def write_artefacts(
     vllm_synthetic_form: SyntheticForm = "current",
     writer: FileWriter = write_new_file,
 ) -> FileSetChange:
-    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html.
+    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trtllm.yaml, measure.sh, trials.csv,
+    report.html (trtllm.yaml where TensorRT-LLM can take the table).
 
     Without any completed trial only trials.csv and report.html are written. ``writer`` writes each new
     file (into a temporary folder inside ``out_dir``). Returns the paths written and those of an
@@ -117,6 +120,8 @@ def write_artefacts(
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)
         files["sglang.txt"] = sglang_flags(recommendation)
+        if (trtllm := trtllm_yaml(recommendation)) is not None:
+            files["trtllm.yaml"] = trtllm
         script = measure_script(outcome)
         if script is not None:
             files["measure.sh"] = script

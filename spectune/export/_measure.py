@@ -1,13 +1,27 @@
 """``measure.sh``: the few real-GPU measurements that check a recommendation, as a plain bash script.
 
-For each K the recommendation uses, its neighbours K - 1 and K + 1, and K = 0 (no drafter), the
-script starts ``vllm serve`` once with that K and acceptance pinned to the simulated rates
-(``rejection_sample_method: synthetic``: the drafter and verifier run for real, only the accept
-decisions are forced), then runs ``vllm bench serve`` at each bucket's batch size as
-``--max-concurrency``, with random prompts at the study's mean prompt and output lengths and
-``--ignore-eos`` (every request produces exactly that many tokens: the step-time estimator in
-``spectune.calibrate`` relies on it). Results land in ``RESULTS/k{K}/k{K}-c{C}.json``, which
-``spectune calibrate RESULTS/`` reads.
+The default protocol measures the K table *as it will be served* (the K-forcing protocol of vLLM's
+sweep tuner docs, PR #49163): every candidate K -- the table's K, their neighbours K - 1 and K + 1 up
+to the table's maximum, and K = 0 -- gets one ``vllm serve`` with the same global
+``num_speculative_tokens`` (the table's maximum) and a one-range table ``[[1, MAX_NUM_SEQS, K]]`` that
+forces K at every batch size. K = 0 is a candidate like the others: its drafter stays loaded, prefills,
+and KV lookahead is reserved at the global K, as in a served table's 0 row (vLLM #49548 measured this
+"K = 0 tax" at +6.6 % TPOT at concurrency 2 and +21.6 % at 189). Only ``--max-concurrency`` varies
+between bench runs, and every (K, concurrency) cell runs ``REPEATS`` >= 3 times, the repeats of all
+concurrencies interleaved so that a drift of the GPU spreads over every cell instead of biasing one.
+
+``--plain-k0`` keeps the older protocol: one server per K with ``num_speculative_tokens = K`` and
+K = 0 served without a drafter, i.e. it measures plain decoding at K = 0 (the cost of turning
+speculation off, not of a table's 0 row). ``--sweep-params`` writes ``serve_params.json`` and
+``bench_params.json`` for ``vllm bench sweep serve`` (the keys of vLLM 0.33.0's
+``vllm/benchmarks/sweep/param_sweep.py``: a dict of named parameter sets, dict values passed as JSON)
+and prints the sweep command instead of running anything.
+
+Acceptance is pinned to the simulated rates (``rejection_sample_method: synthetic``: the drafter and
+verifier run for real, only the accept decisions are forced). Bench runs use random prompts at the
+study's mean prompt and output lengths and ``--ignore-eos`` (the step-time estimator in
+``spectune.calibrate`` relies on it), and stamp each result with ``--metadata`` (the forced K, the
+global K, whether the drafter was loaded, the repeat), which ``spectune calibrate RESULTS/`` reads.
 
 Only flags documented for ``vllm serve`` and ``vllm bench serve`` are used (``VLLM_SERVE_FLAGS``,
 ``VLLM_BENCH_SERVE_FLAGS``; docs/calibration.md lists them with their source).
@@ -17,24 +31,33 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spectune.calibrate import MIN_REPEATS  # calibrate refuses cells with fewer runs
 from spectune.config import (
     SpeculativeConfig,
     conditional_to_unconditional,
     extend_conditional,
     unconditional_to_conditional,
 )
+from spectune.export._measure_bash import bash_functions, measure_function, sweep_function
 from spectune.study import Evaluation, Recommendation, StudyOutcome
 
-__all__ = ["SERVER_START_S", "VLLM_BENCH_SERVE_FLAGS", "VLLM_SERVE_FLAGS", "measure_script", "measurement_ks"]
+__all__ = [
+    "MIN_REPEATS",
+    "SERVER_START_S",
+    "VLLM_BENCH_SERVE_FLAGS",
+    "VLLM_SERVE_FLAGS",
+    "forced_ks",
+    "measure_script",
+    "measurement_ks",
+]
 
 VLLM_SERVE_FLAGS = ("--port", "--max-num-seqs", "--tensor-parallel-size", "--speculative-config")
 VLLM_BENCH_SERVE_FLAGS = (
     "--backend", "--model", "--port", "--dataset-name", "--random-input-len", "--random-output-len", "--num-prompts",
-    "--max-concurrency", "--ignore-eos", "--seed", "--save-result", "--result-dir", "--result-filename",
+    "--max-concurrency", "--ignore-eos", "--seed", "--save-result", "--result-dir", "--result-filename", "--metadata",
 )  # fmt: skip
 SERVER_START_S = 120.0  # weights, CUDA graph capture and warm-up per server start (assumed, not measured)
 _PROMPTS_PER_CONCURRENCY = 4  # four waves of requests per run ...
@@ -48,6 +71,15 @@ def measurement_ks(recommendation: Recommendation) -> list[int]:
         if k > 0:
             ks.update(n for n in (k - 1, k, k + 1) if n >= 1)
     return sorted(ks)
+
+
+def forced_ks(recommendation: Recommendation) -> list[int]:
+    """The K the K-forcing protocol serves: ``measurement_ks`` up to the table's maximum K (the global K).
+
+    Forcing K needs K <= num_speculative_tokens, and raising the global K past the table's maximum would
+    change the lookahead every candidate pays, so the maximum's upper neighbour is not measured."""
+    top = max(k for _, _, k in recommendation.schedule)
+    return [k for k in measurement_ks(recommendation) if k <= top]
 
 
 def _combo_evaluations(outcome: StudyOutcome, recommendation: Recommendation, k: int) -> dict[int, Evaluation]:
@@ -89,7 +121,9 @@ def _monotone(rates: Sequence[float]) -> list[float]:
     return out
 
 
-def _speculative_json(recommendation: Recommendation, k: int, rates: list[float]) -> str:
+def _speculative_json(
+    recommendation: Recommendation, k: int, rates: list[float], table: list[list[int]] | None = None
+) -> str:
     base = dict(recommendation.space.candidate(recommendation.combo.candidate).speculative_base)
     config: dict[str, Any] = base | {
         "num_speculative_tokens": k,
@@ -97,6 +131,10 @@ def _speculative_json(recommendation: Recommendation, k: int, rates: list[float]
         "draft_sample_method": recommendation.combo.draft_sample_method,
         "synthetic_acceptance_rates": rates,
     }
+    if table is not None:
+        config["num_speculative_tokens_per_batch_size"] = table
+    else:
+        config.pop("num_speculative_tokens_per_batch_size", None)
     SpeculativeConfig.model_validate(config, context={"notices": []})  # what vLLM would refuse, spectune refuses first
     return json.dumps(config)
 
@@ -114,6 +152,29 @@ def _bench_seconds(evaluations: Mapping[int, Evaluation], batch_size: int, promp
     return prompts * output_tokens / throughput if throughput > 0 else 0.0
 
 
+def _forced_rates(outcome: StudyOutcome, recommendation: Recommendation, k: int, global_k: int) -> list[float] | None:
+    """Synthetic rates for a server of global K that forces K: K's simulated rates, then the global K's.
+
+    vLLM requires one rate per position of the global K; the positions past the forced K are never drafted."""
+    top = _simulated_rates(outcome, recommendation, global_k)
+    if top is None or not 0 < k < global_k:
+        return top
+    own = _simulated_rates(outcome, recommendation, k)
+    return top if own is None else _monotone(own[:k] + top[k:])
+
+
+def _plan_seconds(
+    outcome: StudyOutcome, recommendation: Recommendation, ks: Sequence[int], runs: list[tuple[int, int]]
+) -> float:
+    """GPU seconds of one pass over the cells of ``ks`` at the simulated throughput."""
+    output_tokens = round(outcome.space.context["output_tokens"])
+    total = 0.0
+    for k in ks:
+        evaluations = _combo_evaluations(outcome, recommendation, k)
+        total += sum(_bench_seconds(evaluations, b, n, output_tokens) for b, n in runs)
+    return total
+
+
 def measure_script(outcome: StudyOutcome) -> str | None:
     """The script's text; None without a recommendation or without the study's context (old storages)."""
     recommendation = outcome.recommendation
@@ -121,32 +182,93 @@ def measure_script(outcome: StudyOutcome) -> str | None:
     if recommendation is None or not context.get("output_tokens") or not context.get("prompt_tokens"):
         return None
     space = recommendation.space
-    prompt_tokens, output_tokens = round(context["prompt_tokens"]), round(context["output_tokens"])
+    max_num_seqs = int(context.get("max_num_seqs", space.max_batch_size))
     runs = [(b, max(_PROMPTS_PER_CONCURRENCY * b, _MIN_PROMPTS)) for b in space.batch_sizes]
-    blocks, bench_s, skipped = [], 0.0, []
-    ks = measurement_ks(recommendation)
-    for k in ks:
+    global_k = max(k for _, _, k in recommendation.schedule)
+    forced: list[tuple[int, str | None]] = []  # (K, speculative-config JSON); None: no drafter
+    for k in forced_ks(recommendation) if global_k > 0 else [0]:
+        rates = _forced_rates(outcome, recommendation, k, global_k) if global_k > 0 else []
+        if rates is None:
+            continue
+        table = [[1, max_num_seqs, k]]
+        forced.append((k, _speculative_json(recommendation, global_k, rates, table) if global_k > 0 else None))
+    plain: list[tuple[int, str | None]] = []
+    skipped = []
+    for k in measurement_ks(recommendation):
         rates = _simulated_rates(outcome, recommendation, k) if k else []
         if rates is None:
             skipped.append(k)
             continue
-        evaluations = _combo_evaluations(outcome, recommendation, k)
-        bench_s += sum(_bench_seconds(evaluations, b, n, output_tokens) for b, n in runs)
-        blocks.append(_block(recommendation, k, rates, runs))
-    starts = len(blocks)
-    total_min = (starts * SERVER_START_S + bench_s) / 60
+        plain.append((k, _speculative_json(recommendation, k, rates) if k else None))
+    forced_s = _plan_seconds(outcome, recommendation, [k for k, _ in forced], runs)
+    plain_s = _plan_seconds(outcome, recommendation, [k for k, _ in plain], runs)
+    header = _header(outcome, recommendation, forced, plain, runs, forced_s, plain_s, skipped, max_num_seqs)
+    body = [
+        bash_functions(context, space.max_batch_size, round(context["prompt_tokens"]), round(context["output_tokens"])),
+        measure_function("measure_as_served", forced, global_k, runs, recommendation, as_served=True),
+        measure_function("measure_plain_k0", plain, None, runs, recommendation, as_served=False),
+        sweep_function(forced, runs),
+        'case "$MODE" in',
+        "  as-served) measure_as_served ;;",
+        "  plain-k0) measure_plain_k0 ;;",
+        "  sweep-params) write_sweep_params; exit 0 ;;",
+        "esac",
+        'echo "done: spectune calibrate $RESULTS/$MODE --out profile.yaml"',
+    ]
+    return "\n".join(header) + "\n" + "\n".join(body) + "\n"
+
+
+def _gpu_minutes(starts: int, bench_s: float) -> float:
+    return (starts * SERVER_START_S + MIN_REPEATS * bench_s) / 60  # the short warm-ups are left out
+
+
+def _header(
+    outcome: StudyOutcome,
+    recommendation: Recommendation,
+    forced: list[tuple[int, str | None]],
+    plain: list[tuple[int, str | None]],
+    runs: list[tuple[int, int]],
+    forced_s: float,
+    plain_s: float,
+    skipped: list[int],
+    max_num_seqs: int,
+) -> list[str]:
+    context = outcome.space.context
     schedule = json.dumps([list(row) for row in recommendation.schedule])
-    header = [
+    global_k = max(k for _, _, k in recommendation.schedule)
+    cells = len(forced) * len(runs)
+    concurrencies = ", ".join(str(b) for b, _ in runs)
+    lines = [
         "#!/usr/bin/env bash",
-        f"# Measurement plan for spectune study {space.name!r}: {recommendation.combo.label}, schedule {schedule}.",
-        f"# Estimated GPU time: about {total_min:.0f} min -- {starts} server starts at ~{SERVER_START_S / 60:.0f} min each (assumed) and",
-        f"# {starts * len(runs)} bench runs, {bench_s / 60:.1f} min at the simulated throughput.",
+        f"# Measurement plan for spectune study {outcome.space.name!r}: {recommendation.combo.label}, schedule {schedule}.",
+        f"# Estimated GPU time: about {_gpu_minutes(len(forced), forced_s):.0f} min -- {len(forced)} server starts at "
+        f"~{SERVER_START_S / 60:.0f} min each (assumed) and",
+        f"# {MIN_REPEATS * cells} bench runs ({cells} cells x REPEATS={MIN_REPEATS}), {MIN_REPEATS * forced_s / 60:.1f} min "
+        "at the simulated throughput.",
+        f"# (--plain-k0: about {_gpu_minutes(len(plain), plain_s):.0f} min, {len(plain)} server starts.)",
         "#",
-        f"# It serves K = {', '.join(map(str, ks))} (the schedule's K, their neighbours, and K = 0 without a drafter) with",
-        "# acceptance pinned to the simulated per-position rates (rejection_sample_method: synthetic), so the GPU",
-        "# measures the step times the study assumed, and benchmarks each at the concurrencies",
-        f"# {', '.join(str(b) for b, _ in runs)} (the study's batch sizes) with random {prompt_tokens}-token prompts and",
-        f"# {output_tokens}-token outputs (--ignore-eos: every request yields exactly that many tokens).",
+    ]
+    if global_k > 0:
+        lines += [
+            "# Protocol (default): the K table as vLLM serves it. Every candidate K = "
+            + ", ".join(str(k) for k, _ in forced),
+            "# (the table's K, their neighbours up to its maximum, and 0) gets one server with the table's global",
+            f"# num_speculative_tokens = {global_k} and the one-range table [[1, {max_num_seqs}, K]], which forces K at every",
+            "# batch size. K = 0 keeps the drafter loaded: it prefills, and KV lookahead is reserved at the global K,",
+            "# as in the served table's 0 row (vLLM #49548 measured this K = 0 tax at +6.6% TPOT at concurrency 2).",
+        ]
+    else:
+        lines += ["# The recommendation turns speculation off: K = 0 is served without a drafter, as deployed."]
+    lines += [
+        f"# Only --max-concurrency varies: {concurrencies} (the study's batch sizes), random {round(context['prompt_tokens'])}-token",
+        f"# prompts, {round(context['output_tokens'])}-token outputs (--ignore-eos), each cell REPEATS times (default {MIN_REPEATS}, at least {MIN_REPEATS}),",
+        "# the repeats of all concurrencies interleaved, after one unmeasured warm-up run per server.",
+        "# Acceptance is pinned to the simulated per-position rates (rejection_sample_method: synthetic).",
+        "# --plain-k0: one server per K (num_speculative_tokens = K, K = "
+        + ", ".join(str(k) for k, _ in plain)
+        + "), K = 0 without a drafter:",
+        "# it measures plain decoding at K = 0 (speculation off), not a table's 0 row.",
+        "# --sweep-params: write serve_params.json and bench_params.json for vllm bench sweep serve instead.",
         *(["# Not measured (never simulated with this combo): K = " + ", ".join(map(str, skipped))] if skipped else []),
         *(
             [
@@ -157,53 +279,26 @@ def measure_script(outcome: StudyOutcome) -> str | None:
             else []
         ),
         "#",
-        f"# Usage:  TARGET=<served model of {context.get('target_model', 'the target')}> bash measure.sh [RESULTS_DIR]",
-        "# Then:   spectune calibrate RESULTS_DIR --out profile.yaml    (also writes step-times.csv beside it)",
+        f"# Usage:  TARGET=<served model of {context.get('target_model', 'the target')}> bash measure.sh "
+        "[--plain-k0 | --sweep-params] [RESULTS_DIR]",
+        "# Then:   spectune calibrate RESULTS_DIR/as-served --out profile.yaml    (also writes step-times.csv beside it)",
         "# and rerun the study with  cost_model: {method: measured, step_times: step-times.csv}",
         "set -euo pipefail",
+        "MODE=as-served",
+        'case "${1:-}" in',
+        "  --plain-k0) MODE=plain-k0; shift ;;",
+        "  --sweep-params) MODE=sweep-params; shift ;;",
+        '  -*) echo "usage: TARGET=<model> bash measure.sh [--plain-k0 | --sweep-params] [RESULTS_DIR]; got $1" >&2; exit 2 ;;',
+        "esac",
         ': "${TARGET:?set TARGET to the model to serve (a Hugging Face id or a path)}"',
         'RESULTS="${1:-results}"',
         'PORT="${PORT:-8000}"',
+        f'REPEATS="${{REPEATS:-{MIN_REPEATS}}}"',
+        f'if ! [[ "$REPEATS" =~ ^[0-9]+$ ]] || (( REPEATS < {MIN_REPEATS} )); then',
+        f'  echo "REPEATS must be a whole number >= {MIN_REPEATS} (a cell\'s median and spread need {MIN_REPEATS} runs), got $REPEATS" >&2',
+        "  exit 2",
+        "fi",
         "SERVER=",
         "",
-        "serve() {  # serve K [speculative-config JSON]; the server log goes beside the results",
-        '  mkdir -p "$RESULTS/k$1"',
-        f'  local args=(--port "$PORT" --max-num-seqs {context.get("max_num_seqs", space.max_batch_size)} '
-        f"--tensor-parallel-size {context.get('tensor_parallel_size', 1)})",
-        '  if [[ -n "${2:-}" ]]; then args+=(--speculative-config "$2"); fi',
-        '  vllm serve "$TARGET" "${args[@]}" > "$RESULTS/k$1/server.log" 2>&1 &',
-        "  SERVER=$!",
-        '  until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do',
-        '    if ! kill -0 "$SERVER" 2> /dev/null; then echo "vllm serve exited; see $RESULTS/k$1/server.log" >&2; exit 1; fi',
-        '    sleep "${HEALTH_POLL_S:-5}"',
-        "  done",
-        "}",
-        "",
-        "stop() {",
-        '  kill "$SERVER"; wait "$SERVER" || true; SERVER=',
-        "}",
-        'trap \'if [[ -n "$SERVER" ]]; then kill "$SERVER" 2> /dev/null || true; fi\' EXIT',
-        "",
-        "bench() {  # bench K CONCURRENCY PROMPTS",
-        '  vllm bench serve --backend vllm --model "$TARGET" --port "$PORT" --dataset-name random \\',
-        f'    --random-input-len {prompt_tokens} --random-output-len {output_tokens} --num-prompts "$3" --max-concurrency "$2" \\',
-        '    --ignore-eos --seed 0 --save-result --result-dir "$RESULTS/k$1" --result-filename "k$1-c$2.json"',
-        "}",
-        "",
     ]
-    return "\n".join(header) + "\n" + "".join(blocks) + 'echo "done: spectune calibrate $RESULTS --out profile.yaml"\n'
-
-
-def _block(recommendation: Recommendation, k: int, rates: list[float], runs: list[tuple[int, int]]) -> str:
-    if k == 0:
-        lines = ["# K = 0: no drafter loaded (speculation off), the baseline", "serve 0"]
-    else:
-        uses = [f"{start}-{end}" for start, end, row_k in recommendation.schedule if row_k == k]
-        role = f"recommended for batch sizes {', '.join(uses)}" if uses else "a neighbour of a recommended K"
-        lines = [
-            f"# K = {k}: {role}; synthetic acceptance {rates}",
-            f"serve {k} {shlex.quote(_speculative_json(recommendation, k, rates))}",
-        ]
-    lines += [f"bench {k} {batch_size} {prompts}" for batch_size, prompts in runs]
-    lines.append("stop")
-    return "\n".join(lines) + "\n\n"
+    return lines

@@ -91,7 +91,18 @@ def study_context(document: StudyDocument) -> dict[str, Any]:
             }
             for candidate in document.candidates
         },
-    }
+    } | _step_time_spread(document)
+
+
+def _step_time_spread(document: StudyDocument) -> dict[str, Any]:
+    """[batch size, K, MAD / median] per row of a measured table with repeats (``_records.measured_step_noise``)."""
+    table = document.cost_model.step_times if document.cost_model.method == "measured" else None
+    rows = [
+        [p.batch_size, p.num_speculative_tokens, p.step_time_mad_ms / p.step_time_ms]
+        for p in (table.points if table is not None else ())
+        if p.step_time_mad_ms is not None
+    ]
+    return {"step_time_spread": rows} if rows else {}  # absent otherwise: older studies' spaces stay as stored
 
 
 def _acceptance_marks(k: int, sampling: str, facts: Mapping[str, Any], temperatures: list[float]) -> list[Mark]:

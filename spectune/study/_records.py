@@ -31,6 +31,7 @@ __all__ = [
     "Evaluation",
     "SearchState",
     "comparison_noise",
+    "measured_step_noise",
     "evaluate_metrics",
     "as_metrics",
     "is_abandoned",
@@ -187,7 +188,30 @@ def evaluate_metrics(
     feasible = violation == 0.0 and math.isfinite(throughput)
     score = throughput if feasible else -1.0 - min(violation, 1e12)
     noise = comparison_noise(metrics, throughput, stderr) if math.isfinite(throughput) else stderr
+    if math.isfinite(throughput):
+        noise = math.hypot(noise, measured_step_noise(space, point, throughput))
     return Evaluation(point, trial_number, metrics, throughput, stderr, feasible, score, noise)
+
+
+_MAD_TO_SIGMA = 1.4826  # the standard deviation a MAD estimates, for normal noise
+
+
+def measured_step_noise(space: StudySpace, point: Point, throughput: float) -> float:
+    """Standard error (tokens/s) a measured step-time table adds: its repeats' spread at the point's K.
+
+    ``space.context["step_time_spread"]`` holds [batch size, K, MAD / median] per row of a table that
+    ``spectune calibrate`` pooled from repeats. Throughput is inversely proportional to the step time,
+    so the relative spread carries over; the nearest measured batch size of the point's K is used, or,
+    for a K the table interpolates, the largest spread of the table. Without such a table: 0."""
+    rows = space.context.get("step_time_spread")
+    if not rows:
+        return 0.0
+    same_k = [(batch, spread) for batch, k, spread in rows if k == point.num_speculative_tokens]
+    if same_k:
+        _, spread = min(same_k, key=lambda row: abs(math.log(row[0] / point.batch_size)))
+    else:
+        spread = max(spread for _, _, spread in rows)
+    return abs(throughput) * _MAD_TO_SIGMA * spread
 
 
 # A completed trial never changes: its point and evaluation, read once a process (every decision of a

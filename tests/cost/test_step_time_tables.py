@@ -69,8 +69,8 @@ def test_unknown_and_repeated_columns_are_refused(write_file):
     path = write_file("t.csv", "batch_size,num_speculative_tokens,step_time_ms,tpot_ms,batch_size\n")
     found = problems_of(path)
     assert (
-        f"{path}:1: column 4: unknown column 'tpot_ms'; allowed: batch_size, num_speculative_tokens, step_time_ms"
-        in found
+        f"{path}:1: column 4: unknown column 'tpot_ms'; allowed: batch_size, num_speculative_tokens, step_time_ms, "
+        "concurrency, step_time_mad_ms" in found
     )
     assert f"{path}:1: column 5: column 'batch_size' appears twice" in found
 

@@ -7,7 +7,13 @@ from typer.testing import CliRunner
 
 from spectune.cli import app
 from spectune.config import METHODS, SpeculativeConfig
-from spectune.export import recommended_yaml, vllm_speculative_config, vllm_synthetic_config, write_artefacts
+from spectune.export import (
+    recommended_yaml,
+    trtllm_yaml,
+    vllm_speculative_config,
+    vllm_synthetic_config,
+    write_artefacts,
+)
 
 # vLLM's SpeculativeConfig field names (vllm/config/speculative.py) that a recommendation may carry.
 VLLM_FIELDS = {
@@ -35,7 +41,8 @@ def test_vllm_json_has_only_vllm_field_names_and_values(outcome):
 def test_every_written_config_passes_spectune_validate(outcome, tmp_path):
     written = write_artefacts(outcome, tmp_path).written
     names = {p.name for p in written}
-    assert names == {"recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "trials.csv", "report.html"}
+    expected = {"recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "trials.csv", "report.html"}
+    assert names == expected | ({"trtllm.yaml"} if trtllm_yaml(outcome.recommendation) is not None else set())
     result = CliRunner().invoke(
         app,
         [

@@ -41,7 +41,8 @@ def test_run_prints_the_recommendation_and_writes_artefacts_that_validate(ran):
     assert any(line.startswith('vllm serve TARGET --speculative-config \'{"method": "eagle3"') for line in lines)
     assert (
         lines[-1]
-        == f"wrote {out}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh, trials.csv, report.html"
+        == f"wrote {out}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trtllm.yaml, measure.sh, trials.csv, "
+        "report.html"
     )
     check = runner.invoke(app, ["validate", "--strict", str(out / "recommended.yaml"), str(out / "vllm.json")])
     assert check.exit_code == 0, check.output
