@@ -165,7 +165,10 @@ class SpeculativeFields(SpectuneModel):
         "simulated as one pass.",
     )
     enable_adaptive_verification: bool | None = Field(
-        default=None, description="DSpark confidence-head budget allocation (dspark only)."
+        default=None,
+        description="vLLM's adaptive verification: each step sizes the verification budget from start-up "
+        "step costs and per-slot acceptance estimates (any method; not with use_local_argmax_reduction "
+        "except for dspark, as in vLLM 0.33.0).",
     )
     disable_padded_drafter_batch: bool | None = Field(default=None, description="vLLM drafter batching knob.")
     use_local_argmax_reduction: bool | None = Field(default=None, description="vLLM TP argmax knob.")
@@ -278,9 +281,17 @@ class SpeculativeFields(SpectuneModel):
                     f"must be <= prompt_lookup_max ({self.prompt_lookup_max}), got {self.prompt_lookup_min}",
                 )
             )
-        if self.enable_adaptive_verification and self.method != "dspark":
+        # vLLM 0.33.0 restricts adaptive verification by one rule only, whatever the field's docstring says
+        # (vllm/config/speculative.py:1713-1722): outside dspark it needs the draft logits, which
+        # use_local_argmax_reduction never materializes.
+        if self.enable_adaptive_verification and self.use_local_argmax_reduction and self.method != "dspark":
             problems.append(
-                (("enable_adaptive_verification",), f"only for method 'dspark', got method '{self.method}'")
+                (
+                    ("use_local_argmax_reduction",),
+                    "must be false with enable_adaptive_verification for method "
+                    f"'{self.method}' (adaptive verification estimates acceptance from the draft logits, "
+                    "which local argmax reduction never materializes; only dspark allows both), got true",
+                )
             )
         check_rules(problems)
         self._advise(info)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from spectune.cli import app
@@ -93,3 +94,44 @@ def test_python_dash_m_runs_the_cli():
         [sys.executable, "-m", "spectune", "validate", str(REPO / "configs")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
+
+
+# vLLM 0.33.0 puts no method restriction on adaptive verification, despite the field's docstring
+# (vllm/config/speculative.py:585-587); its one rule is vllm/config/speculative.py:1713-1722:
+# use_local_argmax_reduction is refused with it, except for dspark.
+ADAPTIVE_CONFIGS = {
+    "eagle": '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3',
+    "eagle3": '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3',
+    "mtp": '{"method": "mtp", "num_speculative_tokens": 1',
+    "dflash": '{"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 7',
+    "draft_model": '{"method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4',
+    "ngram": '{"method": "ngram", "num_speculative_tokens": 3',
+    "dspark": '{"method": "dspark", "num_speculative_tokens": 7',
+}
+
+
+@pytest.mark.parametrize("method", sorted(ADAPTIVE_CONFIGS))
+def test_adaptive_verification_validates_for_every_method_as_in_vllm_0_33(tmp_path, method):
+    config = tmp_path / f"{method}.json"
+    config.write_text(ADAPTIVE_CONFIGS[method] + ', "enable_adaptive_verification": true}')
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "enable_adaptive_verification" not in result.output
+
+
+@pytest.mark.parametrize("method", sorted(ADAPTIVE_CONFIGS))
+def test_adaptive_verification_with_local_argmax_is_refused_except_for_dspark(tmp_path, method):
+    config = tmp_path / f"{method}.json"
+    config.write_text(
+        ADAPTIVE_CONFIGS[method] + ', "enable_adaptive_verification": true, "use_local_argmax_reduction": true}'
+    )
+    result = runner.invoke(app, ["validate", str(config)])
+    if method == "dspark":
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0] == (
+        f"{config}:1: use_local_argmax_reduction: must be false with enable_adaptive_verification for method "
+        f"'{method}' (adaptive verification estimates acceptance from the draft logits, which local argmax "
+        "reduction never materializes; only dspark allows both), got true"
+    )

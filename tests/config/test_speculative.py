@@ -143,7 +143,12 @@ BAD_DOCUMENTS = [
         "must be <= prompt_lookup_max (3), got 6",
     ),
     ("method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 0\n", 3, "prompt_lookup_min", "must be >= 1"),
-    (BASE + "enable_adaptive_verification: true\n", 4, "enable_adaptive_verification", "only for method 'dspark'"),
+    (
+        BASE + "enable_adaptive_verification: true\nuse_local_argmax_reduction: true\n",
+        5,
+        "use_local_argmax_reduction",
+        "must be false with enable_adaptive_verification for method 'eagle3'",
+    ),
 ]
 
 
