@@ -76,8 +76,20 @@ _LEGACY_REJECTION_METHODS = {
 }
 
 
+# vLLM 0.33.0's MTPModelTypes (vllm/config/speculative.py:38-67): only these normalise to 'mtp'.
+_MTP_ALIASES = frozenset(
+    {
+        "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
+        "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
+        "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
+        "bailing_hybrid_mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp", "hy_v3_mtp",
+        "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
+    }
+)  # fmt: skip
+
+
 def _is_mtp_alias(method: str) -> bool:
-    return method.endswith("_mtp") and method != "mtp"
+    return method in _MTP_ALIASES
 
 
 class SpeculativeFields(SpectuneModel):
@@ -204,7 +216,8 @@ class SpeculativeFields(SpectuneModel):
             elif _is_mtp_alias(method):
                 data["method"] = "mtp"
                 notify(info, ("method",), f"'{method}' is an MTP alias; vLLM normalises it to 'mtp'")
-        elif method is None and "method" not in data and isinstance(data.get("model"), str):
+        elif method is None and isinstance(data.get("model"), str):
+            # An explicit null is the same as no method (vllm/config/speculative.py:1235-1244).
             inferred = _infer_method(data["model"])
             data["method"] = inferred
             notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
@@ -496,8 +509,13 @@ def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) 
 
 
 def _infer_method(model: str) -> str:
+    """vLLM 0.33.0's inference from the model name: "ngram" itself (vllm/config/speculative.py:1240-1242),
+    then the draft's name in this order (:1445-1468) -- "eagle-" with the dash, so "EAGLE3-..." is not
+    eagle -- else draft_model."""
+    if model in ("ngram", "[ngram]"):
+        return "ngram"
     name = model.lower()
-    for marker in ("eagle3", "dflash", "dspark", "eagle"):
+    for marker, method in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
         if marker in name:
-            return marker
+            return method
     return "draft_model"

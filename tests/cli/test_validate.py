@@ -135,3 +135,39 @@ def test_adaptive_verification_with_local_argmax_is_refused_except_for_dspark(tm
         f"'{method}' (adaptive verification estimates acceptance from the draft logits, which local argmax "
         "reduction never materializes; only dspark allows both), got true"
     )
+
+
+# vLLM 0.33.0's name-based inference (vllm/config/speculative.py:1235-1244 for "ngram", :1445-1468 for
+# the draft's name: "eagle-" with the dash, then "eagle3", "dflash", "dspark"; else draft_model).
+@pytest.mark.parametrize(
+    ("model", "method"),
+    [
+        ("yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "eagle"),
+        ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "eagle3"),
+        ("AngelSlim/Qwen3-8B_eagle3", "eagle3"),
+        ("someone/eagle_head_llama", "draft_model"),
+        ("ngram", "ngram"),
+        ("z-lab/Qwen3-8B-DFlash-b16", "dflash"),
+        ("meta-llama/Llama-3.2-1B-Instruct", "draft_model"),
+    ],
+)
+@pytest.mark.parametrize("method_key", ["", '"method": null, '])
+def test_method_inference_from_the_model_name_follows_vllm_0_33(tmp_path, model, method, method_key):
+    config = tmp_path / "inferred.json"
+    config.write_text(f'{{{method_key}"model": "{model}", "num_speculative_tokens": 3}}')
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
+    assert f"inferred '{method}' from the model name" in result.output
+
+
+def test_only_vllms_mtp_aliases_normalise_invented_ones_are_refused(tmp_path):
+    known = tmp_path / "known.json"
+    known.write_text('{"method": "glm5_next_mtp", "num_speculative_tokens": 1}')
+    invented = tmp_path / "invented.json"
+    invented.write_text('{"method": "llama_mtp", "num_speculative_tokens": 1}')
+    result = runner.invoke(app, ["validate", str(known), str(invented)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith(f"{known}:1: warning: method:") and "MTP alias" in line for line in lines)
+    assert any(line.startswith(f"{invented}:1: method: must be one of") and "'llama_mtp'" in line for line in lines)
+    assert lines[-1].startswith("2 files checked: 1 valid, 1 invalid")
