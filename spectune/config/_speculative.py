@@ -306,9 +306,35 @@ class SpeculativeFields(SpectuneModel):
                     "which local argmax reduction never materializes; only dspark allows both), got true",
                 )
             )
+        problems += self._check_heterogeneous_vocab()
         check_rules(problems)
         self._advise(info)
         return self
+
+    def _check_heterogeneous_vocab(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """vLLM 0.33.0's three rules for a drafter with its own vocabulary (vllm/config/speculative.py:1995-2012)."""
+        if not self.use_heterogeneous_vocab:
+            return []
+        field = ("use_heterogeneous_vocab",)
+        if self.method != "draft_model":
+            return [(field, f"only works with method 'draft_model', got method '{self.method}'")]
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.draft_sample_method != "greedy":
+            problems.append(
+                (
+                    ("draft_sample_method",),
+                    f"must be 'greedy' with use_heterogeneous_vocab, got '{self.draft_sample_method}'",
+                )
+            )
+        if self.use_local_argmax_reduction:
+            problems.append(
+                (
+                    ("use_local_argmax_reduction",),
+                    "must be false with use_heterogeneous_vocab (the vocabulary intersection needs the full "
+                    "draft logits), got true",
+                )
+            )
+        return problems
 
     def _check_synthetic_values(self) -> list[tuple[tuple[str | int, ...], str]]:
         k = self.num_speculative_tokens

@@ -171,3 +171,34 @@ def test_only_vllms_mtp_aliases_normalise_invented_ones_are_refused(tmp_path):
     assert any(line.startswith(f"{known}:1: warning: method:") and "MTP alias" in line for line in lines)
     assert any(line.startswith(f"{invented}:1: method: must be one of") and "'llama_mtp'" in line for line in lines)
     assert lines[-1].startswith("2 files checked: 1 valid, 1 invalid")
+
+
+# vLLM 0.33.0, vllm/config/speculative.py:1995-2012: a heterogeneous-vocabulary drafter is a draft_model,
+# drafts greedily, and does without local argmax reduction.
+DRAFT_MODEL = '"method": "draft_model", "model": "Qwen/Qwen3-0.6B", "num_speculative_tokens": 4'
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "fragment"),
+    [
+        ('"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3',
+         "use_heterogeneous_vocab", "only works with method 'draft_model', got method 'eagle3'"),
+        (DRAFT_MODEL + ', "draft_sample_method": "probabilistic"',
+         "draft_sample_method", "must be 'greedy' with use_heterogeneous_vocab, got 'probabilistic'"),
+        (DRAFT_MODEL + ', "use_local_argmax_reduction": true',
+         "use_local_argmax_reduction", "must be false with use_heterogeneous_vocab"),
+    ],
+)  # fmt: skip
+def test_heterogeneous_vocab_rules_of_vllm_0_33_are_errors(tmp_path, extra, field, fragment):
+    config = tmp_path / "hetero.json"
+    config.write_text(f'{{{extra}, "use_heterogeneous_vocab": true}}')
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith(f"{config}:1: {field}: {fragment}")
+
+
+def test_heterogeneous_vocab_draft_model_with_greedy_drafts_validates(tmp_path):
+    config = tmp_path / "hetero.json"
+    config.write_text(f'{{{DRAFT_MODEL}, "use_heterogeneous_vocab": true}}')
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
