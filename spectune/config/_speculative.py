@@ -187,6 +187,23 @@ class SpeculativeFields(SpectuneModel):
     use_heterogeneous_vocab: bool | None = Field(
         default=None, description="Drafter vocabulary differs from the target's."
     )
+    disable_eagle_block_drop: bool | None = Field(
+        default=None, description="vLLM 0.33 prefix-cache knob for EAGLE-like drafters, not simulated."
+    )
+    disable_lookahead_block_hashes: bool | None = Field(
+        default=None, description="vLLM 0.33 prefix-cache knob for EAGLE-like drafters, not simulated."
+    )
+    draft_lm_head_quantization: Literal["fp8", "nvfp4"] | None = Field(
+        default=None,
+        description="vLLM 0.33: quantize the drafter's copy of the target's lm_head (eagle, eagle3, mtp); "
+        "not simulated.",
+    )
+    dspark_draft_topk: int | None = Field(
+        default=None, ge=1, description="vLLM 0.33 DSpark: top-k base-logit candidates, not simulated."
+    )
+    index_share_for_mtp_iteration: bool | None = Field(
+        default=None, description="vLLM 0.33 MTP: reuse the first step's sparse indices (mtp only), not simulated."
+    )
     attention_backend: str | None = Field(default=None, description="Drafter attention backend (vLLM name).")
     kv_cache_dtype: str | None = Field(default=None, description="Drafter KV-cache dtype (vLLM name).")
     moe_backend: str | None = Field(default=None, description="Drafter MoE backend (vLLM name).")
@@ -307,9 +324,30 @@ class SpeculativeFields(SpectuneModel):
                 )
             )
         problems += self._check_heterogeneous_vocab()
+        problems += self._check_method_only_fields()
         check_rules(problems)
         self._advise(info)
         return self
+
+    def _check_method_only_fields(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """vLLM 0.33.0's fields that only one family of methods takes."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        # vllm/config/speculative.py:1953-1958
+        if self.draft_lm_head_quantization is not None and self.method not in ("eagle", "eagle3", "mtp"):
+            problems.append(
+                (
+                    ("draft_lm_head_quantization",),
+                    f"only for methods eagle, eagle3, mtp (a drafter sharing the target's lm_head), "
+                    f"got method '{self.method}'",
+                )
+            )
+        # :1640-1641, checked where vLLM builds a draft model, so ngram and suffix never reach it.
+        if self.dspark_draft_topk is not None and self.method not in ("dspark", *_DISTRIBUTION_FREE_METHODS):
+            problems.append((("dspark_draft_topk",), f"only for method 'dspark', got method '{self.method}'"))
+        # :1704-1711
+        if self.index_share_for_mtp_iteration is not None and self.method != "mtp":
+            problems.append((("index_share_for_mtp_iteration",), f"only for method 'mtp', got method '{self.method}'"))
+        return problems
 
     def _check_heterogeneous_vocab(self) -> list[tuple[tuple[str | int, ...], str]]:
         """vLLM 0.33.0's three rules for a drafter with its own vocabulary (vllm/config/speculative.py:1995-2012)."""

@@ -202,3 +202,45 @@ def test_heterogeneous_vocab_draft_model_with_greedy_drafts_validates(tmp_path):
     config.write_text(f'{{{DRAFT_MODEL}, "use_heterogeneous_vocab": true}}')
     result = runner.invoke(app, ["validate", str(config)])
     assert result.exit_code == 0, result.output
+
+
+EAGLE3 = '"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3'
+
+
+# Fields new in vLLM 0.33.0 (vllm/config/speculative.py:463-490, 642) validate where vLLM takes them.
+@pytest.mark.parametrize(
+    "extra",
+    [
+        EAGLE3 + ', "disable_eagle_block_drop": true',
+        EAGLE3 + ', "disable_lookahead_block_hashes": true',
+        EAGLE3 + ', "draft_lm_head_quantization": "fp8"',
+        '"method": "mtp", "num_speculative_tokens": 1, "draft_lm_head_quantization": "nvfp4"',
+        '"method": "mtp", "num_speculative_tokens": 1, "index_share_for_mtp_iteration": true',
+        '"method": "dspark", "num_speculative_tokens": 7, "dspark_draft_topk": 8',
+    ],
+)
+def test_fields_new_in_vllm_0_33_validate(tmp_path, extra):
+    config = tmp_path / "new.json"
+    config.write_text(f"{{{extra}}}")
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
+
+
+# ... and are refused where vLLM refuses them (:1953-1958, :1640-1641, :1704-1711).
+@pytest.mark.parametrize(
+    ("extra", "field", "fragment"),
+    [
+        ('"method": "dflash", "model": "z-lab/Qwen3-8B-DFlash-b16", "num_speculative_tokens": 7, '
+         '"draft_lm_head_quantization": "fp8"', "draft_lm_head_quantization", "only for methods eagle, eagle3, mtp"),
+        (EAGLE3 + ', "draft_lm_head_quantization": "int4"', "draft_lm_head_quantization", "must be one of 'fp8', 'nvfp4'"),
+        (EAGLE3 + ', "dspark_draft_topk": 8', "dspark_draft_topk", "only for method 'dspark', got method 'eagle3'"),
+        (EAGLE3 + ', "index_share_for_mtp_iteration": false', "index_share_for_mtp_iteration", "only for method 'mtp'"),
+        ('"method": "dspark", "num_speculative_tokens": 7, "dspark_draft_topk": 0', "dspark_draft_topk", "must be >= 1"),
+    ],
+)  # fmt: skip
+def test_fields_new_in_vllm_0_33_are_refused_where_vllm_refuses_them(tmp_path, extra, field, fragment):
+    config = tmp_path / "new.json"
+    config.write_text(f"{{{extra}}}")
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith(f"{config}:1: {field}: {fragment}"), result.output
