@@ -219,7 +219,15 @@ class SpeculativeFields(SpectuneModel):
     def _read_older_forms(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, dict):
             return data
-        data = dict(data)
+        # `vllm serve` turns '-' into '_' in every key first (vllm/engine/arg_utils.py:2126-2128); a later
+        # spelling of the same key silently wins there, so it does here, with a warning.
+        rewritten: dict[Any, Any] = {}
+        for key, value in data.items():
+            name = key.replace("-", "_") if isinstance(key, str) else key
+            if name in rewritten:
+                notify(info, (key,), f"same field as an earlier key ('{name}'); vLLM keeps this later value")
+            rewritten[name] = value
+        data = rewritten
         problems = []
         for key, advice in _RENAMED_KEYS.items():
             if key in data:

@@ -244,3 +244,16 @@ def test_fields_new_in_vllm_0_33_are_refused_where_vllm_refuses_them(tmp_path, e
     result = runner.invoke(app, ["validate", str(config)])
     assert result.exit_code == 1, result.output
     assert result.output.splitlines()[0].startswith(f"{config}:1: {field}: {fragment}"), result.output
+
+
+def test_dashed_keys_are_read_as_vllm_serve_rewrites_them(tmp_path):
+    # vllm/engine/arg_utils.py:2126-2128: every '-' in a --speculative-config key becomes '_'.
+    config = tmp_path / "dashed.json"
+    config.write_text('{"method": "ngram", "num-speculative-tokens": 3, "prompt-lookup-max": 4}')
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 0, result.output
+    bad = tmp_path / "dashed-bad.json"
+    bad.write_text('{"method": "ngram", "num-speculative-tokens": 0}')
+    result = runner.invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert "num_speculative_tokens: must be >= 1, got 0" in result.output.splitlines()[0]
