@@ -524,7 +524,7 @@ class SpeculativeConfig(SpeculativeFields):
         le=MAX_NUM_SPECULATIVE_TOKENS,
         description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
         "table it caps every row's K and sizes vLLM's buffers. Optional for suffix (default "
-        "suffix_decoding_max_tree_depth, 24) and mtp (default the checkpoint's n_predict, taken as 1).",
+        "suffix_decoding_max_tree_depth, 24); required for mtp, as in vLLM 0.33.0.",
     )
 
     # --- derived values the simulator uses ----------------------------------------------------
@@ -566,17 +566,23 @@ def default_num_speculative_tokens(method: object, suffix_decoding_max_tree_dept
 
 
 def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) -> None:
-    """K for a config that gives none, as vLLM defaults it; other methods keep it required."""
+    """K for a config that gives none, as vLLM 0.33.0 defaults it: suffix only. MTP has no default there:
+    with a model its n_predict check compares None > 1 (vllm/config/speculative.py:1486-1487), without
+    one _verify_args refuses the missing K (:1946-1951)."""
     method = data.get("method")
-    k = default_num_speculative_tokens(method, data.get("suffix_decoding_max_tree_depth"))
-    if k is not None:
-        data["num_speculative_tokens"] = k
     if method == "mtp":
-        notify(
-            info,
-            ("num_speculative_tokens",),
-            f"not given: vLLM takes the MTP checkpoint's n_predict; spectune assumes {MTP_DEFAULT_N_PREDICT} "
-            "(DeepSeek-V3, Qwen3-Next, GLM-4.5); give num_speculative_tokens if yours differs",
+        check_rules(
+            [
+                (
+                    ("num_speculative_tokens",),
+                    "required for method 'mtp': vLLM 0.33.0 takes no default from the checkpoint's n_predict; "
+                    "give num_speculative_tokens (1 for DeepSeek-V3, Qwen3-Next, GLM-4.5)",
+                )
+            ]
+        )
+    if method == "suffix":
+        data["num_speculative_tokens"] = default_num_speculative_tokens(
+            method, data.get("suffix_decoding_max_tree_depth")
         )
 
 

@@ -257,3 +257,14 @@ def test_dashed_keys_are_read_as_vllm_serve_rewrites_them(tmp_path):
     result = runner.invoke(app, ["validate", str(bad)])
     assert result.exit_code == 1, result.output
     assert "num_speculative_tokens: must be >= 1, got 0" in result.output.splitlines()[0]
+
+
+def test_mtp_without_k_is_refused_as_vllm_0_33_refuses_it(tmp_path):
+    # vllm/config/speculative.py:1486-1487 (None > 1 with a model) and :1946-1951 (no K without one).
+    config = tmp_path / "mtp.json"
+    config.write_text('{"method": "mtp"}')
+    result = runner.invoke(app, ["validate", str(config)])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith(
+        f"{config}:1: num_speculative_tokens: required for method 'mtp': vLLM 0.33.0 takes no default"
+    )
