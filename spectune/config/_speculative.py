@@ -27,6 +27,7 @@ from spectune.config._rates import (
 )
 
 __all__ = [
+    "FIELDS_ADDED_FOR_VLLM_0_33",
     "MAX_NUM_SPECULATIVE_TOKENS",
     "METHODS",
     "SpeculativeConfig",
@@ -34,6 +35,15 @@ __all__ = [
     "Method",
     "default_num_speculative_tokens",
 ]
+
+# Fields added for vLLM 0.33.0: a study made before them hashes without them while they are unset.
+FIELDS_ADDED_FOR_VLLM_0_33 = (
+    "disable_eagle_block_drop",
+    "disable_lookahead_block_hashes",
+    "draft_lm_head_quantization",
+    "dspark_draft_topk",
+    "index_share_for_mtp_iteration",
+)
 
 # Simulation cost grows with K and nobody serves with more; vLLM's V1 buffers stop at 128.
 MAX_NUM_SPECULATIVE_TOKENS = 64
