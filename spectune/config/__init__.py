@@ -68,6 +68,7 @@ from spectune.config._simulation import (
     dynamic_speculation_off_notice,
 )
 from spectune.config._speculative import (
+    FIELDS_ADDED_FOR_VLLM_0_33,
     MAX_NUM_SPECULATIVE_TOKENS,
     METHODS,
     SpeculativeConfig,
@@ -100,6 +101,7 @@ from spectune.config._workload import (
 )
 
 __all__ = [
+    "FIELDS_ADDED_FOR_VLLM_0_33",
     "EXTRAPOLATION_RULES",
     "ExtrapolationRule",
     "extend_conditional",

@@ -27,6 +27,7 @@ from spectune.config._rates import (
 )
 
 __all__ = [
+    "FIELDS_ADDED_FOR_VLLM_0_33",
     "MAX_NUM_SPECULATIVE_TOKENS",
     "METHODS",
     "SpeculativeConfig",
@@ -34,6 +35,15 @@ __all__ = [
     "Method",
     "default_num_speculative_tokens",
 ]
+
+# Fields added for vLLM 0.33.0: a study made before them hashes without them while they are unset.
+FIELDS_ADDED_FOR_VLLM_0_33 = (
+    "disable_eagle_block_drop",
+    "disable_lookahead_block_hashes",
+    "draft_lm_head_quantization",
+    "dspark_draft_topk",
+    "index_share_for_mtp_iteration",
+)
 
 # Simulation cost grows with K and nobody serves with more; vLLM's V1 buffers stop at 128.
 MAX_NUM_SPECULATIVE_TOKENS = 64
@@ -76,8 +86,20 @@ _LEGACY_REJECTION_METHODS = {
 }
 
 
+# vLLM 0.33.0's MTPModelTypes (vllm/config/speculative.py:38-67): only these normalise to 'mtp'.
+_MTP_ALIASES = frozenset(
+    {
+        "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
+        "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
+        "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
+        "bailing_hybrid_mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp", "hy_v3_mtp",
+        "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
+    }
+)  # fmt: skip
+
+
 def _is_mtp_alias(method: str) -> bool:
-    return method.endswith("_mtp") and method != "mtp"
+    return method in _MTP_ALIASES
 
 
 class SpeculativeFields(SpectuneModel):
@@ -165,12 +187,32 @@ class SpeculativeFields(SpectuneModel):
         "simulated as one pass.",
     )
     enable_adaptive_verification: bool | None = Field(
-        default=None, description="DSpark confidence-head budget allocation (dspark only)."
+        default=None,
+        description="vLLM's adaptive verification: each step sizes the verification budget from start-up "
+        "step costs and per-slot acceptance estimates (any method; not with use_local_argmax_reduction "
+        "except for dspark, as in vLLM 0.33.0).",
     )
     disable_padded_drafter_batch: bool | None = Field(default=None, description="vLLM drafter batching knob.")
     use_local_argmax_reduction: bool | None = Field(default=None, description="vLLM TP argmax knob.")
     use_heterogeneous_vocab: bool | None = Field(
         default=None, description="Drafter vocabulary differs from the target's."
+    )
+    disable_eagle_block_drop: bool | None = Field(
+        default=None, description="vLLM 0.33 prefix-cache knob for EAGLE-like drafters, not simulated."
+    )
+    disable_lookahead_block_hashes: bool | None = Field(
+        default=None, description="vLLM 0.33 prefix-cache knob for EAGLE-like drafters, not simulated."
+    )
+    draft_lm_head_quantization: Literal["fp8", "nvfp4"] | None = Field(
+        default=None,
+        description="vLLM 0.33: quantize the drafter's copy of the target's lm_head (eagle, eagle3, mtp); "
+        "not simulated.",
+    )
+    dspark_draft_topk: int | None = Field(
+        default=None, ge=1, description="vLLM 0.33 DSpark: top-k base-logit candidates, not simulated."
+    )
+    index_share_for_mtp_iteration: bool | None = Field(
+        default=None, description="vLLM 0.33 MTP: reuse the first step's sparse indices (mtp only), not simulated."
     )
     attention_backend: str | None = Field(default=None, description="Drafter attention backend (vLLM name).")
     kv_cache_dtype: str | None = Field(default=None, description="Drafter KV-cache dtype (vLLM name).")
@@ -187,7 +229,15 @@ class SpeculativeFields(SpectuneModel):
     def _read_older_forms(cls, data: Any, info: ValidationInfo) -> Any:
         if not isinstance(data, dict):
             return data
-        data = dict(data)
+        # `vllm serve` turns '-' into '_' in every key first (vllm/engine/arg_utils.py:2126-2128); a later
+        # spelling of the same key silently wins there, so it does here, with a warning.
+        rewritten: dict[Any, Any] = {}
+        for key, value in data.items():
+            name = key.replace("-", "_") if isinstance(key, str) else key
+            if name in rewritten:
+                notify(info, (key,), f"same field as an earlier key ('{name}'); vLLM keeps this later value")
+            rewritten[name] = value
+        data = rewritten
         problems = []
         for key, advice in _RENAMED_KEYS.items():
             if key in data:
@@ -201,7 +251,8 @@ class SpeculativeFields(SpectuneModel):
             elif _is_mtp_alias(method):
                 data["method"] = "mtp"
                 notify(info, ("method",), f"'{method}' is an MTP alias; vLLM normalises it to 'mtp'")
-        elif method is None and "method" not in data and isinstance(data.get("model"), str):
+        elif method is None and isinstance(data.get("model"), str):
+            # An explicit null is the same as no method (vllm/config/speculative.py:1235-1244).
             inferred = _infer_method(data["model"])
             data["method"] = inferred
             notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
@@ -278,13 +329,68 @@ class SpeculativeFields(SpectuneModel):
                     f"must be <= prompt_lookup_max ({self.prompt_lookup_max}), got {self.prompt_lookup_min}",
                 )
             )
-        if self.enable_adaptive_verification and self.method != "dspark":
+        # vLLM 0.33.0 restricts adaptive verification by one rule only, whatever the field's docstring says
+        # (vllm/config/speculative.py:1713-1722): outside dspark it needs the draft logits, which
+        # use_local_argmax_reduction never materializes.
+        if self.enable_adaptive_verification and self.use_local_argmax_reduction and self.method != "dspark":
             problems.append(
-                (("enable_adaptive_verification",), f"only for method 'dspark', got method '{self.method}'")
+                (
+                    ("use_local_argmax_reduction",),
+                    "must be false with enable_adaptive_verification for method "
+                    f"'{self.method}' (adaptive verification estimates acceptance from the draft logits, "
+                    "which local argmax reduction never materializes; only dspark allows both), got true",
+                )
             )
+        problems += self._check_heterogeneous_vocab()
+        problems += self._check_method_only_fields()
         check_rules(problems)
         self._advise(info)
         return self
+
+    def _check_method_only_fields(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """vLLM 0.33.0's fields that only one family of methods takes."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        # vllm/config/speculative.py:1953-1958
+        if self.draft_lm_head_quantization is not None and self.method not in ("eagle", "eagle3", "mtp"):
+            problems.append(
+                (
+                    ("draft_lm_head_quantization",),
+                    f"only for methods eagle, eagle3, mtp (a drafter sharing the target's lm_head), "
+                    f"got method '{self.method}'",
+                )
+            )
+        # :1640-1641, checked where vLLM builds a draft model, so ngram and suffix never reach it.
+        if self.dspark_draft_topk is not None and self.method not in ("dspark", *_DISTRIBUTION_FREE_METHODS):
+            problems.append((("dspark_draft_topk",), f"only for method 'dspark', got method '{self.method}'"))
+        # :1704-1711
+        if self.index_share_for_mtp_iteration is not None and self.method != "mtp":
+            problems.append((("index_share_for_mtp_iteration",), f"only for method 'mtp', got method '{self.method}'"))
+        return problems
+
+    def _check_heterogeneous_vocab(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """vLLM 0.33.0's three rules for a drafter with its own vocabulary (vllm/config/speculative.py:1995-2012)."""
+        if not self.use_heterogeneous_vocab:
+            return []
+        field = ("use_heterogeneous_vocab",)
+        if self.method != "draft_model":
+            return [(field, f"only works with method 'draft_model', got method '{self.method}'")]
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.draft_sample_method != "greedy":
+            problems.append(
+                (
+                    ("draft_sample_method",),
+                    f"must be 'greedy' with use_heterogeneous_vocab, got '{self.draft_sample_method}'",
+                )
+            )
+        if self.use_local_argmax_reduction:
+            problems.append(
+                (
+                    ("use_local_argmax_reduction",),
+                    "must be false with use_heterogeneous_vocab (the vocabulary intersection needs the full "
+                    "draft logits), got true",
+                )
+            )
+        return problems
 
     def _check_synthetic_values(self) -> list[tuple[tuple[str | int, ...], str]]:
         k = self.num_speculative_tokens
@@ -428,7 +534,7 @@ class SpeculativeConfig(SpeculativeFields):
         le=MAX_NUM_SPECULATIVE_TOKENS,
         description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
         "table it caps every row's K and sizes vLLM's buffers. Optional for suffix (default "
-        "suffix_decoding_max_tree_depth, 24) and mtp (default the checkpoint's n_predict, taken as 1).",
+        "suffix_decoding_max_tree_depth, 24); required for mtp, as in vLLM 0.33.0.",
     )
 
     # --- derived values the simulator uses ----------------------------------------------------
@@ -470,23 +576,34 @@ def default_num_speculative_tokens(method: object, suffix_decoding_max_tree_dept
 
 
 def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) -> None:
-    """K for a config that gives none, as vLLM defaults it; other methods keep it required."""
+    """K for a config that gives none, as vLLM 0.33.0 defaults it: suffix only. MTP has no default there:
+    with a model its n_predict check compares None > 1 (vllm/config/speculative.py:1486-1487), without
+    one _verify_args refuses the missing K (:1946-1951)."""
     method = data.get("method")
-    k = default_num_speculative_tokens(method, data.get("suffix_decoding_max_tree_depth"))
-    if k is not None:
-        data["num_speculative_tokens"] = k
     if method == "mtp":
-        notify(
-            info,
-            ("num_speculative_tokens",),
-            f"not given: vLLM takes the MTP checkpoint's n_predict; spectune assumes {MTP_DEFAULT_N_PREDICT} "
-            "(DeepSeek-V3, Qwen3-Next, GLM-4.5); give num_speculative_tokens if yours differs",
+        check_rules(
+            [
+                (
+                    ("num_speculative_tokens",),
+                    "required for method 'mtp': vLLM 0.33.0 takes no default from the checkpoint's n_predict; "
+                    "give num_speculative_tokens (1 for DeepSeek-V3, Qwen3-Next, GLM-4.5)",
+                )
+            ]
+        )
+    if method == "suffix":
+        data["num_speculative_tokens"] = default_num_speculative_tokens(
+            method, data.get("suffix_decoding_max_tree_depth")
         )
 
 
 def _infer_method(model: str) -> str:
+    """vLLM 0.33.0's inference from the model name: "ngram" itself (vllm/config/speculative.py:1240-1242),
+    then the draft's name in this order (:1445-1468) -- "eagle-" with the dash, so "EAGLE3-..." is not
+    eagle -- else draft_model."""
+    if model in ("ngram", "[ngram]"):
+        return "ngram"
     name = model.lower()
-    for marker in ("eagle3", "dflash", "dspark", "eagle"):
+    for marker, method in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
         if marker in name:
-            return marker
+            return method
     return "draft_model"

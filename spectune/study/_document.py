@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from spectune.config import (
+    FIELDS_ADDED_FOR_VLLM_0_33,
     SimulationDocument,
     StudyDocument,
     StudyMetrics,
@@ -67,6 +68,9 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
         candidate["acceptance"].pop("profile", None)
         # Studies made before a candidate's base lost its K hashed vLLM's default K (suffix, mtp): so does this.
         speculative = candidate["speculative"]
+        for name in FIELDS_ADDED_FOR_VLLM_0_33:  # unset, they leave a study's hash as it was before them
+            if speculative.get(name) is None:
+                speculative.pop(name, None)
         speculative["num_speculative_tokens"] = default_num_speculative_tokens(
             speculative["method"], speculative.get("suffix_decoding_max_tree_depth")
         )

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from spectune.config import SpectuneNotice, SpeculativeConfig, load_document
+from spectune.errors import DocumentError
 
 BASE = "method: eagle3\nmodel: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\nnum_speculative_tokens: 3\n"
 
@@ -143,7 +144,12 @@ BAD_DOCUMENTS = [
         "must be <= prompt_lookup_max (3), got 6",
     ),
     ("method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 0\n", 3, "prompt_lookup_min", "must be >= 1"),
-    (BASE + "enable_adaptive_verification: true\n", 4, "enable_adaptive_verification", "only for method 'dspark'"),
+    (
+        BASE + "enable_adaptive_verification: true\nuse_local_argmax_reduction: true\n",
+        5,
+        "use_local_argmax_reduction",
+        "must be false with enable_adaptive_verification for method 'eagle3'",
+    ),
 ]
 
 
@@ -299,16 +305,18 @@ def test_schedule_clamp_and_gap_are_warnings_naming_what_vllm_serves(problems_of
     assert "batch sizes 17-32" in gap.message and "min(3, 4) = 3" in gap.message
 
 
-def test_suffix_and_mtp_take_vllms_default_k(problems_of, tmp_path):
+def test_suffix_takes_vllms_default_k_and_mtp_needs_one(problems_of, tmp_path):
     path = tmp_path / "suffix.yaml"
     path.write_text("method: suffix\n")
     assert load_document(path).model.num_speculative_tokens == 24
     path.write_text("method: suffix\nsuffix_decoding_max_tree_depth: 12\n")
     assert load_document(path).model.num_speculative_tokens == 12
+    # vLLM 0.33.0 has no default K for mtp (vllm/config/speculative.py:1486-1487, 1946-1951).
     path.write_text("method: qwen3_next_mtp\n")
-    document = load_document(path)
-    assert document.model.num_speculative_tokens == 1
-    assert any(n.field == "num_speculative_tokens" and "n_predict" in n.message for n in document.notices)
+    with pytest.raises(DocumentError) as err:
+        load_document(path)
+    assert err.value.problems[0].field == "num_speculative_tokens"
+    assert "required for method 'mtp'" in err.value.problems[0].message
 
 
 def test_scalar_synthetic_rate_warns_that_vllm_0_33_removed_it(problems_of):
