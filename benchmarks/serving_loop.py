@@ -4,7 +4,7 @@ Every simulated step has host work beside its verification: the serving loop's b
 KV blocks, chunked prefill, the clock, the trace), the cost model's step and prefill times, and the
 lockstep driver. This measures that work alone. The simulations are built by the simulator's own code
 (``spectune.simulator._run._Setup``: the document's requests, cost model, K schedule and KV pool, as
-``simulate`` builds them) and run by the engine's driver (``_engine.drive``), but verified by a stub that
+``simulate`` builds them) and run by the engine's driver (``_drive.drive``), but verified by a stub that
 hands out emitted counts drawn once, before timing, from a fixed-seed numpy RNG at the document's
 acceptance rates: no logits, no rejection sampling.
 
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from spectune.config import SimulationDocument
-from spectune.simulator._engine import EngineMember, _Verifier, drive
+from spectune.simulator._drive import EngineMember, drive
 from spectune.simulator._loop import VerifyRequest
 from spectune.simulator._run import _Setup
 
@@ -76,7 +76,7 @@ def _document(batch: int, k: int, seed: int) -> SimulationDocument:
     )
 
 
-class _StubVerifier(_Verifier):
+class _StubVerifier:
     """Emitted counts (accepted drafts + 1, int64) from a pool drawn before timing, handed out in turn."""
 
     def __init__(self, k: int, seed: int, pool: int = 1 << 20) -> None:
@@ -84,8 +84,16 @@ class _StubVerifier(_Verifier):
         accepted = np.cumprod(rng.random((pool, k)) < np.asarray(_RATES[:k]), axis=1).sum(axis=1)
         self.counts = (accepted + 1).astype(np.int64)
         self.next = 0
+        self.requests: dict[EngineMember, VerifyRequest] = {}
 
-    def verify(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+        self.requests = requests
+
+    def close(self) -> None:
+        pass
+
+    def finish(self) -> dict[int, np.ndarray]:
+        requests, self.requests = self.requests, {}
         out = {}
         for member, (ids, _, _) in requests.items():
             if self.next + len(ids) > len(self.counts):

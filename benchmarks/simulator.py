@@ -73,7 +73,17 @@ FIELDS = [
 ]
 
 
-def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: str, steps: int, seed: int = 1):
+def _document(
+    device: str,
+    batch: int,
+    k: int,
+    vocab: int,
+    method: str,
+    draft: str,
+    steps: int,
+    seed: int = 1,
+    engine: str = "auto",
+):
     from spectune.config import SimulationDocument
 
     return SimulationDocument.model_validate(
@@ -98,7 +108,7 @@ def _document(device: str, batch: int, k: int, vocab: int, method: str, draft: s
             },
             "hardware": "h100-sxm",
             "target_model": "llama-3.1-8b",
-            "simulation": {"device": device, "max_steps": 2 * steps, "baseline": False},
+            "simulation": {"device": device, "max_steps": 2 * steps, "baseline": False, "engine": engine},
         }
     )
 
@@ -199,9 +209,9 @@ def main() -> None:
         "--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)"
     )
     args = parser.parse_args()
-    from spectune.simulator import _ahead, _engine, simulate_many
+    from spectune.simulator import _ahead, simulate_many
 
-    _engine.VERIFY_AHEAD = not args.step_by_step
+    option = "step" if args.step_by_step else "auto"  # simulation.engine
     if args.call_rows:
         small, large = args.call_rows[0], args.call_rows[-1]
         if len(args.call_rows) > 2 or any(rows <= 0 or rows % (8 * 16) for rows in args.call_rows):
@@ -226,12 +236,15 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats(device)
         started = time.perf_counter()
         simulate_many(  # calibration, compiles
-            [_document(args.device, batch, k, vocab, method, draft, 20, seed) for seed in range(1, args.members + 1)]
+            [
+                _document(args.device, batch, k, vocab, method, draft, 20, seed, option)
+                for seed in range(1, args.members + 1)
+            ]
         )
         warmup_s = time.perf_counter() - started
         variants = _compiled_variants() if device.type == "cuda" else None
         documents = [
-            _document(args.device, batch, k, vocab, method, draft, args.steps, seed)
+            _document(args.device, batch, k, vocab, method, draft, args.steps, seed, option)
             for seed in range(1, args.members + 1)
         ]
         profiler = cProfile.Profile() if args.profile else None

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Inputs", "Logits", "Outputs", "RowTable", "Sizes", "Workspace", "allocate_workspace"]
+__all__ = ["Inputs", "Logits", "Outputs", "RowTable", "Sizes", "StepTables", "Workspace", "allocate_workspace"]
 
 
 class Logits(NamedTuple):
@@ -109,3 +109,18 @@ def _split(buffer: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
         views.append(buffer[start : start + max(size, 1)])
         start += size
     return views
+
+
+class StepTables(NamedTuple):
+    """A synthesizer's tables the step's draws read (all on its device, contiguous).
+
+    slot_of        int64 [T, K]  each (temperature, position)'s bank slot
+    token_bank     int64 [N, S]  each bank row's draft-token samples (S = 1: one-hot drafts)
+    row_temperature float32 [N]  each bank row's temperature
+    bank_rows      rows a slot
+    """
+
+    slot_of: torch.Tensor
+    token_bank: torch.Tensor
+    row_temperature: torch.Tensor
+    bank_rows: int

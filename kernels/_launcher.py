@@ -24,7 +24,7 @@ from ._arguments import Inputs, Logits, Outputs, RowTable, Sizes, Workspace, all
 from ._contract import METHODS, VerifyInputs, validate_inputs
 from ._plan import LaunchPlan, tile_size_for
 
-__all__ = ["RowTable", "interpreted", "launch", "plan_for", "rejection_sample", "tile_size_for"]
+__all__ = ["RowTable", "interpreted", "launch", "plan_for", "rejection_sample", "sm_count", "tile_size_for"]
 
 # int32 counters a device keeps for the small-grid kernel: four a request block of a call.
 _COUNTER_INTS = 1 << 16
@@ -34,7 +34,8 @@ _counter_offsets: dict[torch.device, int] = {}
 _counter_lock = threading.Lock()
 
 
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
+    """The streaming multiprocessors of a CUDA device (asked once per device)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _sm_counts:
         _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
@@ -98,7 +99,7 @@ def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
         target.dtype,
         draft is not None,
         inputs.method,
-        1 if interpreting else _sm_count(target.device),
+        1 if interpreting else sm_count(target.device),
         interpreting,
         tile=tile,
         aligned=aligned,

@@ -20,11 +20,14 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ._arguments import StepTables
 from ._contract import DEFAULT_TILE, PURPOSE_RESIDUAL, PURPOSE_VERIFY, VerifyInputs, validate_inputs
+from ._philox import philox4x32_numpy
 from ._reference_banked import verify_banked
 from ._reference_rows import BankStats, RowBank, RowStats, row_draws, sanitized, scratch, two_level_sample
 
 __all__ = [
+    "host_step",
     "RowBank",
     "count_emitted_banked",
     "rejection_sample",
@@ -302,3 +305,25 @@ def _assemble(
     tokens = torch.where(positions < num_accepted[:, None], padded, -1)
     tokens = torch.where(positions == num_accepted[:, None], emitted[:, None], tokens)
     return tokens, (num_accepted + 1).to(torch.int32)
+
+
+def host_step(
+    kernel_seeds: np.ndarray, temperature_index: np.ndarray, k: int, num_drafts: int, tables: StepTables
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The step writer's (``write_step``'s) draws for B requests at k of the engine's K drafts, in numpy: bank rows int64
+    [B, K+1] (row indices), draft tokens int64 [B, K] (-1 from k on), temperature float32 [B].
+
+    kernel_seeds: int64 [B] (``spectune.kernels.kernel_seeds``); temperature_index: int64 [B]."""
+    slot_of, token_bank = tables.slot_of.cpu().numpy(), tables.token_bank.cpu().numpy()
+    positions = np.minimum(np.arange(num_drafts + 1, dtype=np.uint64), np.uint64(k))
+    key = np.asarray(kernel_seeds, dtype=np.int64).view(np.uint64)[:, None]
+    w0, w1, _, _ = philox4x32_numpy(
+        key, positions[None, :], np.zeros((), np.uint64), np.zeros((), np.uint64), np.ones((), np.uint64)
+    )
+    slots = slot_of[np.asarray(temperature_index)[:, None], np.minimum(positions, k - 1).astype(np.int64)[None, :]]
+    rows = slots * tables.bank_rows + (w0 % np.uint64(tables.bank_rows)).astype(np.int64)
+    columns = (w1[:, :num_drafts] % np.uint64(token_bank.shape[1])).astype(np.int64)
+    tokens = token_bank[rows[:, :num_drafts], columns]
+    tokens[:, k:] = -1
+    temperature = tables.row_temperature.cpu().numpy()[rows[:, 0]]
+    return rows, tokens, temperature

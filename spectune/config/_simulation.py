@@ -114,6 +114,13 @@ class SimulationOptions(SpectuneModel):
         "slow), 'reference' (their PyTorch twin), 'auto' (Triton on CUDA, the twin on the CPU).",
     )
     device: str = Field(default="auto", description="'auto', 'cpu', 'cuda' or 'cuda:N' for logits and kernels.")
+    engine: Literal["auto", "step", "ahead"] = Field(
+        default="auto",
+        description="How the Triton kernels verify a step: 'step' (one call a step, over the rows of every "
+        "simulation in lockstep), 'ahead' (calls that verify each request's next steps before its loop gets there, "
+        "from counter-based draws, which only CUDA uses: far fewer calls), 'auto' (ahead on CUDA, step by step "
+        "elsewhere). The numbers are the same, bit for bit; only the speed changes.",
+    )
     cpu_threads: int = Field(
         default=1,
         ge=1,

@@ -2,8 +2,8 @@
 
 What a request emits at a step depends only on the request (its seed and temperature), how many steps
 it has verified before (steps done), the step's k and the logit synthesizer of its acceptance bin:
-the step writer draws a row from the request's own counter-based stream (``_step_writer``), and the
-kernels draw from the same key (``_engine._kernel_seeds``). It does not depend on the batch the step
+the step writer draws a row from the request's own counter-based stream (``spectune.kernels.write_step``), and the
+kernels draw from the same key (``spectune.kernels.kernel_seeds``). It does not depend on the batch the step
 runs in, the clock or the other requests. So on CUDA an engine need not meet the GPU every step:
 ``AheadVerifier`` verifies, for each request that needs it, every step until the request's output is
 complete (its emitted counts summed reach its output length), in calls of two sizes over many
@@ -32,7 +32,8 @@ from typing import cast
 import numpy as np
 import torch
 
-from spectune.simulator._engine import EngineMember, _KernelVerifier, _Verifier
+from spectune.simulator._drive import EngineMember
+from spectune.simulator._kernels import KernelVerifier
 from spectune.simulator._loop import LoopSteps, VerifyRequest
 from spectune.workload import LogitSynthesizer
 
@@ -108,14 +109,14 @@ def _lane_synthesizer(synthesizers: list[LogitSynthesizer | None], lane: int, ba
 
 
 class _Call:
-    """One call size: ``AHEAD_LANES`` lanes of ``lane_rows`` rows through a ``_KernelVerifier`` (one
+    """One call size: ``AHEAD_LANES`` lanes of ``lane_rows`` rows through a ``KernelVerifier`` (one
     graph), each lane an engine member that only stages rows, over the engine's request tables."""
 
     def __init__(
         self,
         rows: int,
         template: EngineMember,
-        verifier_args: tuple[torch.device, int, str, torch.Tensor | None, int, bool],
+        verifier_args: tuple[torch.device, int, str, torch.Tensor | None, int, bool, bool],
     ) -> None:
         self.lane_rows = rows // AHEAD_LANES
         self.rows = rows
@@ -132,7 +133,7 @@ class _Call:
             )
             for lane in range(AHEAD_LANES)
         ]
-        self.verifier = _KernelVerifier(self.lanes, *verifier_args)
+        self.verifier = KernelVerifier(self.lanes, *verifier_args)
 
 
 @dataclass
@@ -146,8 +147,8 @@ class _Want:
     tokens: np.ndarray
 
 
-class AheadVerifier(_Verifier):
-    """The kernels (``_KernelVerifier`` with counter draws) verifying ahead, through ``AHEAD_LANES``
+class AheadVerifier:
+    """The kernels (``KernelVerifier`` with counter draws) verifying ahead, through ``AHEAD_LANES``
     lanes in calls of two sizes (``ahead_call_rows``): each lane is one (synthesizer, k) of a call,
     over the requests of every member (their request tables side by side)."""
 
@@ -179,7 +180,7 @@ class AheadVerifier(_Verifier):
             concurrency=1,
             num_drafts=num_drafts,
         )
-        arguments = (device, num_drafts, method, synthetic_rates, vocab, has_draft)
+        arguments = (device, num_drafts, method, synthetic_rates, vocab, has_draft, True)  # counter draws
         self.small, self.large = (_Call(rows, template, arguments) for rows in ahead_call_rows(device))
         self.tables: dict[tuple[int, int, int], _Table] = {}  # (id(member), id(synthesizer), k) -> counts
         self.produced = {id(m): np.zeros(len(m.request_seeds), dtype=np.int64) for m in members}

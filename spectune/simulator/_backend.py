@@ -1,19 +1,16 @@
-"""Which rejection-sampling implementation verifies drafts: the Triton kernels or their PyTorch twin."""
+"""Where a simulation runs (its device) and what verifies its drafts: the Triton kernels or their twin."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
 from spectune.errors import SpectuneError
 from spectune.kernels import interpreted
-from spectune.kernels import rejection_sample as triton_rejection_sample
-from spectune.kernels.reference import rejection_sample as reference_rejection_sample
 
-__all__ = ["KernelBackend", "on_device", "resolve_device", "select_rejection_sample"]
+__all__ = ["KernelBackend", "backend_on", "on_device", "resolve_backend", "resolve_device"]
 
 KernelBackend = Literal["auto", "triton", "reference"]
 
@@ -41,8 +38,15 @@ def on_device(device: torch.device) -> contextlib.AbstractContextManager[object]
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def select_rejection_sample(backend: KernelBackend, device: torch.device) -> tuple[str, Callable[..., Any]]:
-    """(name, function) with the contract of ``spectune.kernels.rejection_sample``.
+def backend_on(backend: str, device: torch.device) -> Literal["triton", "reference"]:
+    """``backend`` with 'auto' resolved for ``device`` (Triton on CUDA, the twin elsewhere), unchecked."""
+    if backend == "auto":
+        return "triton" if device.type == "cuda" else "reference"
+    return "triton" if backend == "triton" else "reference"
+
+
+def resolve_backend(backend: str, device: torch.device) -> Literal["triton", "reference"]:
+    """The verifier's backend on ``device``: 'triton' (the kernels) or 'reference' (their twin).
 
     'auto' is Triton on CUDA and the PyTorch twin on the CPU (the Triton interpreter is ~100x slower;
     ask for 'triton' on the CPU to run the real kernels there anyway). Triton's interpreter is the
@@ -50,14 +54,12 @@ def select_rejection_sample(backend: KernelBackend, device: torch.device) -> tup
     are first imported, by the spectune CLI when a document asks for 'triton' on the CPU, or by the
     program that calls this; here it is only checked.
     """
-    if backend == "auto":
-        backend = "triton" if device.type == "cuda" else "reference"
-    if backend == "reference":
-        return "reference", reference_rejection_sample
+    if backend_on(backend, device) == "reference":
+        return "reference"
     if device.type == "cpu" and not interpreted():
         raise SpectuneError(
             "simulation.kernel_backend: 'triton' on the CPU runs the kernels under Triton's interpreter, which is "
             "off in this process: set TRITON_INTERPRET=1 before it first imports spectune's kernels (the spectune "
             "command does so itself), or use kernel_backend: reference"
         )
-    return "triton", triton_rejection_sample
+    return "triton"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -34,13 +33,7 @@ from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import SpectuneError
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity
 
-__all__ = ["LoopInputs", "LoopSteps", "LoopTrace", "StepVerifier", "VerifyRequest", "run_serving_loop", "serving_loop"]
-
-
-class StepVerifier(Protocol):
-    """Draft + verify for one step: returns emitted tokens per request (accepted drafts + 1), int64 [B]."""
-
-    def __call__(self, request_ids: np.ndarray, steps_done: np.ndarray, num_speculative_tokens: int) -> np.ndarray: ...
+__all__ = ["LoopInputs", "LoopSteps", "LoopTrace", "VerifyRequest", "serving_loop"]
 
 
 @dataclass(frozen=True)
@@ -88,59 +81,11 @@ class LoopTrace:
 
 
 StepTimeFn = Callable[[int, int, float], tuple[float, float, float, float]]
-VerifyRequest = tuple[np.ndarray, np.ndarray, int]  # (request ids, their steps done, K): what a StepVerifier takes
+VerifyRequest = tuple[np.ndarray, np.ndarray, int]  # (request ids, their steps done, K): a step to verify
 PrefillTimeFn = Callable[[int, int, bool], float]  # (prompt tokens, prompts, shares a decode pass)
 # A serving loop as its engine drives it: it yields a step's VerifyRequest and is sent None once verification
 # has started; it yields None after the step's host work that needs no counts and is sent the emitted tokens.
 LoopSteps = Generator[VerifyRequest | None, np.ndarray | None, LoopTrace]
-
-
-def run_serving_loop(
-    inputs: LoopInputs,
-    *,
-    k_for_batch: Callable[[int], int],
-    verify: StepVerifier | None,
-    step_time: StepTimeFn,
-    prefill_time: PrefillTimeFn,
-    max_steps: int,
-    on_step: Callable[[int, int], None] | None = None,
-    kv: KvCacheCapacity | None = None,
-    lookahead_slots: Callable[[int], int] = lambda k: 0,
-    lookup_counts_prefills: bool = False,
-) -> LoopTrace:
-    """Simulate serving ``inputs``; K per step comes from ``k_for_batch(decode batch size)``.
-
-    ``kv``: the replica's KV block pool (None: unbounded); ``lookahead_slots(K)``: KV slots a decoding
-    request reserves beyond its 1 + K verified tokens (``spectune.simulator._kv.drafting_slots``).
-    ``lookup_counts_prefills``: look K up at the decoding plus the still-prefilling requests, as vLLM's
-    K-table lookup does before PR #51466 (a table threshold near the batch size then makes K thrash).
-
-    ``verify`` is None for plain decoding (every step emits one token per request).
-    ``step_time(batch, K, mean_context_tokens)`` -> (drafting_s, verification_s, sampling_s, overhead_s).
-    ``prefill_time(prompt tokens, prompts, shares_pass)`` -> seconds this step's prefill chunks add.
-    ``on_step(finished requests, total requests)`` is called after every step (progress bars).
-    """
-    loop = serving_loop(
-        inputs,
-        k_for_batch=k_for_batch,
-        verifies=verify is not None,
-        step_time=step_time,
-        prefill_time=prefill_time,
-        max_steps=max_steps,
-        on_step=on_step,
-        kv=kv,
-        lookahead_slots=lookahead_slots,
-        lookup_counts_prefills=lookup_counts_prefills,
-    )
-    try:
-        request = next(loop)
-        while True:
-            assert verify is not None and request is not None
-            emitted = verify(*request)
-            loop.send(None)  # the step's host work that needs no counts
-            request = loop.send(emitted)
-    except StopIteration as done:
-        return done.value
 
 
 def serving_loop(
@@ -156,8 +101,18 @@ def serving_loop(
     lookahead_slots: Callable[[int], int] = lambda k: 0,
     lookup_counts_prefills: bool = False,
 ) -> LoopSteps:
-    """``run_serving_loop`` as a generator, so that an engine can verify many simulations' steps in one
-    call (lockstep) and do their host work while it verifies. A step that verifies meets the engine twice:
+    """Simulate serving ``inputs``; K per step comes from ``k_for_batch(decode batch size)``.
+
+    ``kv``: the replica's KV block pool (None: unbounded); ``lookahead_slots(K)``: KV slots a decoding
+    request reserves beyond its 1 + K verified tokens (``spectune.simulator._kv.drafting_slots``).
+    ``lookup_counts_prefills``: look K up at the decoding plus the still-prefilling requests, as vLLM's
+    K-table lookup does before PR #51466 (a table threshold near the batch size then makes K thrash).
+    ``step_time(batch, K, mean_context_tokens)`` -> (drafting_s, verification_s, sampling_s, overhead_s).
+    ``prefill_time(prompt tokens, prompts, shares_pass)`` -> seconds this step's prefill chunks add.
+    ``on_step(finished requests, total requests)`` is called after every step (progress bars).
+
+    A generator, so that an engine (``_drive.drive``) can verify many simulations' steps in one call
+    (lockstep) and do their host work while it verifies. A step that verifies meets the engine twice:
 
     1. it yields its ``VerifyRequest``; the engine starts verifying and sends None;
     2. it does the work of stage 3 (chunked prefill, the step's time), which needs no emitted counts, and

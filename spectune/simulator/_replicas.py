@@ -10,16 +10,11 @@ total; per-step numbers (batch size, step time) stay per replica.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier
+from spectune.simulator._loop import LoopInputs, LoopTrace
 
-__all__ = ["run_replicas", "split_load"]
-
-Progress = Callable[[int, int], None]
-RunOne = Callable[[LoopInputs, StepVerifier | None, Progress | None], LoopTrace]
+__all__ = ["merge_traces", "split_load"]
 
 
 def split_load(inputs: LoopInputs, replicas: int) -> list[tuple[np.ndarray, LoopInputs]]:
@@ -50,35 +45,6 @@ def split_load(inputs: LoopInputs, replicas: int) -> list[tuple[np.ndarray, Loop
             )
         )
     return parts
-
-
-def run_replicas(
-    inputs: LoopInputs,
-    replicas: int,
-    verify: StepVerifier | None,
-    run_one: RunOne,
-    progress: Progress | None,
-) -> LoopTrace:
-    """Run ``run_one(part, verify_for_part, on_step)`` per replica and merge the traces (one replica: as is)."""
-    if replicas == 1:
-        return run_one(inputs, verify, progress)
-    total = len(inputs.output_tokens)
-    traces: list[tuple[np.ndarray, LoopTrace]] = []
-    done_before = 0
-    for ids, part in split_load(inputs, replicas):
-        local_verify = _verifier_for(ids, verify) if verify is not None else None
-        on_step = (lambda finished, _n, base=done_before: progress(base + finished, total)) if progress else None
-        trace = run_one(part, local_verify, on_step)
-        traces.append((ids, trace))
-        done_before += int(np.isfinite(trace.finish_s).sum())
-    return merge_traces(traces, total)
-
-
-def _verifier_for(ids: np.ndarray, verify: StepVerifier) -> StepVerifier:
-    def local(request_ids: np.ndarray, steps_done: np.ndarray, num_speculative_tokens: int) -> np.ndarray:
-        return verify(ids[request_ids], steps_done, num_speculative_tokens)
-
-    return local
 
 
 def merge_traces(traces: list[tuple[np.ndarray, LoopTrace]], num_requests: int) -> LoopTrace:

@@ -12,15 +12,15 @@ import torch
 
 from spectune.config import AcceptanceRates, SimulationDocument, kv_cache_capacity_tokens
 from spectune.cost import CostModel, SamplerWork, build_cost_model
-from spectune.kernels._contract import DEFAULT_TILE
-from spectune.simulator import _engine
-from spectune.simulator._ahead import AheadVerifier
-from spectune.simulator._backend import on_device, resolve_device, select_rejection_sample
-from spectune.simulator._engine import EngineMember, slot_rows
+from spectune.kernels import DEFAULT_TILE
+from spectune.simulator._backend import backend_on, on_device, resolve_backend, resolve_device
+from spectune.simulator._drive import EngineMember, NoVerifier, drive
+from spectune.simulator._kernel_call import slot_rows
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
-from spectune.simulator._loop import LoopInputs, LoopTrace, StepVerifier, run_serving_loop, serving_loop
+from spectune.simulator._loop import LoopInputs, LoopTrace, serving_loop
 from spectune.simulator._metrics import KvCacheReport, SimulationResult, summarize
-from spectune.simulator._replicas import merge_traces, run_replicas, split_load
+from spectune.simulator._replicas import merge_traces, split_load
+from spectune.simulator._verifiers import Draws, draws_for, make_verifier
 from spectune.workload import LogitSynthesizer, RequestTable, generate_requests
 
 __all__ = ["lockstep_groups", "simulate", "simulate_many"]
@@ -29,15 +29,19 @@ Progress = Callable[[int, int], None]
 
 
 def simulate(
-    document: SimulationDocument, *, baseline: bool | None = None, progress: Progress | None = None
+    document: SimulationDocument,
+    *,
+    baseline: bool | None = None,
+    progress: Progress | None = None,
+    draws: Draws | None = None,
 ) -> SimulationResult:
     """Simulate ``document``: its speculative config on its deployment and workload.
 
     ``baseline`` (default: ``document.simulation.baseline``) also simulates the same requests without
     speculation, for ``speedup_vs_no_spec``. ``progress(finished requests, total)`` is called per step.
-    Same document, same seed: the same numbers.
+    ``draws`` (see ``simulate_many``). Same document, same seed: the same numbers.
     """
-    return simulate_many([document], baseline=baseline, progress=progress)[0]
+    return simulate_many([document], baseline=baseline, progress=progress, draws=draws)[0]
 
 
 def simulate_many(
@@ -46,6 +50,7 @@ def simulate_many(
     baseline: bool | None = None,
     progress: Progress | None = None,
     processes: int = 1,
+    draws: Draws | None = None,
 ) -> list[SimulationResult]:
     """Simulate several documents, side by side where they can share a rejection-sampling call.
 
@@ -54,6 +59,10 @@ def simulate_many(
     result equals what ``simulate`` returns for its document alone, bit for bit (wall times aside).
     ``progress`` is passed on only for a single document. ``processes``: how many processes simulate
     on this device at once (a study's local workers); the default memory budget is split between them.
+    ``draws``: where a step's logit rows are drawn from, 'generator' (each simulation's generator) or
+    'counter' (each request's counter-based stream); default counter on CUDA, generator elsewhere
+    (``simulation.engine: ahead`` needs counter draws). The engine (``simulation.engine``) never
+    changes the numbers; the draws do.
     """
     results: list[SimulationResult | None] = [None] * len(documents)
     for group in lockstep_groups(documents, processes):
@@ -69,6 +78,7 @@ def simulate_many(
                     device,
                     baseline=baseline,
                     progress=progress if len(documents) == 1 else None,
+                    draws=draws,
                 )
         finally:
             torch.set_num_threads(previous_threads)
@@ -123,9 +133,7 @@ def _lockstep_key(document: SimulationDocument) -> tuple[object, ...]:
     spec = document.speculative
     assert spec is not None  # a document that verifies speculates
     device = resolve_device(document.simulation.device)
-    backend = document.simulation.kernel_backend
-    if backend == "auto":
-        backend = "triton" if device.type == "cuda" else "reference"
+    backend = backend_on(document.simulation.kernel_backend, device)
     rates = tuple(spec.synthetic_conditional_rates() or ()) if spec.rejection_sample_method == "synthetic" else None
     return (
         str(device),
@@ -135,6 +143,7 @@ def _lockstep_key(document: SimulationDocument) -> tuple[object, ...]:
         spec.draft_sample_method,
         rates,
         document.simulation.cpu_threads,
+        document.simulation.engine,
     )
 
 
@@ -178,26 +187,38 @@ def _available_ram() -> float:
 
 
 def _simulate_group(
-    documents: list[SimulationDocument], device: torch.device, *, baseline: bool | None, progress: Progress | None
+    documents: list[SimulationDocument],
+    device: torch.device,
+    *,
+    baseline: bool | None,
+    progress: Progress | None,
+    draws: Draws | None,
 ) -> list[SimulationResult]:
     started = time.perf_counter()
     setups = [_Setup(document, device, progress) for document in documents]
     first, spec = documents[0], documents[0].speculative
-    backend, _ = select_rejection_sample(first.simulation.kernel_backend, device)
+    backend = resolve_backend(first.simulation.kernel_backend, device)
+    engine = first.simulation.engine
     synthetic = (
         spec.synthetic_conditional_rates() if spec is not None and spec.rejection_sample_method == "synthetic" else None
     )
     engine_started = time.perf_counter()
     members = [member for setup in setups for member in setup.members]
-    _run_lockstep(
+    verifier = make_verifier(
         members,
+        engine=engine,
+        draws=draws_for(device, draws),
+        backend=backend,
         device=device,
         method=spec.rejection_sample_method if spec is not None else "standard",  # plain: never verifies
         synthetic_rates=torch.tensor(synthetic, dtype=torch.float32, device=device) if synthetic else None,
-        backend=backend,
         vocab_size=first.workload.vocab_size,
         draft_logits=spec is not None and spec.draft_sample_method == "probabilistic",
     )
+    try:
+        drive(members, verifier)  # fills each member's trace and wall-time shares
+    finally:
+        verifier.close()
     engine_s = time.perf_counter() - engine_started
     total_rows = max(sum(m.rows_verified for m in members), 1)
     results = []
@@ -206,41 +227,6 @@ def _simulate_group(
         own_s = setup.setup_s + engine_s * rows / total_rows if len(setups) > 1 else time.perf_counter() - started
         results.append(setup.summary(baseline, own_s))
     return results
-
-
-def _run_lockstep(
-    members: Sequence[EngineMember],
-    *,
-    device: torch.device,
-    method: str,
-    synthetic_rates: torch.Tensor | None,
-    backend: str,
-    vocab_size: int,
-    draft_logits: bool,
-) -> None:
-    """Run every member's loop to its end, verifying each step's rows of all members in one call.
-
-    ``backend`` 'reference' (the twin over the members' banks) or 'triton' (the kernels over the same
-    banks, through row tables). Fills each member's ``trace`` and wall-time shares.
-    """
-    verifying = [m for m in members if m.synthesizer is not None]
-    num_drafts = max((m.num_drafts for m in verifying), default=0)
-    if not verifying:
-        verifier: _engine._Verifier = _engine._Verifier()
-    elif backend == "reference":
-        verifier = _engine._TwinVerifier(device, num_drafts, method, synthetic_rates)
-    elif (
-        _engine.VERIFY_AHEAD and _engine._counter_draws(device) and all(m.output_tokens is not None for m in verifying)
-    ):
-        verifier = AheadVerifier(verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits)
-    else:
-        verifier = _engine._KernelVerifier(
-            verifying, device, num_drafts, method, synthetic_rates, vocab_size, draft_logits
-        )
-    try:
-        _engine.drive(members, verifier)
-    finally:
-        verifier.close()
 
 
 class _Setup:
@@ -350,8 +336,8 @@ class _Setup:
             )
         return self._synthesizers[index]
 
-    def summary(self, baseline: bool | None, wall_time_s: float) -> SimulationResult:
-        document = self.document
+    def trace(self) -> LoopTrace:
+        """What the document's loops served: one replica's trace, or the replicas' merged."""
         traces = [m.trace for m in self.members]
         assert all(t is not None for t in traces)
         if self.replicas == 1:
@@ -359,6 +345,11 @@ class _Setup:
         else:
             trace = merge_traces([(ids, t) for ids, t in zip(self.part_ids, traces)], len(self.inputs.output_tokens))  # type: ignore[misc]
         assert trace is not None
+        return trace
+
+    def summary(self, baseline: bool | None, wall_time_s: float) -> SimulationResult:
+        document = self.document
+        trace = self.trace()
         kv_report = KvCacheReport(
             capacity_tokens=self.kv_tokens,
             peak_usage=max(pool.peak_blocks_used / pool.num_blocks for pool in self.pools),
@@ -368,24 +359,10 @@ class _Setup:
         wanted = document.simulation.baseline if baseline is None else baseline
         if wanted and document.speculative is None:
             baseline_trace = trace  # plain decoding is its own baseline
-        elif wanted:
-            plain = build_cost_model(
-                document.hardware, document.target_model, None, document.cost_model, sampler_work=self.work
-            )
-            plain_kv_tokens = kv_cache_capacity_tokens(document.hardware, document.target_model, None)
-
-            def run_plain(part: LoopInputs, _: StepVerifier | None, on_step: Progress | None) -> LoopTrace:
-                return run_serving_loop(
-                    part,
-                    k_for_batch=lambda batch: 0,
-                    verify=None,
-                    step_time=plain.step_timer(),
-                    prefill_time=_prefill_time_fn(plain),
-                    max_steps=document.simulation.max_steps,
-                    kv=KvCacheCapacity(plain_kv_tokens // BLOCK_SIZE_TOKENS, len(part.output_tokens)),
-                )
-
-            baseline_trace = run_replicas(self.inputs, self.replicas, None, run_plain, None)
+        elif wanted:  # the same deployment and requests with speculation off: the K = 0 path
+            plain = _Setup(plain_decoding(document), self.device, None)
+            drive(plain.members, NoVerifier())
+            baseline_trace = plain.trace()
         return summarize(
             trace,
             baseline=baseline_trace,
@@ -395,6 +372,11 @@ class _Setup:
             num_replicas=self.replicas,
             kv_cache=kv_report,
         )
+
+
+def plain_decoding(document: SimulationDocument) -> SimulationDocument:
+    """``document`` served without speculation (``speculative: null``): its baseline."""
+    return document.model_copy(update={"speculative": None, "acceptance": None, "drafter": None})
 
 
 def _sampler_work(document: SimulationDocument) -> SamplerWork:

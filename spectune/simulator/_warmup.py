@@ -29,13 +29,11 @@ from pathlib import Path
 
 import torch
 
-from spectune.kernels._arguments import RowTable
-from spectune.kernels._launcher import _sm_count, launch
+from spectune.kernels import MEMBER_FIELDS, ROW_FIELDS, RowTable, launch, sm_count, write_step
 from spectune.kernels._plan import LaunchPlan, plan
-from spectune.simulator import _engine
 from spectune.simulator._ahead import ahead_call_rows
-from spectune.simulator._engine import call_inputs, slot_rows
-from spectune.simulator._step_writer import MEMBER_FIELDS, ROW_FIELDS, write_step
+from spectune.simulator._kernel_call import call_inputs, slot_rows
+from spectune.simulator._verifiers import Engine
 
 __all__ = ["KernelShape", "engine_plans", "engine_rows", "marks_dir", "study_shapes", "warm_up"]
 
@@ -43,10 +41,11 @@ KernelShape = tuple[str, bool, int]
 """(verification rule, draft logits, K) of an engine's call."""
 
 
-def engine_rows(device: torch.device, max_rows: int) -> list[int]:
-    """The row counts R of the calls engines on ``device`` make: verifying ahead, its two call sizes;
-    step by step, every multiple of ``slot_rows``' quantum up to ``max_rows``."""
-    if _engine.VERIFY_AHEAD and _engine._counter_draws(device):
+def engine_rows(device: torch.device, max_rows: int, engine: Engine = "auto") -> list[int]:
+    """The row counts R of the calls engines on ``device`` make with the kernels (``simulation.engine``):
+    verifying ahead (``auto`` on CUDA), its two call sizes; step by step, every multiple of
+    ``slot_rows``' quantum up to ``max_rows``."""
+    if engine == "ahead" or (engine == "auto" and device.type == "cuda"):
         return list(ahead_call_rows(device))
     quantum = slot_rows(1, device)
     return list(range(quantum, max(max_rows, quantum) + 1, quantum))
@@ -78,14 +77,14 @@ def warm_up(
     launch leaves a mark and a marked one is skipped (None: launch all). CUDA only (0 elsewhere)."""
     if device.type != "cuda":
         return 0
-    sm_count = _sm_count(device)
+    sms = sm_count(device)
     launches: list[tuple[str, Callable[[], None]]] = [
         (f"writer {vocab} {has_draft}", functools.partial(_write_one_step, device, vocab, has_draft))
         for has_draft in (False, True)
     ]
     # Every shape's plan for the fewest rows first, then its next plan, and so on: a study's first rounds
     # (one or a few points of a batch size, every combo and K) meet the small calls of every shape.
-    plans = {shape: engine_plans(shape, vocab, sm_count, rows) for shape in dict.fromkeys(shapes)}
+    plans = {shape: engine_plans(shape, vocab, sms, rows) for shape in dict.fromkeys(shapes)}
     for rank in range(max((len(p) for p in plans.values()), default=0)):
         for shape, shape_plans in plans.items():
             if rank < len(shape_plans):
@@ -123,21 +122,20 @@ def marks_dir() -> Path:
 @functools.cache
 def _build_stamp(device: torch.device) -> str:
     """What a compiled variant depends on besides its launch: the kernels' source (``spectune.kernels``
-    and the step writer), Triton's and CUDA's versions and the GPU."""
+    with the step writer), Triton's and CUDA's versions and the GPU."""
     import triton
 
     import spectune.kernels
-    from spectune.simulator import _step_writer
 
     digest = hashlib.sha256()
-    for path in [*sorted(Path(spectune.kernels.__file__).parent.glob("*.py")), Path(_step_writer.__file__)]:
+    for path in sorted(Path(spectune.kernels.__file__).parent.glob("*.py")):
         digest.update(path.read_bytes())
     gpu = f"{torch.cuda.get_device_name(device)} {torch.cuda.get_device_capability(device)}"
     return f"{triton.__version__}|{torch.version.cuda}|{gpu}|{digest.hexdigest()}"
 
 
 def _launch_one(device: torch.device, vocab: int, shape: KernelShape, chosen: LaunchPlan) -> None:
-    """One call as an engine makes it (``_engine.call_inputs``: zero-stride logits over a bank's row 0),
+    """One call as an engine makes it (``call_inputs``: zero-stride logits over a bank's row 0),
     rows through a table, placeholder drafts."""
     method, has_draft, num_drafts = shape
     rows = slot_rows(1, device)

@@ -63,7 +63,8 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     moving the folder does not change the study; editing a profile does.
     """
     data = document.model_dump(mode="json", exclude={"trials", "storage"})
-    data["simulation"].pop("lockstep_memory_gib", None)  # how points share a call, not what they compute
+    for how in ("lockstep_memory_gib", "engine"):  # how points are verified, not what they compute
+        data["simulation"].pop(how, None)
     for candidate in data["candidates"]:
         candidate["acceptance"].pop("profile", None)
         # Studies made before a candidate's base lost its K hashed vLLM's default K (suffix, mtp): so does this.
@@ -144,7 +145,7 @@ class SimulationEvaluator:
         if not self.compiles_kernels():
             return 0
         from spectune.simulator._backend import on_device, resolve_device
-        from spectune.simulator._engine import slot_rows
+        from spectune.simulator._kernel_call import slot_rows
         from spectune.simulator._warmup import engine_rows, marks_dir, study_shapes, warm_up
 
         document = self.document
@@ -153,7 +154,7 @@ class SimulationEvaluator:
         verified = [(rule, sampling) for _, rule, sampling in document.combinations() if rule in ("standard", "block")]
         shapes = study_shapes(verified, range(ks.min, ks.max + 1))
         max_rows = max_members * slot_rows(max(document.schedule.batch_sizes), device)
-        rows = engine_rows(device, max_rows)
+        rows = engine_rows(device, max_rows, document.simulation.engine)
         with on_device(device):
             return warm_up(device, document.workload.vocab_size, shapes, rows, share, keep_going, marks_dir())
 

@@ -104,7 +104,7 @@ def family_base(vocab_size: int, num_rows: int, samples_per_row: int, *, seed: i
     shape = (num_rows, vocab_size)
     on_device = _normals_on_device(device)
     if on_device:
-        from spectune.workload._normals import philox_normals  # Triton: loaded where used
+        from spectune.kernels import philox_normals  # Triton: loaded where used
 
     def normals(stream: int) -> torch.Tensor:
         if on_device:

@@ -4,9 +4,9 @@ simulation's numbers are those of verifying step by step, bit for bit."""
 import numpy as np
 import pytest
 import torch
-from test_lockstep import _documents, _numbers, _on_cuda, _on_the_kernels, _row_table_documents
+from test_lockstep import _documents, _numbers, _on_cuda, _on_the_kernels, _row_table_documents, _with_engine
 
-from spectune.simulator import _ahead, _engine, simulate, simulate_many
+from spectune.simulator import _ahead, simulate, simulate_many
 
 
 def _ahead_documents(simulation_document):
@@ -48,16 +48,14 @@ def test_verifying_ahead_gives_the_step_by_step_numbers(simulation_document, mon
     """CUDA's engine (counter draws; here the kernels under the interpreter): the same numbers verified
     ahead as step by step, in lockstep and alone, over acceptance bins, a K schedule and replicas;
     and far fewer calls than steps."""
-    monkeypatch.setattr(_engine, "_counter_draws", lambda device: True)
     documents = _ahead_documents(simulation_document)
     verifiers = _watch_verifiers(monkeypatch)
-    ahead = simulate_many(documents, baseline=False)
+    ahead = simulate_many(_with_engine(documents, "ahead"), baseline=False, draws="counter")
     assert len(verifiers) == 1 and verifiers[0].refills > 0
     steps = max(r.simulated_steps for r in ahead)
     assert verifiers[0].calls < steps / 3, (verifiers[0].calls, steps)
-    alone = simulate(documents[3], baseline=False)
-    monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)
-    step_by_step = simulate_many(documents, baseline=False)
+    alone = simulate(_with_engine(documents, "ahead")[3], baseline=False, draws="counter")
+    step_by_step = simulate_many(_with_engine(documents, "step"), baseline=False, draws="counter")
     assert len(verifiers) == 2  # no third: step by step made none
     assert [_numbers(r) for r in ahead] == [_numbers(r) for r in step_by_step]
     assert _numbers(alone) == _numbers(step_by_step[3])
@@ -67,7 +65,6 @@ def test_verifying_ahead_gives_the_step_by_step_numbers(simulation_document, mon
 def test_verifying_ahead_wastes_few_rows(simulation_document, monkeypatch):
     """Each request is verified to its end in rounds that start from the fewest steps it can take, so
     rows past a request's end (verified, never read) stay a small share of those read."""
-    monkeypatch.setattr(_engine, "_counter_draws", lambda device: True)
     document = _on_the_kernels(
         [
             simulation_document(
@@ -75,12 +72,12 @@ def test_verifying_ahead_wastes_few_rows(simulation_document, monkeypatch):
                 acceptance={"conditional_rates": [0.8, 0.7, 0.6, 0.5]},
                 workload={"concurrency": 8, "num_requests": 64, "output_tokens": 96, "temperature": 0.7,
                           "vocab_size": 128},
-                simulation={"bank_rows": 16},
+                simulation={"bank_rows": 16, "engine": "ahead"},
             )
         ]
     )[0]  # fmt: skip
     verifiers = _watch_verifiers(monkeypatch)
-    result = simulate(document, baseline=False)
+    result = simulate(document, baseline=False, draws="counter")
     verified = sum(table.rows for table in verifiers[0].tables.values())
     read = result.num_drafts  # one row a request's step
     assert read <= verified <= 1.25 * read, (verified, read)
@@ -123,5 +120,24 @@ def test_cuda_verifying_ahead_gives_the_step_by_step_numbers(simulation_document
     verifiers = _watch_verifiers(monkeypatch)
     ahead = simulate_many(documents, baseline=False)
     assert len(verifiers) == 1 and (verifiers[0].small.verifier.total, verifiers[0].large.verifier.total) == (512, 4096)
-    monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)
-    assert [_numbers(r) for r in ahead] == [_numbers(r) for r in simulate_many(documents, baseline=False)]
+    step_by_step = simulate_many(_with_engine(documents, "step"), baseline=False)
+    assert [_numbers(r) for r in ahead] == [_numbers(r) for r in step_by_step]
+
+
+@pytest.mark.parametrize(
+    ("backend", "draws", "why"),
+    [
+        ("reference", "counter", "kernel_backend resolves to 'reference' on cpu"),
+        ("triton", "generator", r"the simulation draws from generators on cpu \(counter-based draws are CUDA's\)"),
+    ],
+)
+def test_verifying_ahead_without_the_kernels_or_counter_draws_is_refused_naming_the_option(
+    simulation_document, backend, draws, why
+):
+    """``engine: ahead`` needs the kernels and counter-based draws (CUDA's): elsewhere a user error that
+    names the field, the reason and what works."""
+    from spectune.errors import SpectuneError
+
+    document = _with_engine(_documents(simulation_document, "block", "probabilistic", backend=backend)[:1], "ahead")[0]
+    with pytest.raises(SpectuneError, match=rf"^simulation\.engine: 'ahead' .*{why}: use engine: auto or step$"):
+        simulate(document, baseline=False, draws=draws)

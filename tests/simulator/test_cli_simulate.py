@@ -105,3 +105,32 @@ def test_speculation_off_validates_and_simulates_as_plain_decoding(tmp_path):
     assert "acceptance length" not in table.output
     values = json.loads(runner.invoke(app, ["simulate", str(path), "--json"]).output)
     assert (values["num_drafts"], values["mean_acceptance_length"], values["speedup_vs_no_spec"]) == (0, None, 1.0)
+
+
+def test_the_engine_option_is_a_document_field_that_keeps_the_numbers(tmp_path):
+    """``simulation.engine`` chooses how the kernels verify, never the numbers."""
+    path = _write(tmp_path)
+    numbers = []
+    for engine in ("auto", "step"):
+        result = runner.invoke(app, ["simulate", str(path), "--json", "--set", f"simulation.engine={engine}"])
+        assert result.exit_code == 0, result.output
+        values = json.loads(result.output)
+        numbers.append({k: v for k, v in values.items() if not k.endswith("wall_time_s")})
+    assert numbers[0] == numbers[1] and numbers[0]["mean_acceptance_length"] > 1
+
+
+def test_verifying_ahead_where_it_cannot_run_is_one_clear_line_and_exit_1(tmp_path):
+    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--set", "simulation.engine=ahead"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: simulation.engine: 'ahead' verifies with the Triton kernels from counter-based draws, but "
+        "kernel_backend resolves to 'reference' on cpu: use engine: auto or step"
+    )
+
+
+def test_an_unknown_engine_names_the_choices(tmp_path):
+    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--set", "simulation.engine=fast"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "--set simulation.engine=fast: simulation.engine: must be one of 'auto', 'step', 'ahead', got 'fast'"
+    )

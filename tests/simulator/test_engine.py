@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from loop_alone import run_alone
 
-from spectune.simulator._engine import EngineMember, _Verifier, drive
-from spectune.simulator._loop import LoopInputs, run_serving_loop, serving_loop
+from spectune.simulator._drive import EngineMember, NoVerifier, drive
+from spectune.simulator._loop import LoopInputs, serving_loop
 
 
 def _counts(request_ids: np.ndarray, steps_done: np.ndarray, k: int) -> np.ndarray:
@@ -51,7 +52,7 @@ def _member(inputs: LoopInputs, k: int, step_time: _Recorder, verifies: bool = T
     )  # fmt: skip
 
 
-class _OrderChecking(_Verifier):
+class _OrderChecking:
     """Checks at ``finish`` that every member of the step has timed that step since ``start``, and
     that ``start`` and ``finish`` alternate."""
 
@@ -73,6 +74,9 @@ class _OrderChecking(_Verifier):
         self.steps += 1
         return {id(m): _counts(ids, steps, k) for m, (ids, steps, k) in requests.items()}
 
+    def close(self):
+        pass
+
 
 def test_members_time_their_step_between_start_and_finish_and_keep_their_numbers():
     shapes = [(40, 8, 3, True), (12, 2, 5, True), (20, 4, 0, False), (30, 6, 2, True)]  # the third never verifies
@@ -85,7 +89,7 @@ def test_members_time_their_step_between_start_and_finish_and_keep_their_numbers
     drive(members, verifier)
     assert verifier.steps > 0 and verifier.requests is None
     for seed, ((n, c, k, verifies), member) in enumerate(zip(shapes, members)):
-        alone = run_serving_loop(
+        alone = run_alone(
             _inputs(n, c, seed), k_for_batch=lambda batch, k=k: k, verify=_counts if verifies else None,
             step_time=_Recorder(), prefill_time=lambda tokens, prompts, shares: 1e-5 * tokens, max_steps=10_000,
         )  # fmt: skip
@@ -96,40 +100,7 @@ def test_members_time_their_step_between_start_and_finish_and_keep_their_numbers
         assert (member.trace.num_drafts > 0) == verifies
 
 
-def test_a_verifier_may_define_verify_or_start_and_finish():
+def test_an_engine_whose_members_never_verify_refuses_a_step():
     requests = {"member": (np.arange(3), np.zeros(3, dtype=np.int64), 2)}
-
-    class OnlyVerify(_Verifier):
-        def verify(self, requests):
-            return {key: _counts(*request) for key, request in requests.items()}
-
-    class Halves(_Verifier):
-        def start(self, requests):
-            self.started = requests
-
-        def finish(self):
-            return {key: _counts(*request) for key, request in self.started.items()}
-
-    expected = _counts(*requests["member"])
-    only_verify = OnlyVerify()
-    only_verify.start(requests)  # the base keeps them ...
-    assert np.array_equal(only_verify.finish()["member"], expected)  # ... and verify() runs at finish
-    assert np.array_equal(Halves().verify(requests)["member"], expected)  # verify() is start + finish
-    with pytest.raises(AssertionError, match="without a synthesizer"):  # the base verifies nothing
-        _Verifier().verify(requests)
-
-
-def test_kernel_seeds_mix_request_and_step_as_written():
-    """Each (request seed, step) gets ((seed·A + step·B) mod 2^64, xor-shifted right by 31) >> 1."""
-    from spectune.simulator._engine import _kernel_seeds
-
-    seeds = np.array([0, 1, 2**62 - 1, 123456789012345, 2**40 + 7], dtype=np.int64)
-    steps = np.array([0, 5, 3, 2**20, 1], dtype=np.int64)
-    expected = []
-    for seed, step in zip(seeds.tolist(), steps.tolist()):
-        mixed = (seed * 0x9E3779B97F4A7C15 + step * 0xBF58476D1CE4E5B9) % 2**64
-        mixed ^= mixed >> 31
-        expected.append(mixed >> 1)
-    got = _kernel_seeds(seeds, steps)
-    assert got.dtype == np.int64 and got.tolist() == expected
-    assert _kernel_seeds(seeds[1:2], steps[1:2]).tolist() == expected[1:2]  # a request's seed alone or in a batch
+    with pytest.raises(AssertionError, match="without a synthesizer"):
+        NoVerifier().start(requests)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from loop_alone import run_alone
 
-from spectune.simulator._loop import LoopInputs, run_serving_loop
+from spectune.simulator._loop import LoopInputs
 
 
 def _lookups(counts_prefills: bool) -> list[int]:
@@ -19,7 +20,7 @@ def _lookups(counts_prefills: bool) -> list[int]:
         seen.append(batch)
         return 0 if batch > 3 else 2  # a threshold between 3 and 4
 
-    run_serving_loop(
+    run_alone(
         inputs, k_for_batch=k_for_batch, verify=lambda ids, steps, k: np.ones(len(ids), dtype=np.int64) + 1,
         step_time=lambda b, k, c: (0.0, 1e-3, 0.0, 0.0), prefill_time=lambda t, p, s: 1e-3, max_steps=10_000,
         lookup_counts_prefills=counts_prefills,

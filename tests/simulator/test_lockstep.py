@@ -1,6 +1,5 @@
 """Lockstep: simulations run side by side (one rejection-sampling call a step) give their numbers alone, bit for bit."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -198,12 +197,9 @@ def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     assert all(r.num_accepted_tokens > 0 for r in twin)
 
 
-def _counter_draws_on_the_cpu(monkeypatch):
-    """The CUDA engine's step on the CPU: counter-based draws written by the step writer over every row
-    of the call (under the interpreter), without the graph."""
-    from spectune.simulator import _engine
-
-    monkeypatch.setattr(_engine, "_counter_draws", lambda device: True)
+def _with_engine(documents, engine):
+    """The documents with ``simulation.engine`` set (how the kernels verify: never the numbers)."""
+    return [d.model_copy(update={"simulation": d.simulation.model_copy(update={"engine": engine})}) for d in documents]
 
 
 def _on_the_kernels(documents):
@@ -219,15 +215,14 @@ def test_whole_call_steps_point_every_row_inside_a_bank(simulation_document, mon
     without a step too. Here over synthesizers of three documents and two acceptance bins (banks at
     offsets of either sign from the first): before every kernel launch each row table entry must be a
     row of one of the engine's banks, and the rows past a batch row 0 of one."""
-    from spectune.simulator import _engine
+    from spectune.simulator import _kernel_call
+    from spectune.simulator._kernels import KernelVerifier
 
-    _counter_draws_on_the_cpu(monkeypatch)
-    monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)  # a call a step, its rows the step's
     verifiers, partial_steps, rows_past = [], [], []
     original_init, original_start, original_launch = (
-        _engine._KernelVerifier.__init__,
-        _engine._KernelVerifier.start,
-        _engine.launch,
+        KernelVerifier.__init__,
+        KernelVerifier.start,
+        _kernel_call.launch,
     )
 
     def init(self, *args, **kwargs):
@@ -256,49 +251,26 @@ def test_whole_call_steps_point_every_row_inside_a_bank(simulation_document, mon
         rows_past.append(int(out_of_batch.sum()))
         return original_launch(inputs, plan, rows=rows)
 
-    monkeypatch.setattr(_engine._KernelVerifier, "__init__", init)
-    monkeypatch.setattr(_engine._KernelVerifier, "start", start)
-    monkeypatch.setattr(_engine, "launch", checked_launch)
-    results = simulate_many(_on_the_kernels(_row_table_documents(simulation_document)), baseline=False)
+    monkeypatch.setattr(KernelVerifier, "__init__", init)
+    monkeypatch.setattr(KernelVerifier, "start", start)
+    monkeypatch.setattr(_kernel_call, "launch", checked_launch)
+    documents = _with_engine(_on_the_kernels(_row_table_documents(simulation_document)), "step")  # a call a step
+    results = simulate_many(documents, baseline=False, draws="counter")
     assert len(verifiers) == 1 and len(verifiers[0].keep) == 4  # two documents' banks and two bins'
     assert any(partial_steps) and max(rows_past) > 0 and all(r.num_accepted_tokens > 0 for r in results)
 
 
-def test_counter_draws_give_the_kernels_and_the_twin_the_same_numbers(simulation_document, monkeypatch):
+@pytest.mark.parametrize("engine", ["step", "ahead"])
+def test_counter_draws_give_the_kernels_and_the_twin_the_same_numbers(simulation_document, engine):
     """CUDA's draws (each request's own Philox stream, the kernels' rows written by the step writer, the
     twin's made on the host), tried on the CPU: the kernels give the twin's numbers over banks of
     several documents and acceptance bins, and a simulation's numbers are the same alone."""
-    _counter_draws_on_the_cpu(monkeypatch)
     documents = _row_table_documents(simulation_document)
-    twin = simulate_many(documents, baseline=False)
-    assert [_numbers(r) for r in simulate_many(_on_the_kernels(documents), baseline=False)] == [
-        _numbers(r) for r in twin
-    ]
-    assert _numbers(simulate(documents[2], baseline=False)) == _numbers(twin[2])
+    twin = simulate_many(documents, baseline=False, draws="counter")
+    kernels = _with_engine(_on_the_kernels(documents), engine)
+    assert [_numbers(r) for r in simulate_many(kernels, baseline=False, draws="counter")] == [_numbers(r) for r in twin]
+    assert _numbers(simulate(documents[2], baseline=False, draws="counter")) == _numbers(twin[2])
     assert all(r.num_accepted_tokens > 0 for r in twin)
-
-
-def test_kernel_seeds_mixed_on_the_device_equal_the_twins(device):
-    """The kernel verifier mixes each row's seed on the device (int64 arithmetic, logical shifts made
-    by masks); the twin mixes them on the host (uint64): the same seeds, or the two backends part."""
-    from spectune.simulator import _engine
-
-    generator = np.random.default_rng(7)
-    request_seeds = generator.integers(-(2**63), 2**63 - 1, size=64, dtype=np.int64)
-    request_seeds[:3] = [0, 2**63 - 1, -(2**63)]
-    ids = generator.integers(0, 64, size=300)
-    steps_done = generator.integers(0, 10**6, size=300)
-    steps_done[:2] = [0, 2**40]
-    expected = _engine._kernel_seeds(request_seeds[ids], steps_done)
-    seeds = torch.empty(300, dtype=torch.int64, device=device)
-    _engine._device_kernel_seeds(
-        torch.from_numpy(_engine._seed_bases(request_seeds)).to(device),
-        torch.from_numpy(ids).to(device),
-        torch.from_numpy(steps_done).to(device),
-        seeds,
-    )
-    assert np.array_equal(seeds.cpu().numpy(), expected)
-    assert (expected >= 0).all() and len(set(expected.tolist())) > 290
 
 
 def _on_cuda(documents):
@@ -310,21 +282,21 @@ def test_every_cuda_step_replays_one_graph_and_gives_the_eager_numbers(simulatio
     """On CUDA a whole step (staging copy, step writer, kernel launches, counts copy) is one graph: it
     runs eagerly once (compiling), is captured at the second step and replayed at every later one,
     whatever the members' k and acceptance bins; the numbers equal those of eager steps only."""
-    from spectune.simulator import _engine
+    from spectune.simulator._kernel_call import KernelCall
 
-    monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)  # step by step: a graph replay a step
     documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
+    documents = _with_engine(documents, "step")  # step by step: a graph replay a step
     launches: list[int] = []
-    original_launch = _engine._KernelCall._launch
+    original_launch = KernelCall.launch_once
 
     def counting_launch(self):
         launches.append(1)
         original_launch(self)
 
-    monkeypatch.setattr(_engine._KernelCall, "_launch", counting_launch)
+    monkeypatch.setattr(KernelCall, "launch_once", counting_launch)
     replayed = simulate_many(documents, baseline=False)
     assert len(launches) == 2  # one engine: the eager first step and the capture
-    monkeypatch.setattr(_engine._KernelCall, "run", lambda self: self._launch())
+    monkeypatch.setattr(KernelCall, "run", lambda self: self.launch_once())
     eager = simulate_many(documents, baseline=False)
     assert len(launches) > 2 + max(r.simulated_steps for r in eager) // 2
     assert [_numbers(r) for r in replayed] == [_numbers(r) for r in eager]
@@ -345,7 +317,7 @@ def test_cuda_kernels_give_the_cuda_twins_numbers(simulation_document):
 def test_cuda_engines_of_a_process_reuse_their_pinned_buffers(simulation_document):
     """The pinned buffers a step's graph copies from and to go back to the engine's pool, not to torch's
     pinned-memory cache, and later engines of other sizes take them from there."""
-    from spectune.simulator import _engine
+    from spectune.simulator._kernel_call import pooled_buffers
 
     documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
     for rounds in range(3):
@@ -353,11 +325,12 @@ def test_cuda_engines_of_a_process_reuse_their_pinned_buffers(simulation_documen
             simulate_many([document], baseline=False)
         simulate_many(documents, baseline=False)
         if rounds == 0:
-            pool = {buffer.data_ptr() for buffer in _engine._pinned_free}
-    assert len(pool) >= 2 and {buffer.data_ptr() for buffer in _engine._pinned_free} == pool
+            pool = set(pooled_buffers())
+    assert len(pool) >= 2 and set(pooled_buffers()) == pool
 
 
-def test_an_ended_engine_is_freed_without_the_cyclic_garbage_collector(simulation_document, monkeypatch):
+@pytest.mark.parametrize("engine", ["step", "ahead"])
+def test_an_ended_engine_is_freed_without_the_cyclic_garbage_collector(simulation_document, monkeypatch, engine):
     """An engine's verifier and kernel call hold each other while it runs (the call's writer is a method
     of the verifier); ending the engine breaks that, so reference counting frees it at once. Left to
     the cyclic collector, a CUDA engine's graph could be freed inside a later engine's graph capture,
@@ -365,21 +338,20 @@ def test_an_ended_engine_is_freed_without_the_cyclic_garbage_collector(simulatio
     import gc
     import weakref
 
-    from spectune.simulator import _engine
+    from spectune.simulator._kernels import KernelVerifier
 
-    _counter_draws_on_the_cpu(monkeypatch)
     engines = []
-    original_init = _engine._KernelVerifier.__init__
+    original_init = KernelVerifier.__init__
 
     def init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         engines.append(weakref.ref(self))
 
-    monkeypatch.setattr(_engine._KernelVerifier, "__init__", init)
+    monkeypatch.setattr(KernelVerifier, "__init__", init)
     documents = _on_the_kernels(_documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2])
     gc.disable()
     try:
-        results = simulate_many(documents, baseline=False)
+        results = simulate_many(_with_engine(documents, engine), baseline=False, draws="counter")
         assert engines and all(engine() is None for engine in engines)  # verifying ahead: a call per size
     finally:
         gc.enable()

@@ -14,11 +14,12 @@ from dataclasses import fields
 import numpy as np
 import pytest
 import torch
+from loop_alone import run_alone
 
 from spectune.errors import SpectuneError
-from spectune.simulator._engine import EngineMember, _Verifier, drive
+from spectune.simulator._drive import EngineMember, drive
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity
-from spectune.simulator._loop import LoopInputs, LoopTrace, run_serving_loop, serving_loop
+from spectune.simulator._loop import LoopInputs, LoopTrace, serving_loop
 
 
 class _ReferencePool:
@@ -82,7 +83,7 @@ class _ReferencePool:
 
 
 def _reference_loop(inputs, *, k_for_batch, verify, step_time, prefill_time, max_steps, kv, lookahead_slots):
-    """``run_serving_loop`` as first written (``verify`` None: plain decoding)."""
+    """the serving loop as first written (``verify`` None: plain decoding)."""
     n = len(inputs.output_tokens)
     trace = LoopTrace(
         arrival_s=inputs.arrival_s.astype(np.float64).copy(),
@@ -251,9 +252,17 @@ def _same(trace: LoopTrace, reference: LoopTrace) -> None:
             assert got == want, field.name
 
 
-class _CountsOnly(_Verifier):
-    def verify(self, requests):
-        return {id(member): _counts(ids, steps, k) for member, (ids, steps, k) in requests.items()}
+class _CountsOnly:
+    """A verifier (``spectune.simulator._drive.Verifier``) that emits ``_counts``."""
+
+    def start(self, requests):
+        self.requests = requests
+
+    def finish(self):
+        return {id(member): _counts(ids, steps, k) for member, (ids, steps, k) in self.requests.items()}
+
+    def close(self):
+        pass
 
 
 @pytest.mark.parametrize(
@@ -278,7 +287,7 @@ def test_the_loop_matches_its_plain_reference_bit_for_bit(case):
     reference_pool = _ReferencePool(blocks, 60) if blocks else None
     reference = _reference_loop(inputs, verify=verify, kv=reference_pool, **common)
     pool = KvCacheCapacity(blocks, 60) if blocks else None
-    alone = run_serving_loop(inputs, verify=verify, kv=pool, **common)
+    alone = run_alone(inputs, verify=verify, kv=pool, **common)
     _same(alone, reference)
     if blocks:
         assert pool is not None and reference_pool is not None

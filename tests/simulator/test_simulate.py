@@ -14,19 +14,15 @@ def _closed_form_tokens_per_step(alpha: float, k: int) -> float:
 
 @pytest.mark.parametrize("draws", ["generator", "counter"])
 @pytest.mark.parametrize(("alpha", "k", "temperature"), [(0.7, 3, 0.0), (0.8, 4, 0.8), (0.5, 2, 1.0)])
-def test_tokens_per_step_match_the_closed_form(simulation_document, monkeypatch, alpha, k, temperature, draws):
+def test_tokens_per_step_match_the_closed_form(simulation_document, alpha, k, temperature, draws):
     """With the CPU's draws (each simulation's generator) and with CUDA's (each request's counter-based
     stream, tried here on the CPU)."""
-    if draws == "counter":
-        from spectune.simulator import _engine
-
-        monkeypatch.setattr(_engine, "_counter_draws", lambda device: True)
     document = simulation_document(
         speculative={"method": "eagle3", "num_speculative_tokens": k},
         acceptance={"conditional_rates": [alpha] * k},
         workload={"concurrency": 32, "num_requests": 128, "output_tokens": 96, "temperature": temperature},
     )
-    result = simulate(document, baseline=False)
+    result = simulate(document, baseline=False, draws=draws)
     expected = _closed_form_tokens_per_step(alpha, k)
     # Each draft is one trial of a truncated geometric; its variance bounds the sampling error.
     variance = sum((2 * i + 1) * alpha**i for i in range(1, k + 1)) - (expected - 1) ** 2

@@ -9,7 +9,7 @@ from test_lockstep import _documents, _on_cuda
 from spectune.kernels._plan import plan
 from spectune.simulator import simulate_many
 from spectune.simulator._ahead import ahead_call_rows
-from spectune.simulator._engine import slot_rows
+from spectune.simulator._kernel_call import slot_rows
 from spectune.simulator._warmup import engine_plans, engine_rows, study_shapes, warm_up
 
 _STEP_ROWS = range(16, 16 * 256 + 1, 16)  # every call size of step-by-step engines of up to 16 x 256 rows
@@ -42,13 +42,12 @@ def test_the_warm_up_launches_nothing_off_cuda():
     assert warm_up(torch.device("cpu"), 256, [("block", True, 3)], [64]) == 0
 
 
-def test_engines_verifying_ahead_make_calls_of_two_sizes(monkeypatch):
-    from spectune.simulator import _engine
-
+@pytest.mark.parametrize("engine", ["auto", "ahead"])
+def test_engines_verifying_ahead_make_calls_of_two_sizes(engine):
     cuda = torch.device("cuda")
-    assert engine_rows(cuda, 16 * 256) == list(ahead_call_rows(cuda)) == [512, 4096]
-    monkeypatch.setattr(_engine, "VERIFY_AHEAD", False)
-    assert engine_rows(cuda, 16 * 256) == list(_STEP_ROWS)
+    assert engine_rows(cuda, 16 * 256, engine) == list(ahead_call_rows(cuda)) == [512, 4096]
+    assert engine_rows(cuda, 16 * 256, "step") == list(_STEP_ROWS)
+    assert engine_rows(torch.device("cpu"), 16 * 16) == list(range(1, 257))  # the CPU's auto: step by step
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles CUDA kernels")
@@ -74,7 +73,7 @@ def test_processes_warming_up_together_split_the_launches_without_gaps_or_overla
     from spectune.simulator import _warmup
 
     launched: list[tuple[object, ...]] = []
-    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "sm_count", lambda device: 132)
     monkeypatch.setattr(_warmup, "_launch_one", lambda *args: launched.append(("call", *args[2:])))
     monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: launched.append(("writer", args[2])))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
@@ -92,7 +91,7 @@ def test_the_warm_up_stops_when_told(monkeypatch):
     from spectune.simulator import _warmup
 
     launched: list[object] = []
-    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "sm_count", lambda device: 132)
     monkeypatch.setattr(_warmup, "_launch_one", lambda *args: launched.append(args))
     monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: launched.append(args))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
@@ -112,7 +111,7 @@ def test_a_later_warm_up_skips_what_an_earlier_one_finished_until_the_build_chan
             raise RuntimeError("compile failed")
         launched.append(("call", *args[2:]))
 
-    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "sm_count", lambda device: 132)
     monkeypatch.setattr(_warmup, "_launch_one", launch_one)
     monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: launched.append(("writer", args[2])))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
@@ -145,7 +144,7 @@ def test_the_warm_up_launches_every_shapes_smallest_call_before_any_larger_one(m
     from spectune.simulator import _warmup
 
     launched: list[tuple[object, ...]] = []
-    monkeypatch.setattr(_warmup, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(_warmup, "sm_count", lambda device: 132)
     monkeypatch.setattr(_warmup, "_launch_one", lambda *args: launched.append(args[2:]))
     monkeypatch.setattr(_warmup, "_write_one_step", lambda *args: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)

@@ -1,4 +1,4 @@
-"""The GPU's base-noise normals (``_normals``), run under Triton's interpreter: standard normal,
+"""The GPU's base-noise normals (``spectune.kernels.philox_normals``), run under Triton's interpreter: standard normal,
 independent across elements and streams, a function of (seed, stream, index) alone."""
 
 import math
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from spectune.kernels import philox_normals
 from spectune.kernels._philox import philox4x32_numpy
 from spectune.workload import _pair_family
-from spectune.workload._normals import philox_normals
 
 N = 1 << 17
 

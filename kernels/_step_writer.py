@@ -2,7 +2,7 @@
 
 A step's inputs to the rejection-sampling call -- each row's bank rows (as element offsets), draft
 tokens, temperature and kernel seed -- are drawn from the request's own random stream: Philox4x32-10
-keyed by the request's kernel seed for the step (``_engine._kernel_seeds``: its seed and steps done),
+keyed by the request's kernel seed for the step (``_seeds.kernel_seeds``: its seed and steps done),
 counter (position, 0, 0, 1). The kernels draw from the same key with the last counter word 0, so
 the two never share a number. Position j of a step at k drafts takes the bank row
 ``slot_of[t, min(j, k - 1)] * bank_rows + w0 % bank_rows`` (counter min(j, k): every column from k on
@@ -16,23 +16,19 @@ copy of the emitted counts -- is one CUDA graph, captured once per engine and re
 whatever its members' batch sizes, acceptance bins and k. A torch generator in a graph would need
 its state refilled before every replay, and a graph per (member, acceptance bin, k). The draws of a
 request depend on its seed and steps done alone, so a simulation's numbers are the same alone or
-beside others. ``host_step`` is the same step in numpy: the twin's draws on CUDA, and the tests'
+beside others. ``reference.host_step`` is the same step in numpy: the twin's draws on CUDA, and the tests'
 reference for the kernel.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from spectune.kernels._philox import philox4x32_numpy
-from spectune.workload import LogitSynthesizer
+from ._seeds import STEP_MIX_INT64
 
-__all__ = ["MEMBER_FIELDS", "ROW_FIELDS", "StepTables", "host_step", "step_tables", "write_step"]
+__all__ = ["MEMBER_FIELDS", "ROW_FIELDS", "write_step"]
 
 # What the host stages a step, int64: per row of the call, and per member (its step's synthesizer
 # tables as element offsets from the engine's bases, and its k; a member that never verified has k 0).
@@ -48,29 +44,8 @@ MEMBER_FIELDS = (
     "draft_offset",
     "temperature_offset",
 )
-# ``_engine._kernel_seeds``'s step multiplier as int64 (two's complement: int64 products wrap as uint64 ones do).
-_STEP_MIX = tl.constexpr(0xBF58476D1CE4E5B9 - 2**64)
+_STEP_MIX = tl.constexpr(STEP_MIX_INT64)
 _BLOCK = 128
-
-
-class StepTables(NamedTuple):
-    """A synthesizer's tables the step's draws read (all on its device, contiguous).
-
-    slot_of        int64 [T, K]  each (temperature, position)'s bank slot
-    token_bank     int64 [N, S]  each bank row's draft-token samples (S = 1: one-hot drafts)
-    row_temperature float32 [N]  each bank row's temperature
-    bank_rows      rows a slot
-    """
-
-    slot_of: torch.Tensor
-    token_bank: torch.Tensor
-    row_temperature: torch.Tensor
-    bank_rows: int
-
-
-def step_tables(synthesizer: LogitSynthesizer) -> StepTables:
-    """The ``StepTables`` of a synthesizer."""
-    return StepTables(*synthesizer.draw_tables(), synthesizer.bank_rows)
 
 
 # The sizes are plain runtime arguments (no specialisation on 1 or on divisibility by 16), and K a
@@ -82,7 +57,7 @@ def _write_step_kernel(
     rows,  # int64 [3, R]: ROW_FIELDS
     members,  # int64 [9, M]: MEMBER_FIELDS
     row_member,  # int64 [R]: each row's member
-    seed_bases,  # int64 [N]: each request's seed, premixed (``_engine._seed_bases``), members back to back
+    seed_bases,  # int64 [N]: each request's seed, premixed (``_seeds.seed_bases``), members back to back
     temperature_index,  # int64 [N]
     float_base,  # float32: target, draft and temperature offsets count from here
     int_base,  # int64: slot and token offsets count from here
@@ -115,11 +90,7 @@ def _write_step_kernel(
     draft_offset = tl.load(members + 7 * num_members + m, mask=valid, other=0)
     temperature_offset = tl.load(members + 8 * num_members + m, mask=valid, other=0)
 
-    # ``_engine._kernel_seeds``: the shifts logical, as on uint64
-    mixed = tl.load(seed_bases + request, mask=live, other=0) + steps_done * _STEP_MIX
-    mixed = mixed.to(tl.uint64, bitcast=True)
-    mixed = (mixed ^ (mixed >> 31)) >> 1
-    seed = mixed.to(tl.int64, bitcast=True)
+    seed = _mix_seed(tl.load(seed_bases + request, mask=live, other=0), steps_done)
     tl.store(seeds + r, seed, mask=live)
 
     # A row past the batch may hold a stale request of another simulation, whose temperature could
@@ -147,6 +118,14 @@ def _write_step_kernel(
             drafted = valid & (j < k) & (in_batch != 0)
             token = tl.load(int_base + token_offset + bank_row * token_stride + column, mask=drafted, other=-1)
             tl.store(tokens + r * num_drafts + j, token, mask=live)
+
+
+@triton.jit
+def _mix_seed(seed_base, steps_done):
+    """``_seeds.kernel_seeds`` in Triton: ``seed_base`` from ``_seeds.seed_bases``; the shifts logical, as on uint64."""
+    mixed = (seed_base + steps_done * _STEP_MIX).to(tl.uint64, bitcast=True)
+    mixed = (mixed ^ (mixed >> 31)) >> 1
+    return mixed.to(tl.int64, bitcast=True)
 
 
 def write_step(
@@ -186,23 +165,3 @@ def write_step(
         HAS_DRAFT=draft_rows is not None,
         BLOCK=_BLOCK,
     )
-
-
-def host_step(
-    kernel_seeds: np.ndarray, temperature_index: np.ndarray, k: int, num_drafts: int, tables: StepTables
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The writer's draws for B requests at k of the engine's K drafts, in numpy: bank rows int64
-    [B, K+1] (row indices), draft tokens int64 [B, K] (-1 from k on), temperature float32 [B].
-
-    kernel_seeds: int64 [B] (``_engine._kernel_seeds``); temperature_index: int64 [B]."""
-    slot_of, token_bank = tables.slot_of.cpu().numpy(), tables.token_bank.cpu().numpy()
-    positions = np.minimum(np.arange(num_drafts + 1, dtype=np.uint64), np.uint64(k))
-    key = np.asarray(kernel_seeds, dtype=np.int64).view(np.uint64)[:, None]
-    w0, w1, _, _ = philox4x32_numpy(key, positions[None, :], np.uint64(0), np.uint64(0), np.uint64(1))
-    slots = slot_of[np.asarray(temperature_index)[:, None], np.minimum(positions, k - 1).astype(np.int64)[None, :]]
-    rows = slots * tables.bank_rows + (w0 % np.uint64(tables.bank_rows)).astype(np.int64)
-    columns = (w1[:, :num_drafts] % np.uint64(token_bank.shape[1])).astype(np.int64)
-    tokens = token_bank[rows[:, :num_drafts], columns]
-    tokens[:, k:] = -1
-    temperature = tables.row_temperature.cpu().numpy()[rows[:, 0]]
-    return rows, tokens, temperature

@@ -4,8 +4,8 @@ and its draws are uniform and independent."""
 import numpy as np
 import torch
 
-from spectune.simulator import _engine
-from spectune.simulator._step_writer import MEMBER_FIELDS, ROW_FIELDS, host_step, step_tables, write_step
+from spectune.kernels import MEMBER_FIELDS, ROW_FIELDS, host_step, kernel_seeds, seed_bases, write_step
+from spectune.simulator._kernel_call import step_tables
 from spectune.workload import LogitSynthesizer
 
 _VOCAB = 64
@@ -66,12 +66,12 @@ def test_the_kernel_writes_its_numpy_twins_step(device):
         torch.zeros(total, dtype=torch.int64, device=device),
     )
     row_member = torch.tensor([0] * 5 + [1] * 4 + [2] * 3, device=device)
-    seed_bases = torch.from_numpy(_engine._seed_bases(request_seeds)).to(device)
+    bases = torch.from_numpy(seed_bases(request_seeds)).to(device)
     index = torch.from_numpy(temperature_index).to(device)
-    write_step(staged, total, row_member, seed_bases, index, float_base, int_base, out, _VOCAB)
+    write_step(staged, total, row_member, bases, index, float_base, int_base, out, _VOCAB)
     target_rows, draft_rows, tokens, temperature, seeds = (t.cpu().numpy() for t in out)
 
-    expected_seeds = _engine._kernel_seeds(request_seeds[requests], steps_done)
+    expected_seeds = kernel_seeds(request_seeds[requests], steps_done)
     assert np.array_equal(seeds, expected_seeds)
     for member, (synthesizer, k, rows) in enumerate([(first, 2, slice(0, 5)), (second, 4, slice(5, 9))]):
         bank, step_tokens, step_temperature = host_step(
@@ -101,7 +101,7 @@ def test_draws_are_uniform_and_independent_across_positions_and_steps():
     request_seeds = np.random.default_rng(11).integers(0, 2**62, size=num_requests, dtype=np.int64)
     temperature_index = np.zeros(num_requests, dtype=np.int64)
     steps = [
-        host_step(_engine._kernel_seeds(request_seeds, np.full(num_requests, step)), temperature_index, 4, 4, tables)
+        host_step(kernel_seeds(request_seeds, np.full(num_requests, step)), temperature_index, 4, 4, tables)
         for step in (7, 8)
     ]
     rows, tokens, _ = steps[0]
@@ -117,9 +117,7 @@ def test_draws_are_uniform_and_independent_across_positions_and_steps():
     assert abs((steps[0][0][:, 0] == steps[1][0][:, 0]).mean() - 1 / 32) < 0.006
     # a token bank whose token is its column: the tokens drawn are the columns
     numbered = tables._replace(token_bank=torch.arange(4).repeat(tables.token_bank.shape[0], 1))
-    columns = host_step(
-        _engine._kernel_seeds(request_seeds, np.full(num_requests, 7)), temperature_index, 4, 4, numbered
-    )[1]
+    columns = host_step(kernel_seeds(request_seeds, np.full(num_requests, 7)), temperature_index, 4, 4, numbered)[1]
     for position in range(4):
         counts = np.bincount(columns[:, position], minlength=4)
         assert ((counts - num_requests / 4) ** 2 / (num_requests / 4)).sum() < 21  # p ~ 1e-4 at 3 degrees
