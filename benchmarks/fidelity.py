@@ -92,6 +92,10 @@ def render(rows: list[dict[str, str]]) -> str:
                     f"{float(row['error']):+.1%} |"
                 )
         lines.append(f"\nSource: {rows[[r['anchor'] for r in rows].index(anchor)]['source']}")
+        lines += ["", "What the replay states and assumes (from its documents):", ""]
+        for document in sorted((SUITE / anchor).glob("*.yaml")):
+            notes = [line[1:].strip() for line in document.read_text().splitlines() if line.startswith("#")]
+            lines.append(f"- `{document.name}`: " + " ".join(notes))
     lines += [
         "",
         "## Not replayable",

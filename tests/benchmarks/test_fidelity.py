@@ -42,3 +42,4 @@ def test_quick_replay_writes_results_and_docs(tmp_path: Path) -> None:
         assert abs(float(row["simulated"]) / float(row["measured"]) - 1 - float(row["error"])) < 1e-3
     text = docs.read_text()
     assert "## a8-qwen3-moe-h100" in text and "## Summary (unfitted anchors)" in text
+    assert "not replayable: tree drafting" in text and "`eagle3-chain.yaml`: A8" in text
