@@ -58,6 +58,24 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
         "memory_bytes": 48e9,
         "interconnect_bandwidth_bytes_per_s": 32e9,  # PCIe Gen4 x16, no NVLink
     },
+    # RTX 3090 (Ampere GA102, GeForce datasheet): 936 GB/s GDDR6X; 71 dense BF16 tensor TFLOP/s (142 with
+    # sparsity); two cards talk over PCIe Gen4 x16 unless bridged.
+    "rtx-3090": {
+        "name": "NVIDIA GeForce RTX 3090",
+        "hbm_bandwidth_bytes_per_s": 0.936e12,
+        "dense_bf16_flops": 71e12,
+        "memory_bytes": 24e9,
+        "interconnect_bandwidth_bytes_per_s": 32e9,
+    },
+    # H100 NVL (PCIe card, datasheet): 3.9 TB/s, 94 GB, 835 dense BF16 TFLOP/s (1,671 with sparsity); the
+    # NVLink bridge carries 600 GB/s both ways, 300 GB/s per direction.
+    "h100-nvl": {
+        "name": "NVIDIA H100 NVL 94GB",
+        "hbm_bandwidth_bytes_per_s": 3.9e12,
+        "dense_bf16_flops": 835e12,
+        "memory_bytes": 94e9,
+        "interconnect_bandwidth_bytes_per_s": 300e9,
+    },
     "b200": {
         "name": "NVIDIA B200",
         "hbm_bandwidth_bytes_per_s": 8e12,
@@ -264,7 +282,7 @@ def _drafter_presets() -> dict[str, dict[str, Any]]:
 
 DRAFTER_PRESETS: dict[str, dict[str, Any]] = _drafter_presets()
 
-GpuPresetName = Literal["h100-sxm", "h200", "a100-80gb", "l40s", "b200"]
+GpuPresetName = Literal["h100-sxm", "h200", "a100-80gb", "l40s", "rtx-3090", "h100-nvl", "b200"]
 TargetModelPresetName = Literal[
     "llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "deepseek-v3"
 ]

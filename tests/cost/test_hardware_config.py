@@ -33,12 +33,19 @@ def test_preset_literals_match_preset_tables():
 
 
 @pytest.mark.parametrize("name", GPU_PRESET_NAMES)
-def test_gpu_presets_have_a_ridge_point_between_100_and_400_flop_per_byte(name):
+def test_gpu_presets_have_a_ridge_point_between_50_and_400_flop_per_byte(name):
     gpu = GpuSpec.model_validate(name)
     assert gpu.preset == name
-    # Every current datacenter GPU's BF16 ridge sits in this band; a unit slip (GB vs bytes) would not.
-    assert 100 < gpu.ridge_point_flop_per_byte < 400
+    # Every current GPU's BF16 ridge sits in this band (the RTX 3090's, 66, lowest: BF16 accumulates in
+    # FP32 at half rate on GeForce cards); a unit slip (GB vs bytes) would not.
+    assert 50 < gpu.ridge_point_flop_per_byte < 400
     assert 1e10 < gpu.memory_bytes < 1e12
+
+
+def test_rtx_3090_and_h100_nvl_presets_are_the_datasheet_ones():
+    rtx, nvl = GpuSpec.model_validate("rtx-3090"), GpuSpec.model_validate("h100-nvl")
+    assert (rtx.hbm_bandwidth_bytes_per_s, rtx.dense_bf16_flops, rtx.memory_bytes) == (0.936e12, 71e12, 24e9)
+    assert (nvl.hbm_bandwidth_bytes_per_s, nvl.dense_bf16_flops, nvl.memory_bytes) == (3.9e12, 835e12, 94e9)
 
 
 def test_h100_preset_numbers_are_the_datasheet_ones():
@@ -163,7 +170,7 @@ def test_unknown_preset_is_located_and_lists_the_choices(load_deployment):
     (message,) = messages(info.value)
     assert message.endswith(
         "deployment.yaml:3: hardware.gpu: must be a preset name (h100-sxm, h200, a100-80gb, "
-        "l40s, b200) or a mapping of fields, got 'h300'"
+        "l40s, rtx-3090, h100-nvl, b200) or a mapping of fields, got 'h300'"
     )
 
 
