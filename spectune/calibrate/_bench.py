@@ -106,6 +106,11 @@ class BenchRun:
         return self.latencies_ms["mean_tpot_ms"] * (self.total_output_tokens - self.completed)
 
     @property
+    def mean_decoding_batch(self) -> float:
+        """Requests decoding at once, on average (Little's law: decode time over wall time), in [1, concurrency]."""
+        return min(max(self.decode_time_ms / (1000.0 * self.duration_s), 1.0), float(self.max_concurrency))
+
+    @property
     def acceptance_length(self) -> float:
         """Tokens per step per request from the counters (bonus included); 1 without speculation."""
         if self.counts is None:
