@@ -8,6 +8,8 @@ from test_lockstep import _documents, _numbers, _on_cuda, _on_the_kernels, _row_
 
 from spectune.simulator import _ahead, simulate, simulate_many
 
+_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where the documents' device: auto resolves
+
 
 def _ahead_documents(simulation_document):
     """Three documents over two acceptance bins and K 2-5 (``_row_table_documents``), one whose K changes
@@ -127,8 +129,12 @@ def test_cuda_verifying_ahead_gives_the_step_by_step_numbers(simulation_document
 @pytest.mark.parametrize(
     ("backend", "draws", "why"),
     [
-        ("reference", "counter", "kernel_backend resolves to 'reference' on cpu"),
-        ("triton", "generator", r"the simulation draws from generators on cpu \(counter-based draws are CUDA's\)"),
+        ("reference", "counter", f"kernel_backend resolves to 'reference' on {_DEVICE}"),
+        (
+            "triton",
+            "generator",
+            rf"the simulation draws from generators on {_DEVICE} \(counter-based draws are CUDA's\)",
+        ),
     ],
 )
 def test_verifying_ahead_without_the_kernels_or_counter_draws_is_refused_naming_the_option(

@@ -3,9 +3,12 @@
 import json
 from pathlib import Path
 
+import torch
 from typer.testing import CliRunner
 
 from spectune.cli import app
+
+_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where the document's device: auto resolves
 
 runner = CliRunner()
 DOC = """kind: simulation
@@ -120,11 +123,21 @@ def test_the_engine_option_is_a_document_field_that_keeps_the_numbers(tmp_path):
 
 
 def test_verifying_ahead_where_it_cannot_run_is_one_clear_line_and_exit_1(tmp_path):
-    result = runner.invoke(app, ["simulate", str(_write(tmp_path)), "--set", "simulation.engine=ahead"])
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(_write(tmp_path)),
+            "--set",
+            "simulation.engine=ahead",
+            "--set",
+            "simulation.kernel_backend=reference",
+        ],
+    )
     assert result.exit_code == 1
     assert result.output.strip() == (
         "error: simulation.engine: 'ahead' verifies with the Triton kernels from counter-based draws, but "
-        "kernel_backend resolves to 'reference' on cpu: use engine: auto or step"
+        f"kernel_backend resolves to 'reference' on {_DEVICE}: use engine: auto or step"
     )
 
 
