@@ -22,10 +22,9 @@ import signal
 import sys
 from typing import NoReturn
 
-__all__ = ["INTERRUPTED", "interrupted", "main"]
+from spectune._interrupt import interrupted
 
-
-INTERRUPTED = "interrupted (Ctrl-C): run the same command to resume"
+__all__ = ["main"]
 
 
 def main() -> None:
@@ -49,14 +48,6 @@ def main() -> None:
         # A Ctrl-C while the libraries load (the first second) lands here, outside any command.
         code = interrupted()
     _leave(code)
-
-
-def interrupted() -> int:
-    """Say that Ctrl-C stopped the command, in one line; the exit status for it (128 + SIGINT)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would interrupt the message or the exit
-    with contextlib.suppress(Exception):
-        print(INTERRUPTED, file=sys.stderr)
-    return 130
 
 
 def _exit_status(code: object) -> int:

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from spectune._launch import interrupted
+from spectune._interrupt import interrupted
 from spectune.cli._errors import handle_errors
 from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError

@@ -21,7 +21,7 @@ import fcntl
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -140,9 +140,11 @@ def _write_error(path: str, err: OSError) -> str:
 class OwnedJournalStorage(JournalStorage):
     """A journal file whose new trials carry their owner from their first record."""
 
-    def __init__(self, path: str, lock: FlockJournalLock) -> None:
+    def __init__(self, path: str, lock: FlockJournalLock, describe_problem: Callable[[Path], str | None]) -> None:
+        """``describe_problem(path)``: the located message for the journal's first unreadable record, else None."""
         super().__init__(_JournalFile(path, lock))
         self.file_lock = lock
+        self._describe_problem = describe_problem
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         return super().create_new_trial(study_id, template_trial or _owned_template())
@@ -152,10 +154,8 @@ class OwnedJournalStorage(JournalStorage):
         try:
             super()._sync_with_backend()
         except (ValueError, KeyError, TypeError, AttributeError, IndexError, AssertionError) as err:
-            from spectune.study._storage import journal_problem  # the module that opens journals
-
             path = self.file_lock.journal_path
-            raise SpectuneError(journal_problem(Path(path)) or f"{path}: unreadable journal: {err}") from None
+            raise SpectuneError(self._describe_problem(Path(path)) or f"{path}: unreadable journal: {err}") from None
 
 
 class OwnedRDBStorage(RDBStorage):

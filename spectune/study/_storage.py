@@ -134,7 +134,7 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
                 _check_journal(path)  # before anything is appended after an unreadable record
             finally:
                 lock.release()
-            return OwnedJournalStorage(str(path), lock)
+            return OwnedJournalStorage(str(path), lock, journal_problem)
         except OSError as err:
             raise SpectuneError(f"--storage: cannot open the journal file {storage}: {err.strerror or err}") from None
     last_error: Exception | None = None

@@ -311,7 +311,7 @@ def test_exporting_a_study_without_trials_removes_another_studys_recommendation(
     result = _cli("export", "tiny", "--storage", str(empty), "--out", str(folder))
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == (
-        f"removed {folder}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, measure.sh "
+        f"removed {folder}/: recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trtllm.yaml, measure.sh "
         "(an earlier export's)"
     )
     assert sorted(p.name for p in folder.iterdir()) == [".spectune-manifest.json", "report.html", "trials.csv"]

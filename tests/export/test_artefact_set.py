@@ -38,6 +38,7 @@ def test_the_set_writes_every_artefact_and_its_manifest(outcome, tmp_path):
         "vllm.json",
         "vllm-synthetic.json",
         "sglang.txt",
+        "trtllm.yaml",
         "trials.csv",
         "report.html",
     ]

@@ -16,7 +16,7 @@ runner = CliRunner()
 
 
 def test_trtllm_yaml_round_trips_through_validate_with_the_tables_thresholds(outcome, tmp_path: Path) -> None:
-    written = write_artefacts(outcome, tmp_path)
+    written = write_artefacts(outcome, tmp_path).written
     path = tmp_path / "trtllm.yaml"
     assert path in written
     result = runner.invoke(app, ["validate", "--strict", str(path)])
