@@ -253,9 +253,9 @@ def shared_gpu_notice(device: str, workers: int, pipe_dir: Path | None = None) -
     share the GPU at once. The control daemon's pipe is looked for where CUDA looks for it."""
     if workers < 2:
         return None
-    from spectune.simulator._backend import resolve_device
-
     import torch
+
+    from spectune.simulator._backend import resolve_device
 
     resolved = resolve_device(device)
     if resolved.type != "cuda":
