@@ -280,7 +280,7 @@ def _entry(index: int, setup: _Setup | None, setups: Any, inbox: Any, results: A
             return
         _take_environment(setup.environ)
     torch.set_num_threads(setup.threads)
-    _open_device(setup.device)
+    _open_device(setup.device, index)
     if head_start is not None:
         head_start.join()
     work = _next(inbox, keep_going)
@@ -325,17 +325,19 @@ def _next(source: Any, keep_going: Callable[[], bool]) -> Any:
     return None
 
 
-def _open_device(device: str) -> None:
-    """Create the CUDA context now rather than at the first simulation; a device that cannot be opened
-    is left for the simulation to report, with the document's field."""
+def _open_device(device: str, worker_index: int) -> None:
+    """Make this worker's GPU its current device (``worker_device``: a bare ``cuda`` spreads the workers
+    over the machine's GPUs) and create its CUDA context now rather than at the first simulation; a
+    device that cannot be opened is left for the simulation to report, with the document's field."""
     from spectune.errors import SpectuneError
-    from spectune.simulator._backend import resolve_device
+    from spectune.simulator._backend import resolve_device, worker_device
 
     try:
         resolved = resolve_device(device)
         if resolved.type == "cuda":
             import torch
 
+            resolved = worker_device(resolved, worker_index, torch.cuda.device_count())
             if resolved.index is not None:
                 torch.cuda.set_device(resolved)  # this process simulates there only: no context on another GPU
             torch.empty(1, device=resolved)

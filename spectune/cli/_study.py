@@ -253,15 +253,21 @@ def shared_gpu_notice(device: str, workers: int, pipe_dir: Path | None = None) -
     share the GPU at once. The control daemon's pipe is looked for where CUDA looks for it."""
     if workers < 2:
         return None
+    import torch
+
     from spectune.simulator._backend import resolve_device
 
-    if resolve_device(device).type != "cuda":
+    resolved = resolve_device(device)
+    if resolved.type != "cuda":
+        return None
+    gpus = torch.cuda.device_count() if resolved.index is None else 1  # a bare cuda spreads the workers
+    if workers <= gpus:
         return None
     pipes = pipe_dir if pipe_dir is not None else Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps"))
     if (pipes / "control").exists():
         return None
     return (
-        f"note: --workers {workers} share one GPU, and no MPS control daemon was found (no {pipes}/control): the GPU "
+        f"note: --workers {workers} share {'one GPU' if gpus == 1 else f'{gpus} GPUs'}, and no MPS control daemon was found (no {pipes}/control): the GPU "
         "time-slices between the workers' processes, so each waits for the others' slices and the study can take "
         "longer than with --workers 1; start MPS first (nvidia-cuda-mps-control -d; see docs/studies.md)"
     )

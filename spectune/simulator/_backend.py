@@ -10,7 +10,7 @@ import torch
 from spectune.errors import SpectuneError
 from spectune.kernels import interpreted
 
-__all__ = ["KernelBackend", "backend_on", "on_device", "resolve_backend", "resolve_device"]
+__all__ = ["KernelBackend", "backend_on", "on_device", "resolve_backend", "resolve_device", "worker_device"]
 
 KernelBackend = Literal["auto", "triton", "reference"]
 
@@ -30,6 +30,15 @@ def resolve_device(device: str) -> torch.device:
             f"device{'' if count == 1 else 's'} ({have})"
         )
     return resolved
+
+
+def worker_device(device: torch.device, worker_index: int, device_count: int) -> torch.device:
+    """The GPU study worker ``worker_index`` simulates on: a document's bare ``cuda`` spreads the workers
+    round-robin over the machine's ``device_count`` GPUs (worker i on cuda:i mod count); ``cuda:N``, the
+    CPU and a one-GPU machine keep ``device``. A simulation's numbers never depend on the GPU it runs on."""
+    if device.type != "cuda" or device.index is not None or device_count < 2:
+        return device
+    return torch.device("cuda", worker_index % device_count)
 
 
 def on_device(device: torch.device) -> contextlib.AbstractContextManager[object]:

@@ -180,3 +180,14 @@ def test_workers_sharing_a_gpu_without_mps_get_a_notice(tmp_path, monkeypatch):
     assert notice is not None and "--workers 8" in notice and "MPS" in notice and str(tmp_path) in notice
     (tmp_path / "control").touch()  # the MPS control daemon's pipe
     assert shared_gpu_notice("cuda:0", 8, tmp_path) is None
+
+
+def test_workers_spread_over_the_gpus_share_none_and_get_no_notice(tmp_path, monkeypatch):
+    from spectune.cli._study import shared_gpu_notice
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    assert shared_gpu_notice("cuda", 2, tmp_path) is None  # one worker a GPU
+    notice = shared_gpu_notice("cuda", 4, tmp_path)
+    assert notice is not None and "--workers 4 share 2 GPUs" in notice
+    assert "share one GPU" in (shared_gpu_notice("cuda:1", 2, tmp_path) or "")  # pinned: both on cuda:1
