@@ -27,14 +27,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectune._files import check_output_file
+from spectune._files import check_output_file, file_sha256
 from spectune.errors import SpectuneError
 
 __all__ = ["MANIFEST_NAME", "FileSetChange", "FileWriter", "foreign_files", "replace_file_set", "write_new_file"]
 
 MANIFEST_NAME = ".spectune-manifest.json"
 _MANIFEST_BYTES = 1 << 20
-_HASH_CHUNK_BYTES = 1 << 20
 
 FileWriter = Callable[[Path, str], None]
 """Writes ``text`` (UTF-8) into a new file at ``path``, all of it on disk when it returns."""
@@ -54,20 +53,6 @@ class FileSetChange:
 
     written: list[Path]
     removed: list[Path]
-
-
-def _sha256(path: Path) -> str | None:
-    """The SHA-256 of a regular file's content; None for a link, a folder, a FIFO or a missing file."""
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return None
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(_HASH_CHUNK_BYTES), b""):
-                digest.update(chunk)
-    except OSError:
-        return None
-    return digest.hexdigest()
 
 
 def _recorded(folder: Path) -> dict[str, str]:
@@ -94,7 +79,7 @@ def _recorded(folder: Path) -> dict[str, str]:
 
 
 def _owned(folder: Path, recorded: Mapping[str, str], name: str) -> bool:
-    return name in recorded and _sha256(folder / name) == recorded[name]
+    return name in recorded and file_sha256(folder / name, follow_symlinks=False) == recorded[name]
 
 
 def _present(path: Path) -> bool:

@@ -10,8 +10,10 @@ and a symbolic link at the destination is replaced, not written through.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 from spectune.errors import DocumentError, Problem, SpectuneError
 
 __all__ = [
+    "file_sha256",
     "SAFE_NAME_RULE",
     "check_output_file",
     "is_safe_name",
@@ -144,3 +147,19 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def file_sha256(path: Path, *, follow_symlinks: bool) -> str | None:
+    """The SHA-256 of a regular file's bytes; None for a folder, a FIFO, a device, a missing or unreadable
+    file, and (``follow_symlinks`` False) a symbolic link."""
+    try:
+        mode = (os.stat if follow_symlinks else os.lstat)(path).st_mode
+        if not stat.S_ISREG(mode):
+            return None
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()

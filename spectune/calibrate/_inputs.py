@@ -7,14 +7,13 @@ a backup inside a results folder) is used once, and the copies are reported.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SkippedInput", "unique_inputs"]
+from spectune._files import file_sha256
 
-_CHUNK_BYTES = 1 << 20
+__all__ = ["SkippedInput", "unique_inputs"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ def unique_inputs(paths: Sequence[Path], *, by_content: bool = True) -> tuple[li
             skipped.append(SkippedInput(str(path), str(by_path[resolved]), "same file"))
             continue
         by_path[resolved] = path
-        digest = _digest(path) if by_content else None
+        digest = file_sha256(path, follow_symlinks=True) if by_content else None
         if digest is not None and digest in by_digest:
             skipped.append(SkippedInput(str(path), str(by_digest[digest]), "same content"))
             continue
@@ -54,17 +53,3 @@ def unique_inputs(paths: Sequence[Path], *, by_content: bool = True) -> tuple[li
             by_digest[digest] = path
         kept.append(path)
     return kept, skipped
-
-
-def _digest(path: Path) -> str | None:
-    """SHA-256 of a regular file's bytes; None for anything else or an unreadable file (its reader reports it)."""
-    try:
-        if not path.is_file():
-            return None
-        sha = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
-                sha.update(chunk)
-    except OSError:
-        return None
-    return sha.hexdigest()
