@@ -9,7 +9,7 @@ import typer
 
 from spectune._files import SAFE_NAME_RULE, is_safe_name
 from spectune.cli._errors import handle_errors
-from spectune.cli._study import StorageOption
+from spectune.cli._study import StorageOption, _refuse_if_nothing_feasible
 from spectune.errors import SpectuneError
 
 
@@ -48,3 +48,5 @@ def export(
     typer.echo(f"wrote {out_dir}/: {', '.join(p.name for p in change.written)}")
     if outcome.partial_note is not None:
         typer.echo(f"note: {outcome.partial_note}")
+    # As `study run` does: a script that exports must not take the least violating configs for an answer.
+    _refuse_if_nothing_feasible(outcome)

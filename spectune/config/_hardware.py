@@ -37,6 +37,7 @@ from spectune.config._hardware_presets import (
     layer_parameters,
 )
 from spectune.config._speculative import Method
+from spectune.config._workload import MAX_SEQUENCE_TOKENS
 from spectune.errors import SpectuneError
 
 __all__ = [
@@ -195,6 +196,14 @@ class TargetModelSpec(SpectuneModel):
         default=2.0, gt=0, le=8, description="KV-cache storage (bytes/element; bf16 = 2, fp8 = 1)."
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=1024, description="GPUs one model replica spans (GPUs).")
+    max_model_len_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SEQUENCE_TOKENS,
+        description="Context limit: the most tokens one request may hold, prompt plus output (tokens; vLLM's "
+        "--max-model-len, by default config.json's max_position_embeddings). A workload whose largest prompt "
+        "plus largest output exceeds it is refused. Default: the preset's, or no check.",
+    )
     num_experts: int = Field(
         default=0,
         ge=0,

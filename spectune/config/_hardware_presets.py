@@ -106,8 +106,10 @@ def _target(
 
 
 TARGET_MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    "llama-3.1-8b": _target("Llama-3.1-8B", 8.03e9, 32, 4096, 14336, 32, 128256, 1),
-    "llama-3.1-70b": _target("Llama-3.1-70B", 70.55e9, 80, 8192, 28672, 64, 128256, 4),
+    # max_model_len_tokens: config.json's max_position_embeddings (Llama 3.1's rope_type 'llama3' does not
+    # stretch it further in vLLM). Left unset where the released value is not certain here.
+    "llama-3.1-8b": _target("Llama-3.1-8B", 8.03e9, 32, 4096, 14336, 32, 128256, 1, max_model_len_tokens=131072),
+    "llama-3.1-70b": _target("Llama-3.1-70B", 70.55e9, 80, 8192, 28672, 64, 128256, 4, max_model_len_tokens=131072),
     "qwen3-8b": _target("Qwen3-8B", 8.19e9, 36, 4096, 12288, 32, 151936, 1),
     "qwen3-32b": _target("Qwen3-32B", 32.76e9, 64, 5120, 25600, 64, 151936, 2),
     # MoE: 128 routed experts of width 768, 8 per token, in every layer; 4 KV heads.

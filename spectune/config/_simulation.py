@@ -13,7 +13,7 @@ from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSp
 from spectune.config._profile import AcceptanceRates, BatchSizeBin
 from spectune.config._speculative import SpeculativeConfig, SpeculativeFields
 from spectune.config._step_times import CostModelConfig
-from spectune.config._workload import WorkloadConfig
+from spectune.config._workload import WorkloadConfig, context_limit_problems
 
 __all__ = [
     "PROFILE_RATE_KEYS",
@@ -219,6 +219,7 @@ class SimulationDocument(SpectuneModel):
                 )
         if not problems:
             problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
+        problems += context_problems(self.workload, self.target_model, [(("speculative",), spec)])
         if self.cost_model.method == "measured" and self.cost_model.step_times is not None:
             needed = {0}  # plain decoding
             if spec is not None:
@@ -296,6 +297,32 @@ def drafter_override_problems(
             f"disagrees with {paths[1]}.tensor_parallel_size ({drafter.tensor_parallel_size}); give one, got {given}",
         )
     ]
+
+
+def context_problems(
+    workload: WorkloadConfig,
+    target_model: TargetModelSpec,
+    speculative: list[tuple[tuple[str | int, ...], SpeculativeFields | None]],
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """The workload's longest request against the target's context and each speculative max_model_len.
+
+    vLLM refuses a speculative max_model_len above the target's (SpeculativeConfig's
+    _maybe_override_draft_max_model_len), and a request longer than either limit cannot be served whole.
+    """
+    target_limit = target_model.max_model_len_tokens
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    limits = [] if target_limit is None else [("target_model.max_model_len_tokens", target_limit)]
+    for at, spec in speculative:
+        given = None if spec is None else spec.max_model_len
+        if given is None:
+            continue
+        field = (*at, "max_model_len")
+        if target_limit is not None and given > target_limit:
+            problems.append(
+                (field, f"must be <= target_model.max_model_len_tokens ({target_limit}) as vLLM requires, got {given}")
+            )
+        limits.append((".".join(map(str, field)), given))
+    return problems + context_limit_problems(workload, limits)
 
 
 def dynamic_speculation_off_notice(replicas: int, k: int) -> str:

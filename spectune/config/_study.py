@@ -19,7 +19,7 @@ from spectune._files import SAFE_NAME_RULE, is_safe_name
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
 from spectune.config._metrics import BOUND_METRICS, OBJECTIVE_METRICS, Constraint, Objective, parse_constraint
-from spectune.config._simulation import AcceptanceSource, SimulationOptions, drafter_override_problems
+from spectune.config._simulation import AcceptanceSource, SimulationOptions, context_problems, drafter_override_problems
 from spectune.config._speculative import (
     _DISTRIBUTION_FREE_METHODS,
     MAX_NUM_SPECULATIVE_TOKENS,
@@ -367,6 +367,11 @@ class StudyDocument(SpectuneModel):
             )
         for i, candidate in enumerate(self.candidates):
             problems += self._candidate_problems(i, candidate)
+        problems += context_problems(
+            self.workload,
+            self.target_model,
+            [(("candidates", i, "speculative"), c.speculative) for i, c in enumerate(self.candidates)],
+        )
         if not self.combinations():
             problems.append(
                 (("search",), "no valid (method, rule, draft sampling) combination is left; see the skipped ones")

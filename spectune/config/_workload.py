@@ -32,6 +32,7 @@ __all__ = [
     "LengthsCsv",
     "TemperatureShare",
     "WorkloadConfig",
+    "context_limit_problems",
 ]
 
 # One million tokens of context is past every served model; beyond it a length is a typo.
@@ -372,3 +373,39 @@ class WorkloadConfig(SpectuneModel):
             tuple(share.temperature for share in self.temperature),
             tuple(share.weight / total for share in self.temperature),
         )
+
+
+def _largest(length: int | LengthDistribution | None, at: FieldPath) -> tuple[int, FieldPath, str]:
+    if isinstance(length, LengthDistribution):
+        if length.max_tokens is None:
+            return length.upper_tokens, at, f"{length.distribution} draws without max_tokens reach"
+        return length.max_tokens, at + ("max_tokens",), "max_tokens"
+    return length or 0, at, "fixed at"
+
+
+def context_limit_problems(
+    workload: WorkloadConfig, limits: list[tuple[str, int]], *, at: FieldPath = ("workload",)
+) -> list[tuple[FieldPath, str]]:
+    """The workload's longest request (largest prompt plus largest output) against each context limit.
+
+    ``limits`` pairs a limit's dotted field name with its value (tokens); the problem is located at the
+    workload field that sets the longest prompt, since a request past the limit is one vLLM refuses.
+    """
+    if not limits:
+        return []
+    if workload.lengths_csv is not None:
+        pairs = workload.lengths_csv.pairs
+        row = max(range(len(pairs)), key=lambda i: sum(pairs[i]))
+        prompt, output = pairs[row]
+        field: FieldPath = at + ("lengths_csv", "path")
+        what = f"trace row {row + 1} asks for {prompt} prompt + {output} output = {prompt + output} tokens"
+    else:
+        prompt, field, how = _largest(workload.prompt_tokens, at + ("prompt_tokens",))
+        output, out_field, out_how = _largest(workload.output_tokens, at + ("output_tokens",))
+        field = field if prompt >= output else out_field
+        what = f"the longest request is {prompt + output} tokens (prompt {how} {prompt} + output {out_how} {output})"
+    problems: list[tuple[FieldPath, str]] = []
+    for name, limit in limits:
+        if prompt + output > limit:
+            problems.append((field, f"prompt + output must be <= {name} ({limit} tokens); {what}"))
+    return problems

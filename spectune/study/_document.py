@@ -65,6 +65,9 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     data = document.model_dump(mode="json", exclude={"trials", "storage"})
     for how in ("lockstep_memory_gib", "engine"):  # how points are verified, not what they compute
         data["simulation"].pop(how, None)
+    # A context limit only refuses a workload at validation; it changes no simulated number, and studies made
+    # before presets carried it must resume under the same hash.
+    data["target_model"].pop("max_model_len_tokens", None)
     for candidate in data["candidates"]:
         candidate["acceptance"].pop("profile", None)
         # Studies made before a candidate's base lost its K hashed vLLM's default K (suffix, mtp): so does this.

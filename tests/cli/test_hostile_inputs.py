@@ -374,7 +374,12 @@ def test_a_simulation_that_refuses_its_input_mid_study_is_one_error_line_without
     """A prompt longer than one replica's KV cache is found by the simulation itself: the batch's trials
     fail (Optuna's one-line notices), the run ends with the located error, and no traceback is logged."""
     document = tmp_path / "tiny.yaml"
-    document.write_text(tiny_study().replace("prompt_tokens: 64", "prompt_tokens: 900000"))
+    # A context limit past the prompt: the preset's 131072 would refuse it at validation.
+    text = tiny_study().replace("prompt_tokens: 64", "prompt_tokens: 900000")
+    text = text.replace(
+        "target_model: llama-3.1-8b", "target_model: {preset: llama-3.1-8b, max_model_len_tokens: 1048576}"
+    )
+    document.write_text(text)
     command = [sys.executable, "-m", "spectune", "study", "run", str(document), "--out", str(tmp_path / "out")]
     result = subprocess.run([*command, "--no-progress"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr

@@ -59,3 +59,30 @@ def test_a_study_where_nothing_meets_the_constraints_exits_1_naming_them(tmp_pat
     assert "Traceback" not in result.output
     assert result.exit_code == 1, result.output
     assert "no simulated config meets the constraints 'tpot_p99_ms <= 1e-06' at any batch size" in result.output
+
+
+def test_an_export_of_a_study_where_nothing_meets_the_constraints_writes_then_exits_1(tmp_path, tiny_study):
+    document = tmp_path / "tiny.yaml"
+    document.write_text(_with_constraints(tiny_study(), ["tpot_p99_ms <= 0.000001"]))
+    runs = tmp_path / "runs"
+    ran = runner.invoke(app, ["study", "run", str(document), "--out", str(runs)])
+    assert ran.exit_code == 1, ran.output
+    out = tmp_path / "exported"
+    result = runner.invoke(app, ["export", "tiny", "--storage", str(runs / "study.journal"), "--out", str(out)])
+    assert "Traceback" not in result.output
+    assert result.exit_code == 1, result.output
+    assert "no simulated config meets the constraints 'tpot_p99_ms <= 1e-06' at any batch size" in result.output
+    assert f"wrote {out}/" in result.output
+    assert (out / "recommended.yaml").is_file()
+
+
+def test_an_export_of_a_study_that_meets_its_constraints_exits_0(tmp_path, tiny_study):
+    document = tmp_path / "tiny.yaml"
+    document.write_text(_with_constraints(tiny_study(), ["tpot_p99_ms <= 100000"]))
+    runs = tmp_path / "runs"
+    assert runner.invoke(app, ["study", "run", str(document), "--out", str(runs)]).exit_code == 0
+    result = runner.invoke(
+        app, ["export", "tiny", "--storage", str(runs / "study.journal"), "--out", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "no simulated config meets" not in result.output
