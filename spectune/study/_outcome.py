@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -29,14 +28,8 @@ from spectune.study._storage import (
     open_study,
     study_space,
 )
-from spectune.study._structured import REFINE_BUDGET, structured_converged
 
-__all__ = ["ATTR_SEARCH", "StudyOutcome", "TrialRecord", "load_outcome", "outcome_of", "record_search"]
-
-# The search settings of the study's latest run (strategy, keep_combos, refine_budget): the storage alone then
-# tells whether the search had points left to ask for when it stopped.
-ATTR_SEARCH = "spectune.search"
-DEFAULT_KEEP_COMBOS = 2  # run_study's and the document's default
+__all__ = ["StudyOutcome", "TrialRecord", "load_outcome", "outcome_of"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,6 @@ class StudyOutcome:
     recommendation: Recommendation | None
     document_sha256: str | None
     simulator_version: str | None
-    search_unfinished: bool = False  # the search still needs points (a budget or a Ctrl-C stopped it)
 
     @property
     def unfinished_trials(self) -> int:
@@ -74,19 +66,13 @@ class StudyOutcome:
 
     @property
     def partial_note(self) -> str | None:
-        """Why the recommendation may still change, or None when every trial has ended and the search is done."""
-        if self.unfinished_trials:
-            return (
-                f"PARTIAL: the study is unfinished ({self.unfinished_trials} trial(s) running or waiting in its "
-                "storage); this recommendation may change when they end — export again after the run"
-            )
-        if self.search_unfinished:
-            return (
-                "PARTIAL: the study is unfinished (its search stopped before it had every point it needs: "
-                "--n-trials ran out or the run was stopped); this recommendation may change — resume it with "
-                "`spectune study run` (no --n-trials, or a larger one), then export again"
-            )
-        return None
+        """Why the recommendation may still change, or None when every trial in storage has ended."""
+        if not self.unfinished_trials:
+            return None
+        return (
+            f"PARTIAL: the study is unfinished ({self.unfinished_trials} trial(s) running or waiting in its "
+            "storage); this recommendation may change when they end — export again after the run"
+        )
 
     @property
     def num_evaluations(self) -> int:
@@ -122,39 +108,7 @@ def outcome_of(study: optuna.Study, *, storage_label: str) -> StudyOutcome:
         recommendation=recommend(space, state.completed),
         document_sha256=study.user_attrs.get(ATTR_DOCUMENT_SHA256),
         simulator_version=study.user_attrs.get(ATTR_SIMULATOR_VERSION),
-        search_unfinished=_search_unfinished(study.user_attrs.get(ATTR_SEARCH, _default_search(space)), state),
     )
-
-
-def record_search(study: optuna.Study, strategy: str, *, keep_combos: int, refine_budget: float) -> None:
-    """Keep the settings a run searches with in the study when they are not the defaults (a default run's
-    storage is as it was before these were recorded), written only when they change."""
-    settings = {"strategy": strategy, "keep_combos": keep_combos, "refine_budget": refine_budget}
-    if study.user_attrs.get(ATTR_SEARCH, _default_search(study_space(study))) != settings:
-        study.set_user_attr(ATTR_SEARCH, settings)
-
-
-def _default_search(space: StudySpace) -> dict[str, Any]:
-    from spectune.study._runner import EXHAUSTIVE_LIMIT  # the runner records through this module
-
-    strategy = "exhaustive" if space.size <= EXHAUSTIVE_LIMIT else "structured"
-    return {"strategy": strategy, "keep_combos": DEFAULT_KEEP_COMBOS, "refine_budget": REFINE_BUDGET}
-
-
-def _search_unfinished(settings: Any, state: SearchState) -> bool:
-    """Whether the search would ask for more points; False where the storage cannot tell.
-
-    TPE has no end of its own (its budget is all it has). A study without recorded settings ran with the
-    defaults (or, last run before they were recorded, is taken to have)."""
-    if not isinstance(settings, dict):
-        return False
-    strategy = settings.get("strategy")
-    if strategy == "exhaustive":
-        return bool(state.free_points())
-    keep_combos, refine_budget = settings.get("keep_combos"), settings.get("refine_budget")
-    if strategy != "structured" or not isinstance(keep_combos, int) or not isinstance(refine_budget, int | float):
-        return False
-    return not structured_converged(state, keep_combos=keep_combos, refine_budget=float(refine_budget))
 
 
 def load_outcome(storage: str, name: str) -> StudyOutcome:

@@ -28,7 +28,6 @@ from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers, worke
 from spectune.errors import SpectuneError
 from spectune.study._batch import BatchCollector
 from spectune.study._objective import Evaluator, StudyObjective
-from spectune.study._outcome import record_search
 from spectune.study._records import SearchState
 from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strategy
 from spectune.study._space import StudySpace
@@ -163,7 +162,6 @@ def run_study(
         opened, label = storage, "the given storage"
     try:
         study = prepare_study(opened, space, fingerprint, storage_label=label)
-        record_search(study, resolved, keep_combos=keep_combos, refine_budget=refine_budget)
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
         with kernel_warm_up(evaluator, BATCH_POINTS, workers):
