@@ -507,7 +507,7 @@ def _has_preset_shape(target_model: TargetModelSpec, preset: str) -> bool:
     ) == active_mlp_width(fields)
 
 
-_DRAFT_LLM_TARGETS = tuple(name for name in TARGET_MODEL_PRESETS if name != "deepseek-v3")
+_DRAFT_LLM_TARGETS = tuple(name for name in TARGET_MODEL_PRESETS if name not in ("deepseek-v3", "gemma-4-31b"))
 _SORTED_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "dflash", "dspark", "ngram", "ngram_gpu", "suffix")
 _GB = 1e9
 
