@@ -104,6 +104,12 @@ class GpuSpec(SpectuneModel):
     name: str = Field(min_length=1, max_length=200, description="Display name.")
     hbm_bandwidth_bytes_per_s: float = Field(gt=0, description="Peak HBM bandwidth (bytes/s).")
     dense_bf16_flops: float = Field(gt=0, description="Peak dense (no sparsity) BF16 tensor throughput (FLOP/s).")
+    dense_fp8_flops: float | None = Field(
+        default=None,
+        gt=0,
+        description="Peak dense (no sparsity) FP8 tensor throughput (FLOP/s): what 1-byte (FP8) weights multiply at. "
+        "None: the GPU has no FP8 tensor cores and FP8 weights are widened to BF16 for the product.",
+    )
     memory_bytes: float = Field(gt=0, description="HBM capacity (bytes).")
     interconnect_bandwidth_bytes_per_s: float = Field(
         gt=0, description="GPU-to-GPU bandwidth per direction for tensor-parallel all-reduce (bytes/s)."
@@ -133,6 +139,12 @@ class GpuSpec(SpectuneModel):
     def effective_flops(self) -> float:
         """Throughput the roofline uses (FLOP/s)."""
         return self.dense_bf16_flops * self.achievable_compute_fraction
+
+    @property
+    def effective_fp8_flops(self) -> float:
+        """Throughput the roofline uses for the GEMMs of 1-byte weights (FLOP/s; the BF16 one without FP8 cores)."""
+        peak = self.dense_fp8_flops if self.dense_fp8_flops is not None else self.dense_bf16_flops
+        return peak * self.achievable_compute_fraction
 
     @property
     def ridge_point_flop_per_byte(self) -> float:

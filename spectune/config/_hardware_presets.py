@@ -1,7 +1,8 @@
 """Preset numbers for GPUs, target models and drafters (plain data; the models live in ``_hardware``).
 
-Sources: NVIDIA datasheets for the GPUs (dense BF16, i.e. without 2:4 sparsity; NVLink bandwidth per
-direction); each model's Hugging Face ``config.json`` for the targets and draft LLMs. Drafter heads
+Sources: NVIDIA datasheets for the GPUs (dense BF16 and FP8, i.e. without 2:4 sparsity -- half the
+datasheets' headline "with sparsity" figures; NVLink bandwidth per direction; the A100 and RTX 3090 have no
+FP8 tensor cores); each model's Hugging Face ``config.json`` for the targets and draft LLMs. Drafter heads
 are sized from their target's shape:
 
 - EAGLE: one decoder layer + an fc (2h -> h), and the target's LM head (read each pass);
@@ -34,6 +35,7 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
         "name": "NVIDIA H100 SXM 80GB",
         "hbm_bandwidth_bytes_per_s": 3.35e12,
         "dense_bf16_flops": 989e12,
+        "dense_fp8_flops": 1979e12,
         "memory_bytes": 80e9,
         "interconnect_bandwidth_bytes_per_s": 450e9,
     },
@@ -41,6 +43,7 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
         "name": "NVIDIA H200 SXM 141GB",
         "hbm_bandwidth_bytes_per_s": 4.8e12,
         "dense_bf16_flops": 989e12,
+        "dense_fp8_flops": 1979e12,
         "memory_bytes": 141e9,
         "interconnect_bandwidth_bytes_per_s": 450e9,
     },
@@ -55,6 +58,7 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
         "name": "NVIDIA L40S",
         "hbm_bandwidth_bytes_per_s": 0.864e12,
         "dense_bf16_flops": 362e12,
+        "dense_fp8_flops": 733e12,
         "memory_bytes": 48e9,
         "interconnect_bandwidth_bytes_per_s": 32e9,  # PCIe Gen4 x16, no NVLink
     },
@@ -73,6 +77,7 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
         "name": "NVIDIA H100 NVL 94GB",
         "hbm_bandwidth_bytes_per_s": 3.9e12,
         "dense_bf16_flops": 835e12,
+        "dense_fp8_flops": 1671e12,
         "memory_bytes": 94e9,
         "interconnect_bandwidth_bytes_per_s": 300e9,
     },
@@ -80,6 +85,7 @@ GPU_PRESETS: dict[str, dict[str, Any]] = {
         "name": "NVIDIA B200",
         "hbm_bandwidth_bytes_per_s": 8e12,
         "dense_bf16_flops": 2.25e15,
+        "dense_fp8_flops": 4.5e15,
         "memory_bytes": 180e9,
         "interconnect_bandwidth_bytes_per_s": 900e9,
     },

@@ -13,7 +13,10 @@ A forward pass over T = B·q new tokens (B requests, q tokens each, c tokens alr
 - attention: max(B·(c + q)·KV bytes / bandwidth, 4·layers·heads·head_dim·T·(c + (q+1)/2) / FLOP/s) --
   the KV cache is read once per pass however many of a request's tokens query it, so long contexts
   make every step dearer and speculation relatively cheaper (MagicDec);
-- tensor parallelism: 2 all-reduces per layer, each latency + ring traffic 2·(tp−1)/tp·T·hidden·2 bytes.
+- tensor parallelism: 2 all-reduces per layer, each latency + ring traffic 2·(tp−1)/tp·T·hidden·2 bytes;
+- precision: 1-byte weights (FP8) multiply at the GPU's dense FP8 rate where it has FP8 tensor cores
+  (vLLM's FP8 checkpoints run W8A8 GEMMs on Hopper and later; an A100 widens them to BF16 first, so the
+  BF16 rate holds there); other widths (BF16, 4-bit) multiply at the BF16 rate. Attention stays BF16.
 
 Everything is per GPU of one replica: weights, heads and KV heads are split tp ways (KV heads are
 replicated when tp exceeds them). One step is
@@ -68,6 +71,7 @@ class _PassShape:
     attention_flops_per_query_key: float
     num_allreduces: int
     allreduce_bytes_per_token: float
+    fp8_gemms: bool = False  # 1-byte weights: linear layers run at the GPU's FP8 rate
     num_experts: int = 0  # MoE: routed experts per layer (0 = dense)
     experts_per_token: int = 0
     expert_bytes: float = 0.0  # one routed expert over all MoE layers, read when any token touches it
@@ -103,6 +107,7 @@ def _pass_shape(
         attention_flops_per_query_key=4 * layers * heads * head_dim / tp,
         num_allreduces=2 * layers if tp > 1 else 0,
         allreduce_bytes_per_token=2 * (tp - 1) / tp * hidden * _ACTIVATION_BYTES,
+        fp8_gemms=bytes_per_param == 1,
     )
 
 
@@ -173,9 +178,10 @@ class _Pass:
         self, model: RooflineCostModel, shape: _PassShape, requests: int, tokens_each: float, outputs: int
     ) -> None:
         tokens = requests * tokens_each
+        linear_flops = model._fp8_flops if shape.fp8_gemms else model._flops
         self.linear = max(
             (shape.weight_bytes + _routed_expert_bytes(shape, tokens)) / model._bandwidth,
-            (tokens * shape.body_flops_per_token + outputs * shape.head_flops_per_output) / model._flops,
+            (tokens * shape.body_flops_per_token + outputs * shape.head_flops_per_output) / linear_flops,
         )
         self.communication = shape.num_allreduces * (
             model._allreduce_latency_s + tokens * shape.allreduce_bytes_per_token / model._link
@@ -212,6 +218,7 @@ class RooflineCostModel(CostModel):
     ) -> None:
         self._bandwidth = hardware.gpu.effective_bandwidth_bytes_per_s
         self._flops = hardware.gpu.effective_flops
+        self._fp8_flops = hardware.gpu.effective_fp8_flops
         self._link = hardware.gpu.interconnect_bandwidth_bytes_per_s
         self._allreduce_latency_s = hardware.allreduce_latency_s
         self._target = _target_shape(target_model)
