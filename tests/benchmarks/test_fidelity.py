@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from spectune.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = sorted((ROOT / "benchmarks" / "fidelity").glob("*/*.yaml"))
+SUITE = ROOT / "benchmarks" / "fidelity"
+DOCUMENTS = sorted(SUITE.glob("*/*.yaml"))
+MEASURED = sorted(SUITE.glob("*/measured.csv"))
+# what fidelity.py reads besides the JSON keys of ``spectune simulate --json``
+DERIVED = {"decode_tokens_per_s"}
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -43,3 +51,33 @@ def test_quick_replay_writes_results_and_docs(tmp_path: Path) -> None:
     text = docs.read_text()
     assert "## a8-qwen3-moe-h100" in text and "## Summary (unfitted anchors)" in text
     assert "not replayable: tree drafting" in text and "`eagle3-chain.yaml`: A8" in text
+
+
+def _points(table: Path) -> list[dict[str, str]]:
+    with table.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize("table", MEASURED, ids=lambda p: p.parent.name)
+def test_every_measured_point_names_a_document_its_overrides_fit_and_a_quantity_simulate_reports(table: Path) -> None:
+    points = _points(table)
+    runs = {(row["document"], row["set"]) for row in points}
+    runs |= {(row["document"], row["versus"]) for row in points if row.get("versus")}
+    for document, overrides in sorted(runs):
+        arguments = ["simulate", str(table.parent / document), "--json", "--set", "simulation.max_steps=3"]
+        for item in overrides.split():
+            arguments += ["--set", item]
+        result = CliRunner().invoke(app, arguments)
+        assert result.exit_code == 0, f"{table.parent.name}/{document} {overrides}: {result.output}"
+        reported = set(json.loads(result.stdout)) | DERIVED
+        for row in points:
+            if row["document"] == document and row["set"] == overrides:
+                assert (row.get("read") or row["metric"]) in reported, row
+                assert float(row["measured"]) > 0 and row["source"].startswith("https://"), row
+
+
+def test_not_replayable_entries_give_a_reason_and_a_source() -> None:
+    entries = _points(SUITE / "not-replayable.csv")
+    assert {entry["anchor"] for entry in entries} >= {"A6", "A8"}
+    for entry in entries:
+        assert entry["what"] and entry["reason"] and entry["source"].startswith("https://"), entry
