@@ -231,14 +231,48 @@ def render(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+README_ROW = "| [docs/fidelity.md](docs/fidelity.md) |"
+
+
+def readme_row(rows: list[dict[str, str]]) -> str:
+    """The README's one line on fidelity, with the summary numbers of this run."""
+    numbers = headline(rows)
+    speedup, absolute = numbers[GROUPS[0]], numbers[GROUPS[1]]
+    anchors = len({row["anchor"] for row in rows})
+    fitted = f"{len(FITTED)} fitted" if FITTED else "none fitted"
+    return (
+        f"{README_ROW} simulator vs public measurements ({anchors} anchors, {fitted}): speedup vs no-spec median "
+        f"error {speedup[0]:.1%}, worst {speedup[1]:.1%}; absolute throughput/TPOT median {absolute[0]:.1%} |"
+    )
+
+
+def _write_readme(path: Path, rows: list[dict[str, str]]) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith(README_ROW):
+            lines[i] = readme_row(rows) + "\n"
+            path.write_text("".join(lines))
+            return
+    raise SystemExit(f"{path}: no line starting with {README_ROW!r} to update")
+
+
+def _anchor_order(name: str) -> tuple[int, str]:
+    """a2 < a5 < a10 < points-...: anchors by their number in the reference, single points last."""
+    digits = "".join(ch for ch in name.split("-")[0] if ch.isdigit())
+    return (int(digits) if name.startswith("a") and digits else 1_000, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help=f"replay only {QUICK_ANCHOR} (CPU CI)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "fidelity-latest.csv")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "fidelity.md")
     parser.add_argument("--anchor", action="append", default=[], help="replay only this anchor (repeatable)")
+    parser.add_argument(
+        "--readme", type=Path, default=ROOT / "README.md", help="README whose fidelity line a full run updates"
+    )
     args = parser.parse_args(argv)
-    everything = sorted(p.name for p in SUITE.iterdir() if p.is_dir())
+    everything = sorted((p.name for p in SUITE.iterdir() if p.is_dir()), key=_anchor_order)
     unknown = [name for name in args.anchor if name not in everything]
     if unknown:
         parser.error(f"--anchor: no such anchor {', '.join(unknown)}; anchors: {', '.join(everything)}")
@@ -257,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(rows)
     args.docs.write_text(render(rows))
+    if not args.quick and not args.anchor:  # the README quotes the whole suite only
+        _write_readme(args.readme, rows)
     return 0
 
 

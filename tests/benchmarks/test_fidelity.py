@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from typer.testing import CliRunner
@@ -81,3 +83,22 @@ def test_not_replayable_entries_give_a_reason_and_a_source() -> None:
     assert {entry["anchor"] for entry in entries} >= {"A6", "A8"}
     for entry in entries:
         assert entry["what"] and entry["reason"] and entry["source"].startswith("https://"), entry
+
+
+def _fidelity_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "benchmarks" / "fidelity.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_docs_and_readme_line_are_generated_from_the_committed_results() -> None:
+    fidelity = _fidelity_module()
+    rows = _points(ROOT / "benchmarks" / "results" / "fidelity-latest.csv")
+    assert (ROOT / "docs" / "fidelity.md").read_text() == fidelity.render(rows), (
+        "docs/fidelity.md is stale; rerun python benchmarks/fidelity.py"
+    )
+    assert fidelity.readme_row(rows) in (ROOT / "README.md").read_text().splitlines()
+    replayed = {row["anchor"] for row in rows}
+    assert replayed == {table.parent.name for table in MEASURED}, "the committed results miss an anchor"
