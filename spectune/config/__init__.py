@@ -4,6 +4,7 @@ All validation in spectune lives here; downstream code trusts these models.
 """
 
 from spectune.config._base import RuleViolations, SpectuneModel, SpectuneNotice
+from spectune.config._deployment import deployment_problems, kv_cache_capacity_tokens
 from spectune.config._documents import (
     DOCUMENT_KINDS,
     DOCUMENT_SUFFIXES,
@@ -13,20 +14,7 @@ from spectune.config._documents import (
     validate_source,
 )
 from spectune.config._extrapolation import EXTRAPOLATION_RULES, ExtrapolationRule, extend_conditional, fitted_decay
-from spectune.config._hardware import (
-    DRAFTER_PRESET_NAMES,
-    GPU_PRESET_NAMES,
-    TARGET_MODEL_PRESET_NAMES,
-    DrafterSpec,
-    DraftingMode,
-    GpuSpec,
-    HardwareConfig,
-    TargetModelSpec,
-    default_drafter,
-    default_drafter_preset,
-    deployment_problems,
-    kv_cache_capacity_tokens,
-)
+from spectune.config._gpu import GPU_PRESET_NAMES, GpuSpec, HardwareConfig
 from spectune.config._loader import parse_mapping_text, read_mapping
 from spectune.config._metrics import (
     BOUND_METRICS,
@@ -40,6 +28,15 @@ from spectune.config._metrics import (
     StudyMetrics,
     or_nan,
     parse_constraint,
+)
+from spectune.config._models import (
+    DRAFTER_PRESET_NAMES,
+    TARGET_MODEL_PRESET_NAMES,
+    DrafterSpec,
+    DraftingMode,
+    TargetModelSpec,
+    default_drafter,
+    default_drafter_preset,
 )
 from spectune.config._overrides import apply_overrides, parse_override
 from spectune.config._profile import (
