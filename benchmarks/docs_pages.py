@@ -26,281 +26,23 @@ Two kinds of generated text live between marker lines in README.md and docs/*.md
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from doc_regions import PageError, regions, rewrite_regions
+from performance_page import GENERATED_BY, Results, kernels_headline, performance_page, readme_headline
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ("README.md", "docs/calibration.md", "docs/configs.md", "docs/kernels.md", "docs/simulation.md",
          "docs/studies.md")  # fmt: skip
 PERFORMANCE_PAGE = "docs/performance.md"
-_BEGIN = re.compile(r"^<!-- generated: ([a-z0-9-]+) -->$")
-_END = "<!-- end generated: {} -->"
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_COMMIT = re.compile(r"^[0-9a-f]{7,40}$|^vLLM \d+\.\d+\.\d+$")
-_GENERATED_BY = "python benchmarks/docs_pages.py"
-
-
-class PageError(Exception):
-    """A results file or a page this script cannot use; the message names the file and line."""
-
-
-# ---------------------------------------------------------------- regions
-
-
-def regions(path: Path) -> dict[str, str]:
-    """Each generated region of a page, by name: the text between its marker lines."""
-    found: dict[str, str] = {}
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    index = 0
-    while index < len(lines):
-        begin = _BEGIN.match(lines[index].rstrip("\n"))
-        index += 1
-        if begin is None:
-            continue
-        name, start = begin.group(1), index
-        end = _END.format(name)
-        while index < len(lines) and lines[index].rstrip("\n") != end:
-            if _BEGIN.match(lines[index].rstrip("\n")):
-                raise PageError(f"{path}:{index + 1}: region '{name}' (line {start}) is not closed before this one")
-            index += 1
-        if index == len(lines):
-            raise PageError(f"{path}:{start}: region '{name}' has no end line '{end}'")
-        if name in found:
-            raise PageError(f"{path}:{start}: region '{name}' appears twice in this page")
-        found[name] = "".join(lines[start:index])
-        index += 1
-    return found
-
-
-def rewrite_regions(path: Path, texts: dict[str, str]) -> list[str]:
-    """Replace the named regions of a page (others untouched); the names of those that changed."""
-    current = regions(path)
-    changed = [name for name in texts if name in current and current[name] != texts[name]]
-    if not changed:
-        return []
-    out: list[str] = []
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    skipping: str | None = None
-    for line in lines:
-        if skipping is not None:
-            if line.rstrip("\n") == _END.format(skipping):
-                out.append(line)
-                skipping = None
-            continue
-        out.append(line)
-        begin = _BEGIN.match(line.rstrip("\n"))
-        if begin is not None and begin.group(1) in texts:
-            skipping = begin.group(1)
-            out.append(texts[skipping])
-    path.write_text("".join(out), encoding="utf-8")
-    return changed
-
-
-# ---------------------------------------------------------------- results
-
-
-def read_results(path: Path, required: Iterable[str]) -> list[dict[str, str]]:
-    """A results CSV's rows; refuses a missing column, or a row without a date and commit, by file and line."""
-    if not path.is_file():
-        raise PageError(f"{path}: no such results file")
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in ("date", "commit", *required) if c not in (reader.fieldnames or [])]
-        if missing:
-            raise PageError(f"{path}:1: columns {', '.join(missing)} missing (the header has {reader.fieldnames})")
-        rows = list(reader)
-    for number, row in enumerate(rows, start=2):
-        if not _DATE.match(row["date"] or ""):
-            raise PageError(f"{path}:{number}: date: must be YYYY-MM-DD, got {row['date']!r}")
-        if not _COMMIT.match(row["commit"] or ""):
-            raise PageError(f"{path}:{number}: commit: must be a git hash or 'vLLM X.Y.Z', got {row['commit']!r}")
-    return rows
-
-
-def _table(header: list[str], rows: Iterable[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _number(text: str, digits: int = 0) -> str:
-    return f"{float(text):,.{digits}f}"
-
-
-def _us(text: str) -> str:
-    """Microseconds to the precision a kernel's median holds: tenths below 100 µs, whole ones above."""
-    value = float(text)
-    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
-
-
-def _prose(text: str) -> str:
-    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False) + "\n"
-
-
-@dataclass(frozen=True)
-class Results:
-    """The committed measurements the performance texts are written from."""
-
-    kernels: list[dict[str, str]]
-    reference: list[dict[str, str]]
-    simulator: list[dict[str, str]]
-    study: list[dict[str, str]]
-
-    @classmethod
-    def read(cls, results: Path) -> Results:
-        return cls(
-            kernels=read_results(results / "kernels-latest.csv", ("method", "R", "K", "V", "dtype", "us", "floor_us")),
-            reference=read_results(results / "reference-published.csv", ("method", "R", "K", "V", "dtype", "us")),
-            simulator=read_results(
-                results / "simulator-latest.csv",
-                ("device", "batch_size", "K", "V", "method", "draft", "engine", "steps_per_s", "floor_steps_per_s"),
-            ),
-            study=read_results(
-                results / "study-latest.csv", ("device", "study", "V", "workers", "mps", "run", "wall_s", "table")
-            ),
-        )
-
-
-_KERNEL_METHODS = ("greedy", "standard_onehot", "standard_draft", "block_onehot", "block_draft", "synthetic")
-
-
-def _kernel(rows: list[dict[str, str]], method: str, r: str, k: str, v: str, dtype: str) -> dict[str, str] | None:
-    for row in rows:
-        if (row["method"], row["R"], row["K"], row["V"], row["dtype"]) == (method, r, k, v, dtype):
-            return row
-    return None
-
-
-def kernels_headline(results: Results) -> str:
-    """The fp32, V = 128256 grid the reference published: ours / the reference's µs, and ours over the floor."""
-    cells: list[list[str]] = []
-    stamps: set[tuple[str, str]] = set()
-    faster = compared = 0
-    for r, k in sorted({(int(x["R"]), int(x["K"])) for x in results.reference}):
-        line = [str(r), str(k)]
-        for method in _KERNEL_METHODS:
-            ours = _kernel(results.kernels, method, str(r), str(k), "128256", "float32")
-            theirs = _kernel(results.reference, method, str(r), str(k), "128256", "float32")
-            if ours is None or theirs is None:
-                line.append("–")
-                continue
-            stamps.add((ours["date"], ours["commit"]))
-            compared += 1
-            faster += float(ours["us"]) < float(theirs["us"])
-            ratio = float(ours["us"]) / float(ours["floor_us"])
-            floor = f" ({ratio:.2f}×)" if ratio > 0.5 else ""  # a small call is launch-bound, not read-bound
-            line.append(f"{_us(ours['us'])} / {_us(theirs['us'])}{floor}")
-        cells.append(line)
-    header = ["R", "K", "greedy", "standard one-hot", "standard draft logits", "block one-hot", "block draft logits",
-              "synthetic"]  # fmt: skip
-    measured = ", ".join(f"{date} at {commit}" for date, commit in sorted(stamps))
-    return (
-        _prose(
-            f"H200, fp32, V = 128256, µs per call in a CUDA graph with L2 flushed: ours / the vLLM 0.33.0 reference "
-            f"implementation's, and in brackets ours over one `amax` read of the same logits where a call is "
-            f"read-bound (measured {measured}; every row in [performance.md](performance.md)). Ours is faster at "
-            f"{faster} of these {compared} points."
-        )
-        + "\n"
-        + _table(header, cells)
-    )
-
-
-def _simulator_row(results: Results, device: str, v: str, engine: str) -> dict[str, str]:
-    for row in results.simulator:
-        key = (row["device"], row["batch_size"], row["K"], row["V"], row["method"], row["draft"], row["engine"])
-        if key == (device, "256", "5", v, "block", "probabilistic", engine):
-            return row
-    raise PageError(f"simulator-latest.csv: no row for {device}, B 256, K 5, V {v}, block/probabilistic, {engine}")
-
-
-def readme_headline(results: Results) -> str:
-    """One number per claim: a simulated step's speed, and the decision study's wall time, on an H200."""
-    step = _simulator_row(results, "NVIDIA H200", "128256", "ahead")
-    share = float(step["steps_per_s"]) / float(step["floor_steps_per_s"])
-    warm = [row for row in results.study if row["run"] == "warm" and row["mps"] == "yes" and row["V"] == "4096"]
-    if not warm:
-        raise PageError("study-latest.csv: no warm run under MPS at V = 4096")
-    median = statistics.median(float(row["wall_s"]) for row in warm)
-    return _prose(
-        f"On an H200, one simulated step at batch size 256, K = 5 (block verification, probabilistic drafts, "
-        f"V = 128256) runs at {_number(step['steps_per_s'])} steps/s, {share:.0%} of its logit-read floor "
-        f"({step['date']}, {step['commit']}); `studies/decision.yaml` at V = 4096 with 8 workers under MPS "
-        f"takes {median:.1f} s once Triton's cache holds its kernels (median of {len(warm)} runs, "
-        f"{warm[-1]['date']}). Every measurement, with its date and commit: "
-        "[docs/performance.md](docs/performance.md)."
-    )
-
-
-def performance_page(results: Results) -> str:
-    """docs/performance.md: every committed measurement, each row with its date and commit."""
-    kernels = _table(
-        ["method", "R", "K", "V", "dtype", "µs", "floor µs", "ratio", "date", "commit"],
-        (
-            [r["method"], r["R"], r["K"], r["V"], r["dtype"], r["us"], r["floor_us"],
-             f"{float(r['us']) / float(r['floor_us']):.3f}", r["date"], r["commit"]]
-            for r in results.kernels
-        ),
-    )  # fmt: skip
-    reference = _table(
-        ["method", "R", "K", "V", "dtype", "µs", "date", "measured"],
-        ([r["method"], r["R"], r["K"], r["V"], r["dtype"], r["us"], r["date"], r["commit"]] for r in results.reference),
-    )
-    simulator = _table(
-        ["device", "B", "K", "V", "rule/draft", "engine", "steps/s", "floor steps/s", "of floor", "date", "commit"],
-        (
-            [r["device"], r["batch_size"], r["K"], r["V"], f"{r['method']}/{r['draft']}", r["engine"],
-             _number(r["steps_per_s"], 1), _number(r["floor_steps_per_s"], 1),
-             f"{float(r['steps_per_s']) / float(r['floor_steps_per_s']):.0%}", r["date"], r["commit"]]
-            for r in results.simulator
-        ),
-    )  # fmt: skip
-    study = _table(
-        ["device", "study", "V", "workers", "MPS", "run", "wall s", "table", "date", "commit"],
-        (
-            [r["device"], f"`{r['study']}`", r["V"], r["workers"], r["mps"], r["run"], r["wall_s"], f"`{r['table']}`",
-             r["date"], r["commit"]]
-            for r in results.study
-        ),
-    )  # fmt: skip
-    return f"""# Performance
-
-Generated by `{_GENERATED_BY} performance` from `benchmarks/results/*-latest.csv`; do not edit.
-Each row says when (date) and on which code (commit) it was measured. How each benchmark measures,
-and the history behind these rows: [benchmarks/README.md](../benchmarks/README.md). Simulator
-fidelity against public measurements is its own generated page: [fidelity.md](fidelity.md).
-
-## Rejection-sampling kernels
-
-`benchmarks/bench_kernels.py` on an H200: median µs per call in a CUDA graph with L2 flushed; floor:
-one `amax` read of the same logits; ratio: µs over floor (`kernels-latest.csv`).
-
-{kernels}
-The vLLM 0.33.0 reference implementation's kernels on the same H200, fp32
-(`reference-published.csv`), which [kernels.md](kernels.md) compares against:
-
-{reference}
-## Simulator
-
-`benchmarks/simulator.py`: simulated serving steps per second of one simulation, and the steps per
-second at which the logits of a step could only just be read once (`simulator-latest.csv`).
-
-{simulator}
-## Studies
-
-Wall time of `spectune study run`, from the command to its last artefact (`study-latest.csv`).
-
-{study}"""
 
 
 def performance_texts(root: Path) -> dict[str, dict[str, str]]:
@@ -333,7 +75,7 @@ def check_performance(root: Path) -> list[str]:
         path = root / page
         if "" in texts:
             if not path.is_file() or path.read_text(encoding="utf-8") != texts[""]:
-                stale.append(f"{page}: not what the committed results give; run '{_GENERATED_BY} performance'")
+                stale.append(f"{page}: not what the committed results give; run '{GENERATED_BY} performance'")
             continue
         found = regions(path)
         for name, text in texts.items():
@@ -341,7 +83,7 @@ def check_performance(root: Path) -> list[str]:
                 stale.append(f"{page}: region '{name}' missing (add its two marker lines)")
             elif found[name] != text:
                 stale.append(f"{page}: region '{name}' is not what the committed results give; run "
-                             f"'{_GENERATED_BY} performance'")  # fmt: skip
+                             f"'{GENERATED_BY} performance'")  # fmt: skip
     return stale
 
 
@@ -350,7 +92,7 @@ def check_performance(root: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Example:
-    """A command whose output a page shows: run in ``work``, its stdout shaped by ``shape``."""
+    """A command whose output a page shows: ``run`` runs it in a scratch folder and returns what it printed."""
 
     name: str
     shown: str  # the command line as the page shows it
@@ -385,10 +127,10 @@ def _without_wall_times(text: str) -> str:
     return _WALL_TIME_ROW.sub(blank, text)
 
 
-def _command(line: str) -> Example:
+def _command(name: str, line: str) -> Example:
     """An example that runs ``spectune ARGS`` (the line as the page shows it, split on spaces)."""
     arguments = line.split()[1:]
-    return Example("", line, lambda work: _without_wall_times(_spectune(work, *arguments)))
+    return Example(name, line, lambda work: _without_wall_times(_spectune(work, *arguments)))
 
 
 def _head(path: str, lines: int) -> Callable[[Path], str]:
@@ -400,24 +142,18 @@ def _validate(work: Path) -> str:
     return _spectune(work, "validate", "configs/", "spec.json")
 
 
-def _named(name: str, example: Example) -> Example:
-    return Example(name, example.shown, example.run, example.fence)
-
-
 # In this order: the quickstart study writes the artefacts that the two after it show.
 QUICKSTART = "example-quickstart-study"
 EXAMPLES = (
-    _named(QUICKSTART, _command("spectune study run studies/quickstart.yaml")),
+    _command(QUICKSTART, "spectune study run studies/quickstart.yaml"),
     Example("example-quickstart-measure", "head -5 runs/quickstart/measure.sh", _head("runs/quickstart/measure.sh", 5)),
     Example("example-quickstart-sglang", "", _head("runs/quickstart/sglang.txt", 100), fence=""),
-    _named("example-quickstart-measured-study", _command("spectune study run studies/quickstart-measured.yaml")),
-    _named("example-simulate", _command("spectune simulate configs/simulations/llama-3.1-8b-eagle3-h100.yaml")),
-    _named(
+    _command("example-quickstart-measured-study", "spectune study run studies/quickstart-measured.yaml"),
+    _command("example-simulate", "spectune simulate configs/simulations/llama-3.1-8b-eagle3-h100.yaml"),
+    _command(
         "example-calibrate-log",
-        _command(
-            "spectune calibrate examples/logs/vllm-eagle3.log --out llama-eagle3.yaml --name llama-3.1-8b-eagle3 "
-            "--method eagle3"
-        ),
+        "spectune calibrate examples/logs/vllm-eagle3.log --out llama-eagle3.yaml --name llama-3.1-8b-eagle3 "
+        "--method eagle3",
     ),
     Example("example-validate", "spectune validate configs/ spec.json", _validate),
 )
@@ -448,8 +184,16 @@ def example_texts(root: Path, names: list[str]) -> dict[str, str]:
     return texts
 
 
+def _shown_somewhere(root: Path, texts: dict[str, str]) -> None:
+    shown = {name for page in PAGES for name in regions(root / page)}
+    missing = sorted(set(texts) - shown)
+    if missing:
+        raise PageError(f"examples shown on no page: {', '.join(missing)} (add their two marker lines to one)")
+
+
 def write_examples(root: Path, names: list[str]) -> list[str]:
     texts = example_texts(root, names)
+    _shown_somewhere(root, texts)
     changed: list[str] = []
     for page in PAGES:
         changed += [f"{page}: {name}" for name in rewrite_regions(root / page, texts)]
@@ -459,11 +203,12 @@ def write_examples(root: Path, names: list[str]) -> list[str]:
 def check_examples(root: Path, names: list[str]) -> list[str]:
     """Each page region that differs from what its command prints now, one line each."""
     texts = example_texts(root, names)
+    _shown_somewhere(root, texts)
     stale: list[str] = []
     for page in PAGES:
         found = regions(root / page)
         stale += [
-            f"{page}: region '{name}' is not what '{_shown(name)}' prints now; run '{_GENERATED_BY} examples {name}'"
+            f"{page}: region '{name}' is not what '{_shown(name)}' prints now; run '{GENERATED_BY} examples {name}'"
             for name, text in texts.items()
             if name in found and found[name] != text
         ]

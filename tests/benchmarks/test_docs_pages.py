@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "docs_pages.py"
 PAGES = ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
@@ -110,3 +112,15 @@ def test_the_fast_examples_are_what_their_commands_print_now() -> None:
     done = _script("check-examples", "example-validate", "example-calibrate-log", "example-simulate")
     assert done.returncode == 0, done.stderr
     assert "┃ tie set" in _region("docs/calibration.md", "example-quickstart-measured-study")
+
+
+@pytest.mark.slow
+def test_the_study_examples_are_what_the_studies_print_now() -> None:
+    done = _script(
+        "check-examples",
+        "example-quickstart-study",
+        "example-quickstart-measure",
+        "example-quickstart-sglang",
+        "example-quickstart-measured-study",
+    )
+    assert done.returncode == 0, done.stderr
