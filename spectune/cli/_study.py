@@ -233,9 +233,9 @@ def _plan_run(
     from spectune.export import check_output_dir
     from spectune.study import default_out_dir, resolve_storage, space_from_document
 
-    shared = shared_gpu_notice(document.simulation.device, workers)
-    if shared is not None:
-        typer.echo(shared, err=True)
+    gpu_notice = shared_gpu_notice(document.simulation.device, workers)
+    if gpu_notice is not None:
+        typer.echo(gpu_notice, err=True)
     out_dir = default_out_dir(document.name, out)
     check_output_dir(out_dir)
     storage_url = resolve_storage(
