@@ -17,7 +17,7 @@ A variant overrides fields of the launch plan (``spectune.kernels._plan.LaunchPl
 ``aligned=false`` plans as if no bulk copy could address the logits (the policy without TMA).
 
 Writes OUT/kernels-full.csv (every column), OUT/kernels-latest.csv (method, R, K, V, dtype, us,
-floor_us) and OUT/kernels-table.md; prints the headline table last.
+floor_us, date, commit) and OUT/kernels-table.md; prints the headline table last.
 """
 
 from __future__ import annotations
@@ -294,12 +294,16 @@ def write_outputs(rows: list[dict], out_dir: str, bandwidth: float, quiet: bool 
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    # docs/performance.md is generated from this file and shows each row's date and commit
+    stamp = {"date": f"{datetime.date.today():%Y-%m-%d}", "commit": git_commit()}
     with open(os.path.join(out_dir, "kernels-latest.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(
-            handle, fieldnames=["method", "R", "K", "V", "dtype", "us", "floor_us"], extrasaction="ignore"
+            handle,
+            fieldnames=["method", "R", "K", "V", "dtype", "us", "floor_us", "date", "commit"],
+            extrasaction="ignore",
         )
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({**row, **stamp} for row in rows)
     header = (
         f"# spectune kernels on {torch.cuda.get_device_name()}, {datetime.datetime.now():%Y-%m-%d %H:%M}, "
         f"commit {git_commit()}, torch {torch.__version__}, triton {triton.__version__}\n\n"

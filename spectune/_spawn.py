@@ -10,8 +10,8 @@ only the study says (its device), and the environment as reading it left it, rea
 when the command asks for them (``started_workers``). Where the machine has fewer cores than
 processes importing at once (``fork_server_pays``: two workers on two cores), they come from a fork
 server instead: one fresh process that imports torch, Optuna and the study code once
-(``spectune._preload``) and forks each child with them loaded (on two cores the workers' first trial
-came 1.3 s sooner). The server never opens CUDA, so its children can; it defines no kernel, as
+(``spectune._preload``) and forks each child with them loaded, so that two cores do not import the
+same libraries once per child. The server never opens CUDA, so its children can; it defines no kernel, as
 Triton reads its interpreter switch then, from the environment each child takes from its starter
 (``_entry``). Starting from the server waits for its imports, so it happens on a thread of its own:
 the parent goes on preparing the study meanwhile. ``kernel_warm_up`` starts the study's other
@@ -190,10 +190,9 @@ def _start(context: Any, count: int, setup: _Setup | None) -> StartedWorkers:
 
 
 # Processes that warm up a study's kernels: one for every CORES_PER_WARM_UP_PROCESS cores the workers
-# leave (at least one, at most MAX_WARM_UP_PROCESSES). Compiling competes with the workers' host loops:
-# on a 16-core H200 machine with 8 workers, four processes made a fresh decision-sized run take
-# 49-58 s where one had taken 29 s (benchmarks/results); the warm-up's marks carry what one process
-# did not finish on to the next run.
+# leave (at least one, at most MAX_WARM_UP_PROCESSES). Compiling competes with the workers' host loops,
+# so more processes made a fresh run slower, not faster (benchmarks/results); the warm-up's marks carry
+# what one process did not finish on to the next run.
 CORES_PER_WARM_UP_PROCESS = 8
 MAX_WARM_UP_PROCESSES = 4
 
@@ -352,8 +351,8 @@ def fork_server_pays(workers: int) -> bool:
     """Whether a study with ``workers`` processes takes them from the fork server: where the machine
     has fewer cores than processes would import at once (the workers and the parent), so that spawned
     children would import one after another anyway. With a core each, spawned children import side by
-    side, and the first to finish starts the study; one server's imports were slower to the first
-    trial on a 16-core GPU machine (6.6-11 s against 6.1-6.2 s)."""
+    side, and the first to finish starts the study, sooner than one server's imports would on a
+    many-core machine (benchmarks/results)."""
     return workers > 1 and "forkserver" in multiprocessing.get_all_start_methods() and (os.cpu_count() or 1) <= workers
 
 

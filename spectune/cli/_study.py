@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -21,7 +22,9 @@ from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
-    from spectune.study import StudyOutcome, StudyProgress
+    from spectune._spawn import StartedWorkers
+    from spectune.config import StudyDocument
+    from spectune.study import StudyOutcome, StudyProgress, StudySpace
 
 StorageOption = Annotated[
     str | None,
@@ -32,6 +35,8 @@ StorageOption = Annotated[
         show_default=False,
     ),
 ]
+
+SamplerName = Literal["auto", "structured", "exhaustive", "tpe"]
 
 
 def _console() -> Console:
@@ -154,7 +159,7 @@ def run(
         Path | None, typer.Option("--out", help="Output folder. Default: runs/<study name>/.", show_default=False)
     ] = None,
     sampler: Annotated[
-        Literal["auto", "structured", "exhaustive", "tpe"] | None,
+        SamplerName | None,
         typer.Option("--sampler", help="The search strategy (overrides the document).", show_default=False),
     ] = None,
     progress: Annotated[
@@ -165,7 +170,39 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
-    from spectune._spawn import started_workers, workers_error
+    from spectune._spawn import started_workers
+
+    document = _load_study(study, n_trials, workers)
+    # The workers import torch, Triton and Optuna and open the GPU while this process does the same; those
+    # the entry point spawned already (``spectune._launch``) are handed the device and this environment now.
+    with started_workers(workers, document.simulation.device) as processes:
+        plan = _plan_run(document, study, storage=storage, out=out, sampler=sampler, workers=workers)
+        console = _console()
+        _print_plan(console, document, plan)
+        _search_and_report(
+            console,
+            document,
+            plan,
+            n_trials=n_trials if n_trials is not None else document.trials.n_trials,
+            workers=workers,
+            progress=sys.stderr.isatty() if progress is None else progress,
+            processes=processes,
+        )
+
+
+@dataclass(frozen=True)
+class _RunPlan:
+    """Where a study run reads and writes and how it searches, settled before its first trial."""
+
+    space: StudySpace
+    sampler: SamplerName
+    storage_url: str
+    out_dir: Path
+
+
+def _load_study(study: Path, n_trials: int | None, workers: int) -> StudyDocument:
+    """The validated study document; every refusal of the arguments comes before a worker is spawned."""
+    from spectune._spawn import workers_error
     from spectune.config import load_document
 
     if n_trials is not None and n_trials < 1:
@@ -173,75 +210,96 @@ def run(
             f"--n-trials: must be >= 1, got {n_trials} (to write a study's artefacts without new trials, use 'spectune export')"
         )
     loaded = load_document(study, expect="study")
-    refusal = workers_error(workers)  # before any worker is spawned
+    refusal = workers_error(workers)
     if refusal is not None:
         raise SpectuneError(refusal)
     for notice in loaded.notices:
         typer.echo(str(notice), err=True)
-    document = loaded.model
+    document: StudyDocument = loaded.model  # expect="study" refused every other kind
     use_interpreter_if_asked(document.simulation)
-    # The workers import torch, Triton and Optuna and open the GPU while this process does the same; those
-    # the entry point spawned already (``spectune._launch``) are handed the device and this environment now.
-    with started_workers(workers, document.simulation.device) as processes:
-        import optuna
+    return document
 
-        from spectune.export import check_output_dir
-        from spectune.study import (
-            SimulationEvaluator,
-            default_out_dir,
-            document_fingerprint,
-            resolve_storage,
-            run_study,
-            space_from_document,
-        )
 
-        shared = shared_gpu_notice(document.simulation.device, workers)
-        if shared is not None:
-            typer.echo(shared, err=True)
-        chosen = sampler or document.trials.sampler
-        out_dir = default_out_dir(document.name, out)
-        check_output_dir(out_dir)  # before the study runs, not after
-        storage_url = resolve_storage(
-            document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out
-        )
-        space = space_from_document(document)
-        console = _console()
-        from spectune.study import describe_storage, resolve_strategy
+def _plan_run(
+    document: StudyDocument,
+    study: Path,
+    *,
+    storage: str | None,
+    out: Path | None,
+    sampler: SamplerName | None,
+    workers: int,
+) -> _RunPlan:
+    """The search space, sampler, storage and output folder; the folder is checked now, not after the study."""
+    from spectune.export import check_output_dir
+    from spectune.study import default_out_dir, resolve_storage, space_from_document
 
-        strategy = resolve_strategy(space, chosen)
-        ks = space.k_values
-        console.print(
-            f"study {space.name}: {len(space.batch_sizes)} batch sizes x {len(space.combos)} combos x K {ks[1]}-{ks[-1]} "
-            f"(+ K=0) = {space.size} points; sampler {strategy}; storage {describe_storage(storage_url)}"
+    gpu_notice = shared_gpu_notice(document.simulation.device, workers)
+    if gpu_notice is not None:
+        typer.echo(gpu_notice, err=True)
+    out_dir = default_out_dir(document.name, out)
+    check_output_dir(out_dir)
+    storage_url = resolve_storage(
+        document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out
+    )
+    return _RunPlan(space_from_document(document), sampler or document.trials.sampler, storage_url, out_dir)
+
+
+def _print_plan(console: Console, document: StudyDocument, plan: _RunPlan) -> None:
+    """One line: the space's size, the strategy and the storage; then each combination the document skips."""
+    from spectune.study import describe_storage, resolve_strategy
+
+    space = plan.space
+    ks = space.k_values
+    console.print(
+        f"study {space.name}: {len(space.batch_sizes)} batch sizes x {len(space.combos)} combos x K {ks[1]}-{ks[-1]} "
+        f"(+ K=0) = {space.size} points; sampler {resolve_strategy(space, plan.sampler)}; "
+        f"storage {describe_storage(plan.storage_url)}"
+    )
+    for label, reason in document.skipped_combinations():
+        console.print(f"skipped {label}: {reason}", markup=False)
+
+
+def _search_and_report(
+    console: Console,
+    document: StudyDocument,
+    plan: _RunPlan,
+    *,
+    n_trials: int | None,
+    workers: int,
+    progress: bool,
+    processes: StartedWorkers | None,
+) -> None:
+    """Run the trials, then report and write the artefacts; a first Ctrl-C still reports, exiting 130."""
+    import optuna
+
+    from spectune.study import SimulationEvaluator, document_fingerprint, run_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    update, close = _progress_callback(progress, Console(stderr=True))
+    started = time.monotonic()
+    stop = _GracefulStop()
+    try:
+        finished = run_study(
+            plan.space, SimulationEvaluator(document, workers), document_fingerprint(document),
+            storage=plan.storage_url, strategy=plan.sampler, n_trials=n_trials, workers=workers, seed=document.seed,
+            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, started=processes,
+            **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
+        )  # fmt: skip
+        close()
+        _report(console, plan.storage_url, plan.space.name, finished.completed_trials, started, plan.out_dir)
+    except KeyboardInterrupt:
+        close()
+        typer.echo(
+            "interrupted: a trial that was running is failed and re-run next time; run the same command to resume",
+            err=True,
         )
-        for label, reason in document.skipped_combinations():
-            console.print(f"skipped {label}: {reason}", markup=False)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        update, close = _progress_callback(sys.stderr.isatty() if progress is None else progress, Console(stderr=True))
-        started = time.monotonic()
-        stop = _GracefulStop()
-        try:
-            run = run_study(
-                space, SimulationEvaluator(document, workers), document_fingerprint(document), storage=storage_url, strategy=chosen,
-                n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
-                keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, started=processes,
-                **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
-            )  # fmt: skip
-            close()
-            _report(console, storage_url, space.name, run.completed_trials, started, out_dir)
-        except KeyboardInterrupt:
-            close()
-            typer.echo(
-                "interrupted: a trial that was running is failed and re-run next time; run the same command to resume",
-                err=True,
-            )
-            raise typer.Exit(code=130) from None
-        finally:
-            stop.restore()
-            close()
-        if stop.requested:
-            console.print("stopped early (Ctrl-C): run the same command to resume the study")
-            raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None
+    finally:
+        stop.restore()
+        close()
+    if stop.requested:
+        console.print("stopped early (Ctrl-C): run the same command to resume the study")
+        raise typer.Exit(code=130)
 
 
 def shared_gpu_notice(device: str, workers: int, pipe_dir: Path | None = None) -> str | None:

@@ -3,54 +3,24 @@
 All validation in spectune lives here; downstream code trusts these models.
 """
 
-from spectune.config._base import RuleViolations, SpectuneModel, SpectuneNotice
-from spectune.config._documents import (
-    DOCUMENT_KINDS,
-    DOCUMENT_SUFFIXES,
-    LoadedDocument,
-    find_documents,
-    load_document,
-    validate_source,
-)
-from spectune.config._extrapolation import EXTRAPOLATION_RULES, ExtrapolationRule, extend_conditional, fitted_decay
-from spectune.config._hardware import (
-    DRAFTER_PRESET_NAMES,
-    GPU_PRESET_NAMES,
-    TARGET_MODEL_PRESET_NAMES,
-    DrafterSpec,
-    DraftingMode,
-    GpuSpec,
-    HardwareConfig,
-    TargetModelSpec,
-    default_drafter,
-    default_drafter_preset,
-    deployment_problems,
-    kv_cache_capacity_tokens,
-)
+from spectune.config._deployment import deployment_problems, kv_cache_capacity_tokens
+from spectune.config._documents import DOCUMENT_KINDS, find_documents, load_document, validate_source
+from spectune.config._extrapolation import extend_conditional
+from spectune.config._gpu import HardwareConfig
 from spectune.config._loader import parse_mapping_text, read_mapping
 from spectune.config._metrics import (
-    BOUND_METRICS,
     CSV_METRICS,
     OBJECTIVE_METRICS,
     STEP_SCALED_METRICS,
-    STUDY_METRICS,
     Constraint,
-    MetricInfo,
     Objective,
     StudyMetrics,
     or_nan,
-    parse_constraint,
 )
-from spectune.config._overrides import apply_overrides, parse_override
-from spectune.config._profile import (
-    AcceptanceCounts,
-    AcceptanceProfile,
-    AcceptanceRates,
-    BatchSizeBin,
-    MeasuredAcceptance,
-)
+from spectune.config._models import DrafterSpec, TargetModelSpec, default_drafter
+from spectune.config._overrides import apply_overrides
+from spectune.config._profile import AcceptanceProfile, AcceptanceRates
 from spectune.config._rates import (
-    MIN_ACCEPTANCE_DECAY_FACTOR,
     acceptance_length_to_rates,
     conditional_to_unconditional,
     decay_to_conditional_rates,
@@ -59,109 +29,42 @@ from spectune.config._rates import (
     unconditional_to_conditional,
 )
 from spectune.config._schema import document_json_schema
-from spectune.config._simulation import (
-    AcceptanceSource,
-    SimulationDocument,
-    SimulationOptions,
-    drafter_as_configured,
-    drafter_override_problems,
-    dynamic_speculation_off_notice,
-)
+from spectune.config._simulation import SimulationDocument, SimulationOptions
 from spectune.config._speculative import (
     FIELDS_ADDED_FOR_VLLM_0_33,
     MAX_NUM_SPECULATIVE_TOKENS,
-    METHODS,
     SpeculativeConfig,
-    SpeculativeFields,
     default_num_speculative_tokens,
 )
-from spectune.config._step_times import (
-    STEP_TIME_COLUMNS,
-    CostModelConfig,
-    RooflineFitRecord,
-    StepTimePoint,
-    StepTimeTable,
-    read_step_time_table,
-)
-from spectune.config._study import SpeculativeBase, StudyCandidate, StudyDocument
-from spectune.config._trtllm import (
-    TRTLLM_DECODING_TYPES,
-    TrtllmSpeculativeConfig,
-    is_trtllm_options,
-    load_trtllm_options,
-)
-from spectune.config._workload import (
-    MAX_SEQUENCE_TOKENS,
-    MAX_TEMPERATURES,
-    MAX_TRACE_ROWS,
-    LengthDistribution,
-    LengthsCsv,
-    TemperatureShare,
-    WorkloadConfig,
-)
+from spectune.config._step_times import STEP_TIME_COLUMNS, CostModelConfig, StepTimeTable, read_step_time_table
+from spectune.config._study import StudyDocument
+from spectune.config._trtllm import TrtllmSpeculativeConfig, is_trtllm_options, load_trtllm_options
+from spectune.config._workload import LengthDistribution, WorkloadConfig
 
 __all__ = [
-    "FIELDS_ADDED_FOR_VLLM_0_33",
-    "EXTRAPOLATION_RULES",
-    "ExtrapolationRule",
-    "extend_conditional",
-    "fitted_decay",
-    "AcceptanceSource",
-    "SimulationDocument",
-    "SimulationOptions",
-    "AcceptanceCounts",
     "AcceptanceProfile",
     "AcceptanceRates",
-    "BatchSizeBin",
-    "CostModelConfig",
-    "DRAFTER_PRESET_NAMES",
-    "DOCUMENT_KINDS",
-    "DOCUMENT_SUFFIXES",
-    "DrafterSpec",
-    "DraftingMode",
-    "GPU_PRESET_NAMES",
-    "GpuSpec",
-    "HardwareConfig",
-    "MAX_NUM_SPECULATIVE_TOKENS",
-    "MeasuredAcceptance",
-    "MAX_SEQUENCE_TOKENS",
-    "MAX_TEMPERATURES",
-    "MAX_TRACE_ROWS",
-    "METHODS",
-    "MIN_ACCEPTANCE_DECAY_FACTOR",
-    "LengthDistribution",
-    "LengthsCsv",
-    "LoadedDocument",
-    "RuleViolations",
-    "SpeculativeConfig",
-    "SpeculativeFields",
-    "BOUND_METRICS",
     "CSV_METRICS",
     "Constraint",
-    "MetricInfo",
+    "CostModelConfig",
+    "DOCUMENT_KINDS",
+    "DrafterSpec",
+    "FIELDS_ADDED_FOR_VLLM_0_33",
+    "HardwareConfig",
+    "LengthDistribution",
+    "MAX_NUM_SPECULATIVE_TOKENS",
     "OBJECTIVE_METRICS",
     "Objective",
     "STEP_SCALED_METRICS",
-    "STUDY_METRICS",
-    "StudyMetrics",
-    "or_nan",
-    "parse_constraint",
-    "SpeculativeBase",
-    "StudyCandidate",
-    "StudyDocument",
-    "TRTLLM_DECODING_TYPES",
-    "TrtllmSpeculativeConfig",
-    "is_trtllm_options",
-    "load_trtllm_options",
-    "SpectuneModel",
     "STEP_TIME_COLUMNS",
-    "RooflineFitRecord",
-    "SpectuneNotice",
-    "StepTimePoint",
+    "SimulationDocument",
+    "SimulationOptions",
+    "SpeculativeConfig",
     "StepTimeTable",
-    "TARGET_MODEL_PRESET_NAMES",
+    "StudyDocument",
+    "StudyMetrics",
     "TargetModelSpec",
-    "TemperatureShare",
+    "TrtllmSpeculativeConfig",
     "WorkloadConfig",
     "acceptance_length_to_rates",
     "apply_overrides",
@@ -169,19 +72,18 @@ __all__ = [
     "decay_to_conditional_rates",
     "default_drafter",
     "default_num_speculative_tokens",
-    "default_drafter_preset",
     "deployment_problems",
-    "drafter_as_configured",
-    "drafter_override_problems",
-    "dynamic_speculation_off_notice",
-    "kv_cache_capacity_tokens",
     "document_json_schema",
+    "extend_conditional",
     "find_documents",
+    "is_trtllm_options",
+    "kv_cache_capacity_tokens",
     "load_document",
+    "load_trtllm_options",
     "mean_acceptance_length",
     "mean_rate_to_decay",
+    "or_nan",
     "parse_mapping_text",
-    "parse_override",
     "read_mapping",
     "read_step_time_table",
     "unconditional_to_conditional",

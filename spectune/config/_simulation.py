@@ -9,7 +9,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
-from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
+from spectune.config._deployment import deployment_problems
+from spectune.config._gpu import HardwareConfig
+from spectune.config._models import DrafterSpec, TargetModelSpec, default_drafter
 from spectune.config._profile import AcceptanceRates, BatchSizeBin
 from spectune.config._speculative import SpeculativeConfig, SpeculativeFields
 from spectune.config._step_times import CostModelConfig

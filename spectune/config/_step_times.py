@@ -22,8 +22,8 @@ from pydantic_core import CoreSchema
 
 from spectune._files import read_bounded
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
-from spectune.config._hardware import schema_with_name_forms
 from spectune.config._loader import MAX_DOCUMENT_BYTES, read_mapping
+from spectune.config._preset_forms import schema_with_name_forms
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import DocumentError, Problem
 

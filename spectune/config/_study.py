@@ -17,8 +17,10 @@ from pydantic import Field, ValidationInfo, WithJsonSchema, field_serializer, fi
 
 from spectune._files import SAFE_NAME_RULE, is_safe_name
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
-from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
+from spectune.config._deployment import deployment_problems
+from spectune.config._gpu import HardwareConfig
 from spectune.config._metrics import BOUND_METRICS, OBJECTIVE_METRICS, Constraint, Objective, parse_constraint
+from spectune.config._models import DrafterSpec, TargetModelSpec, default_drafter
 from spectune.config._simulation import AcceptanceSource, SimulationOptions, context_problems, drafter_override_problems
 from spectune.config._speculative import (
     _DISTRIBUTION_FREE_METHODS,

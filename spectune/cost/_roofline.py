@@ -30,9 +30,9 @@ replicated when tp exceeds them). One step is
                  (+ B·K·V_draft with draft probabilities): bytes / bandwidth
     overhead     overhead_s
 
-The achievable fractions and overheads are nominal: with the defaults, an H100 SXM decoding
-Llama-3.1-8B at batch 1 takes 6.6 ms a step, between the public 6.3 ms (SGLang docs, 158 tok/s) and
-7.5 ms (vLLM PR #16937, 133 tok/s). Measure and use a table when it matters.
+The achievable fractions and overheads are nominal: they put an H100 SXM decoding Llama-3.1-8B at
+batch 1 between the public 158 tok/s (SGLang docs) and 133 tok/s (vLLM PR #16937). Measure and use a
+table when it matters.
 """
 
 from __future__ import annotations

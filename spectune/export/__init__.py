@@ -8,66 +8,14 @@ rates, for checking on a GPU), ``sglang.txt`` (server flags), ``trtllm.yaml`` (T
 wrote (``.spectune-manifest.json``): it never overwrites or removes a file it did not write.
 """
 
-from spectune.export._artefacts import (
-    ARTEFACT_NAMES,
-    bucket_comments,
-    check_output_dir,
-    json_text,
-    recommended_yaml,
-    write_artefacts,
-)
-from spectune.export._measure import (
-    VLLM_BENCH_SERVE_FLAGS,
-    VLLM_SERVE_FLAGS,
-    forced_ks,
-    measure_script,
-    measurement_ks,
-)
-from spectune.export._report import report_html
-from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
-from spectune.export._svg import Band, Series, chart_svg, nice_ticks
-from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, tie_cell, trials_csv
-from spectune.export._trtllm import TRTLLM_DECODING_TYPE, trtllm_options, trtllm_yaml
-from spectune.export._vllm import (
-    SyntheticForm,
-    recommended_speculative_config,
-    simulated_acceptance_rates,
-    vllm_serve_command,
-    vllm_speculative_config,
-    vllm_synthetic_config,
-)
+from spectune.export._artefacts import check_output_dir, write_artefacts
+from spectune.export._tables import pareto_rows, summary_rows
+from spectune.export._vllm import vllm_serve_command
 
 __all__ = [
-    "TRTLLM_DECODING_TYPE",
-    "trtllm_options",
-    "trtllm_yaml",
-    "ARTEFACT_NAMES",
-    "SGLANG_ALGORITHMS",
-    "TRIAL_COLUMNS",
-    "Band",
-    "VLLM_BENCH_SERVE_FLAGS",
-    "VLLM_SERVE_FLAGS",
-    "Series",
-    "SyntheticForm",
-    "bucket_comments",
-    "chart_svg",
     "check_output_dir",
-    "json_text",
-    "forced_ks",
-    "measure_script",
-    "measurement_ks",
-    "nice_ticks",
     "pareto_rows",
-    "recommended_speculative_config",
-    "recommended_yaml",
-    "report_html",
-    "sglang_flags",
-    "simulated_acceptance_rates",
     "summary_rows",
-    "tie_cell",
-    "trials_csv",
     "vllm_serve_command",
-    "vllm_speculative_config",
-    "vllm_synthetic_config",
     "write_artefacts",
 ]

@@ -166,9 +166,9 @@ class SimulationEvaluator:
         waiting for a round's last results): a short simulation of each (rule, draft sampling) the
         study verifies with that it has not simulated yet, at the representative batch size -- its
         first kernel launches (Triton reading the kernels and loading them from its cache, the CUDA
-        graphs), the base noise and the calibration of the rates there. On a GPU a worker's first
-        simulation of a combination cost it 1-1.5 s more than the next, in a round that waited for
-        it. ``keep_going`` is asked before each; return True once none is left (at once where no
+        graphs), the base noise and the calibration of the rates there, which would otherwise make a
+        worker's first simulation of a combination the slow one of a round that waits for it.
+        ``keep_going`` is asked before each; return True once none is left (at once where no
         compiled kernel runs: the CPU's costs are small)."""
         if not self.compiles_kernels():
             return True

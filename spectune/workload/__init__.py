@@ -11,20 +11,13 @@ pairs with a single knob explains a drafter's acceptance; rates fix the knob und
 they were measured with, and the other mode's acceptance is read off the same pairs.
 """
 
-from spectune.workload._calibration import KnobCalibration, calibrate_knob, clear_calibration_cache
-from spectune.workload._pair_family import DraftSampleMethod
-from spectune.workload._requests import RequestTable, draw_lengths, generate_requests
-from spectune.workload._synthesizer import BankStep, LogitSynthesizer, SpeculationInputs
+from spectune.workload._calibration import clear_calibration_cache
+from spectune.workload._requests import RequestTable, generate_requests
+from spectune.workload._synthesizer import LogitSynthesizer
 
 __all__ = [
-    "BankStep",
-    "DraftSampleMethod",
-    "KnobCalibration",
     "LogitSynthesizer",
     "RequestTable",
-    "SpeculationInputs",
-    "calibrate_knob",
     "clear_calibration_cache",
-    "draw_lengths",
     "generate_requests",
 ]

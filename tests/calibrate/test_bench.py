@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from spectune.calibrate import calibrate, read_bench_result, step_time_csv
+from spectune.calibrate import calibrate
+from spectune.calibrate._bench import read_bench_result
+from spectune.calibrate._bench_table import step_time_csv
 from spectune.config import read_step_time_table
 from spectune.errors import DocumentError
 

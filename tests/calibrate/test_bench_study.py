@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spectune.calibrate import calibrate, step_time_csv
+from spectune.calibrate import calibrate
+from spectune.calibrate._bench_table import step_time_csv
 from spectune.config import load_document
 from spectune.study import SimulationEvaluator, document_fingerprint, load_outcome, run_study, space_from_document
 

@@ -6,16 +6,8 @@ import typing
 
 import pytest
 
-from spectune.config import (
-    BOUND_METRICS,
-    CSV_METRICS,
-    OBJECTIVE_METRICS,
-    STUDY_METRICS,
-    Constraint,
-    Objective,
-    StudyMetrics,
-    parse_constraint,
-)
+from spectune.config import CSV_METRICS, OBJECTIVE_METRICS, Constraint, Objective, StudyMetrics
+from spectune.config._metrics import BOUND_METRICS, STUDY_METRICS, parse_constraint
 
 
 def test_every_kept_metric_is_a_simulation_result_field_of_the_same_kind():

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from spectune.config import apply_overrides, parse_override, read_mapping, validate_source
+from spectune.config import apply_overrides, read_mapping, validate_source
+from spectune.config._overrides import parse_override
 from spectune.errors import DocumentError
 
 DOC = "method: eagle\nnum_speculative_tokens: 4\nnum_speculative_tokens_per_batch_size:\n  - [1, 16, 4]\n  - [17, 64, 2]\n"

@@ -53,7 +53,8 @@ def test_bad_profiles_are_located(problems_of, body, line, field, fragment):
 
 
 def test_geometric_decay_extends_at_the_fitted_ratio_from_the_last_measured_rate():
-    from spectune.config import AcceptanceRates, fitted_decay
+    from spectune.config import AcceptanceRates
+    from spectune.config._extrapolation import fitted_decay
 
     measured = [0.8, 0.72, 0.648]  # ratio 0.9 per position
     rates = AcceptanceRates(conditional_rates=measured, extrapolation="geometric_decay")
@@ -71,7 +72,7 @@ def test_geometric_decay_extends_at_the_fitted_ratio_from_the_last_measured_rate
 
 
 def test_a_bin_extrapolates_by_its_sources_rule():
-    from spectune.config import AcceptanceSource
+    from spectune.config._simulation import AcceptanceSource
 
     source = AcceptanceSource(
         conditional_rates=[0.8, 0.72],

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from spectune.config import AcceptanceSource, apply_overrides, load_document, read_mapping, validate_source
+from spectune.config import apply_overrides, load_document, read_mapping, validate_source
+from spectune.config._simulation import AcceptanceSource
 from spectune.errors import DocumentError
 
 REPO = Path(__file__).resolve().parents[2]

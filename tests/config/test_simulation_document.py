@@ -103,7 +103,7 @@ def test_profile_is_read_relative_to_the_document(tmp_path: Path):
 
 
 def test_nearest_batch_size_bin_is_used():
-    from spectune.config import AcceptanceSource
+    from spectune.config._simulation import AcceptanceSource
 
     source = AcceptanceSource.model_validate(
         {

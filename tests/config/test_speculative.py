@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from spectune.config import SpectuneNotice, SpeculativeConfig, load_document
+from spectune.config import SpeculativeConfig, load_document
+from spectune.config._base import SpectuneNotice
 from spectune.errors import DocumentError
 
 BASE = "method: eagle3\nmodel: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\nnum_speculative_tokens: 3\n"

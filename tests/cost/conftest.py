@@ -14,13 +14,12 @@ from spectune.config import (
     CostModelConfig,
     DrafterSpec,
     HardwareConfig,
-    LoadedDocument,
-    SpectuneModel,
     TargetModelSpec,
     deployment_problems,
     load_document,
 )
-from spectune.config._base import check_rules
+from spectune.config._base import SpectuneModel, check_rules
+from spectune.config._documents import LoadedDocument
 
 
 class DeploymentDocument(SpectuneModel):

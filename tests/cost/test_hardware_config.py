@@ -7,18 +7,11 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from spectune.config import (
-    DRAFTER_PRESET_NAMES,
-    GPU_PRESET_NAMES,
-    METHODS,
-    TARGET_MODEL_PRESET_NAMES,
-    DrafterSpec,
-    GpuSpec,
-    TargetModelSpec,
-    default_drafter,
-    default_drafter_preset,
-)
+from spectune.config import DrafterSpec, TargetModelSpec, default_drafter
+from spectune.config._gpu import GPU_PRESET_NAMES, GpuSpec
 from spectune.config._hardware_presets import DrafterPresetName, GpuPresetName, TargetModelPresetName
+from spectune.config._models import DRAFTER_PRESET_NAMES, TARGET_MODEL_PRESET_NAMES, default_drafter_preset
+from spectune.config._speculative import METHODS
 from spectune.errors import DocumentError, SpectuneError
 
 

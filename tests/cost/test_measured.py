@@ -6,15 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from spectune.config import (
-    CostModelConfig,
-    DrafterSpec,
-    HardwareConfig,
-    SpectuneNotice,
-    StepTimeTable,
-    TargetModelSpec,
-)
-from spectune.cost import MeasuredCostModel, OutOfTableRange, RooflineCostModel, StepTimeInterpolator, build_cost_model
+from spectune.config import CostModelConfig, DrafterSpec, HardwareConfig, StepTimeTable, TargetModelSpec
+from spectune.config._base import SpectuneNotice
+from spectune.cost import RooflineCostModel, build_cost_model
+from spectune.cost._interface import OutOfTableRange
+from spectune.cost._measured import MeasuredCostModel, StepTimeInterpolator
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "step_times" / "h100-llama-3.1-8b-eagle3.csv"
 H100 = HardwareConfig.model_validate("h100-sxm")

@@ -7,7 +7,9 @@ import math
 import pytest
 
 from spectune.config import CostModelConfig, DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter
-from spectune.cost import RooflineCostModel, SamplerWork, StepTime, build_cost_model, expected_experts_touched
+from spectune.cost import RooflineCostModel, SamplerWork, build_cost_model
+from spectune.cost._interface import StepTime
+from spectune.cost._roofline import expected_experts_touched
 from spectune.errors import SpectuneError
 
 H100 = HardwareConfig.model_validate("h100-sxm")

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from spectune.config import CostModelConfig, DrafterSpec, HardwareConfig, StepTimeTable, TargetModelSpec
-from spectune.cost import RooflineCostModel, StepTime, build_cost_model, expected_experts_touched
+from spectune.cost import RooflineCostModel, build_cost_model
+from spectune.cost._interface import StepTime
+from spectune.cost._roofline import expected_experts_touched
 
 H100 = HardwareConfig.model_validate("h100-sxm")
 LLAMA_8B = TargetModelSpec.model_validate("llama-3.1-8b")

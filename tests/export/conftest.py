@@ -7,7 +7,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "study"))
 
 from study_doubles import SyntheticEvaluator, fingerprint, make_space  # noqa: E402
 
-from spectune.study import Constraint, load_outcome, run_study  # noqa: E402
+from spectune.study import load_outcome, run_study
+from spectune.study._space import Constraint
 
 
 def finished_outcome(tmp_path: Path, **space_options):

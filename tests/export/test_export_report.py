@@ -4,7 +4,9 @@ import csv
 import io
 import re
 
-from spectune.export import TRIAL_COLUMNS, nice_ticks, report_html, trials_csv
+from spectune.export._report import report_html
+from spectune.export._svg import nice_ticks
+from spectune.export._tables import TRIAL_COLUMNS, trials_csv
 from spectune.study import pareto_front
 
 
@@ -63,7 +65,8 @@ def test_pareto_rows_list_each_buckets_front_fastest_first(two_objective_outcome
 
 
 def test_summary_rows_recommended_yaml_and_report_show_each_buckets_tie_set(outcome):
-    from spectune.export import recommended_yaml, summary_rows
+    from spectune.export import summary_rows
+    from spectune.export._artefacts import recommended_yaml
 
     recommendation = outcome.recommendation
     rows = summary_rows(outcome)

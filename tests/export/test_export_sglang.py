@@ -4,8 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from spectune.export import sglang_flags
-from spectune.study import BucketChoice, Candidate
+from spectune.export._sglang import sglang_flags
+from spectune.study import BucketChoice
+from spectune.study._space import Candidate
 
 
 def _with(recommendation, method, ks, model="org/head"):

@@ -10,7 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from spectune.cli import app
-from spectune.export import trtllm_options, trtllm_yaml, write_artefacts
+from spectune.export import write_artefacts
+from spectune.export._trtllm import trtllm_options, trtllm_yaml
 
 runner = CliRunner()
 

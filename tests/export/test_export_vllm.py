@@ -6,14 +6,12 @@ from dataclasses import replace
 from typer.testing import CliRunner
 
 from spectune.cli import app
-from spectune.config import METHODS, SpeculativeConfig
-from spectune.export import (
-    recommended_yaml,
-    trtllm_yaml,
-    vllm_speculative_config,
-    vllm_synthetic_config,
-    write_artefacts,
-)
+from spectune.config import SpeculativeConfig
+from spectune.config._speculative import METHODS
+from spectune.export import write_artefacts
+from spectune.export._artefacts import recommended_yaml
+from spectune.export._trtllm import trtllm_yaml
+from spectune.export._vllm import vllm_speculative_config, vllm_synthetic_config
 
 # vLLM's SpeculativeConfig field names (vllm/config/speculative.py) that a recommendation may carry.
 VLLM_FIELDS = {

@@ -17,14 +17,8 @@ from typer.testing import CliRunner
 
 from spectune.cli import app
 from spectune.config import SpeculativeConfig
-from spectune.export import (
-    VLLM_BENCH_SERVE_FLAGS,
-    VLLM_SERVE_FLAGS,
-    forced_ks,
-    measure_script,
-    measurement_ks,
-    write_artefacts,
-)
+from spectune.export import write_artefacts
+from spectune.export._measure import VLLM_BENCH_SERVE_FLAGS, VLLM_SERVE_FLAGS, forced_ks, measure_script, measurement_ks
 from spectune.study import load_outcome, run_study
 
 REPO = Path(__file__).parents[2]

@@ -1,7 +1,8 @@
 """A simulation draws from the acceptance bin of its batch size, also when the source's extrapolation
 rule differs from its bins' (the bin is then a copy under the source's rule, found by position)."""
 
-from spectune.config import AcceptanceSource, SimulationDocument
+from spectune.config import SimulationDocument
+from spectune.config._simulation import AcceptanceSource
 from spectune.simulator import simulate
 
 BINS = [

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spectune.study import Candidate, Combo, Constraint, Point, StudySpace
+from spectune.study import Point, StudySpace
+from spectune.study._space import Candidate, Combo, Constraint
 
 ACCEPTANCE = {"eagle3": 0.78, "ngram": 0.45, "draft_model": 0.7}
 DRAFT_MS_PER_TOKEN = {"eagle3": 0.35, "ngram": 0.0, "draft_model": 1.2}

@@ -7,7 +7,8 @@ from pathlib import Path
 import yaml
 
 from spectune.config import load_document
-from spectune.study import evaluate_metrics, is_tie, space_from_document
+from spectune.study import evaluate_metrics, space_from_document
+from spectune.study._recommend import is_tie
 
 ROWS = [(1, 0, 6.0), (64, 0, 7.4), (1, 2, 6.9), (64, 2, 12.4), (1, 4, 7.8), (64, 4, 17.8)]
 

@@ -12,8 +12,10 @@ from pathlib import Path
 from study_doubles import SyntheticEvaluator
 
 from spectune.config import StudyMetrics, load_document
-from spectune.export import recommended_yaml, trials_csv
-from spectune.study import Combo, document_fingerprint, load_outcome, run_study, space_from_document
+from spectune.export._artefacts import recommended_yaml
+from spectune.export._tables import trials_csv
+from spectune.study import document_fingerprint, load_outcome, run_study, space_from_document
+from spectune.study._space import Combo
 
 DATA = Path(__file__).parent / "data"
 EAGLE = Combo("eagle3", "standard", "greedy")

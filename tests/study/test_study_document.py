@@ -8,7 +8,8 @@ import pytest
 
 from spectune.config import SimulationDocument, load_document
 from spectune.errors import DocumentError
-from spectune.study import document_fingerprint, simulation_document, space_from_document
+from spectune.study import document_fingerprint, space_from_document
+from spectune.study._document import simulation_document
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,9 @@ import pytest
 from study_doubles import SyntheticEvaluator, make_point, make_space
 
 from spectune.config import SpeculativeConfig, StudyMetrics
-from spectune.study import Constraint, Point, choose_in_bucket, evaluate_metrics, merge_schedule, recommend
+from spectune.study import Point, evaluate_metrics, recommend
+from spectune.study._recommend import choose_in_bucket, merge_schedule
+from spectune.study._space import Constraint
 
 SPACE = make_space(batch_sizes=(1, 8, 32, 128), max_k=6)
 
@@ -133,7 +135,7 @@ def test_comparison_noise_is_the_acceptance_noise_of_the_counters():
 
     import numpy as np
 
-    from spectune.study import comparison_noise
+    from spectune.study._records import comparison_noise
 
     conditional = [0.8, 0.7, 0.6, 0.5]
     rng = np.random.default_rng(0)

@@ -21,9 +21,11 @@ from study_doubles import EnvironmentEvaluator, SyntheticEvaluator, fingerprint,
 
 from spectune._spawn import started_workers
 from spectune.errors import SpectuneError
-from spectune.study import load_outcome, open_storage, run_study, search_space
+from spectune.study import load_outcome, run_study
 from spectune.study._records import ATTR_OWNER
 from spectune.study._runner import BATCH_POINTS
+from spectune.study._sampler import search_space
+from spectune.study._storage import open_storage
 
 HERE = Path(__file__).resolve().parent
 
@@ -425,7 +427,7 @@ def test_a_graceful_stop_lets_every_worker_finish_its_running_trial(tmp_path):
 
 
 def test_a_trial_stores_every_kept_metric_in_the_records_order(tmp_path):
-    from spectune.config import STUDY_METRICS
+    from spectune.config._metrics import STUDY_METRICS
 
     space = make_space(batch_sizes=(8,), max_k=2, methods=("ngram",))
     storage = str(tmp_path / "s.journal")

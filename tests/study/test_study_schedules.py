@@ -12,16 +12,15 @@ from study_doubles import PlantedEvaluator, SyntheticEvaluator, fingerprint, mak
 
 from spectune.study import (
     SearchState,
-    bucket_tie_set,
     evaluate_metrics,
     load_outcome,
-    monotone_ks,
     recommend,
     run_study,
     structured_converged,
     structured_next_point,
     structured_next_points,
 )
+from spectune.study._recommend import bucket_tie_set, monotone_ks
 
 EAGLE = "eagle3/standard/greedy"
 

@@ -3,7 +3,8 @@
 import pytest
 from study_doubles import make_space
 
-from spectune.study import Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
+from spectune.study import Point, StudySpace
+from spectune.study._space import Candidate, Combo, Constraint, bucket_ranges
 
 
 def test_points_are_distinct_and_k0_is_one_point_per_bucket():

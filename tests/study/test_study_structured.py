@@ -8,13 +8,12 @@ from spectune.study import (
     SearchState,
     _structured,
     evaluate_metrics,
-    next_k,
-    next_ks,
     recommend,
     structured_converged,
     structured_next_point,
     structured_next_points,
 )
+from spectune.study._structured import next_k, next_ks
 
 KS = tuple(range(0, 11))
 
@@ -115,7 +114,7 @@ def test_search_continues_past_convergence_until_every_point_is_taken():
 
 
 def test_slo_steers_the_search_to_feasible_k():
-    from spectune.study import Constraint
+    from spectune.study._space import Constraint
 
     limit = 6.0  # p99 TPOT (ms) of the double: met only with enough accepted tokens per step at bs 8
     space = make_space(

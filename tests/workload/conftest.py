@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from spectune.config import LengthDistribution, LengthsCsv, TemperatureShare, WorkloadConfig, read_mapping
+from spectune.config import LengthDistribution, WorkloadConfig, read_mapping
 from spectune.config._messages import problems_from_validation_error
+from spectune.config._workload import LengthsCsv, TemperatureShare
 from spectune.errors import Problem
 
 

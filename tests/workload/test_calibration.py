@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from spectune.workload import calibrate_knob
-from spectune.workload._calibration import cached_family_base
+from spectune.workload._calibration import cached_family_base, calibrate_knob
 from spectune.workload._pair_family import draft_samples, expected_acceptance, pair_rows
 
 V = 1024

@@ -200,7 +200,7 @@ def test_closed_loop_above_max_num_seqs_and_too_few_requests_are_noticed(load_wo
 
 
 def test_model_built_in_python_warns_instead_of_collecting_notices():
-    from spectune.config import SpectuneNotice
+    from spectune.config._base import SpectuneNotice
 
     with pytest.warns(SpectuneNotice, match="exceeds max_num_seqs"):
         WorkloadConfig(concurrency=300, num_requests=1000, prompt_tokens=5, output_tokens=5, temperature=0.0)

@@ -1,34 +1,23 @@
-"""What the simulation runs on: the GPU, the target model and the drafter, by preset name or explicit.
-
-Each of ``GpuSpec``, ``TargetModelSpec`` and ``DrafterSpec`` reads three forms:
-
-- a preset name: ``gpu: h100-sxm`` (case, ``_`` and spaces are forgiven: ``H100_SXM`` works);
-- a preset with overrides: ``{preset: h100-sxm, achievable_bandwidth_fraction: 0.9}``;
-- fully explicit: every field given, no ``preset``.
+"""The served (target) model and the drafter, by preset name, preset with overrides, or explicit.
 
 Presets fill the fields; the validated model always carries every number, so downstream code never
-looks a preset up again. Preset numbers come from vendor datasheets (GPUs) and the models' published
-``config.json`` files (targets, draft models); drafter heads are sized from their target's shape. The
-achievable fractions of bandwidth and compute are nominal, not measurements: see ``spectune.cost``.
+looks a preset up again. Preset numbers come from the models' published ``config.json`` files
+(targets, draft models); drafter heads are sized from their target's shape.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, GetJsonSchemaHandler, ValidationInfo, model_validator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
+from spectune.config._base import SpectuneModel, check_rules, notify
 from spectune.config._hardware_presets import (
     DRAFTER_PRESETS,
-    GPU_PRESETS,
     TARGET_MODEL_PRESETS,
     DrafterPresetName,
-    GpuPresetName,
     TargetModelPresetName,
     active_mlp_width,
     default_drafter_preset,
@@ -36,151 +25,25 @@ from spectune.config._hardware_presets import (
     head_drafter_fields,
     layer_parameters,
 )
+from spectune.config._preset_forms import expand_preset, schema_with_name_forms
 from spectune.config._speculative import Method
 from spectune.config._workload import MAX_SEQUENCE_TOKENS
 from spectune.errors import SpectuneError
 
 __all__ = [
     "DRAFTER_PRESET_NAMES",
-    "GPU_PRESET_NAMES",
     "TARGET_MODEL_PRESET_NAMES",
     "DrafterSpec",
     "DraftingMode",
-    "GpuSpec",
-    "HardwareConfig",
     "TargetModelSpec",
     "default_drafter",
     "default_drafter_preset",
-    "deployment_problems",
-    "kv_cache_capacity_tokens",
 ]
 
 DraftingMode = Literal["sequential", "parallel", "lookup"]
 
-GPU_PRESET_NAMES: tuple[str, ...] = tuple(GPU_PRESETS)
 TARGET_MODEL_PRESET_NAMES: tuple[str, ...] = tuple(TARGET_MODEL_PRESETS)
 DRAFTER_PRESET_NAMES: tuple[str, ...] = tuple(DRAFTER_PRESETS)
-
-
-def _normalise_preset(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(" ", "-")
-
-
-def _expand_preset(data: Any, presets: Mapping[str, Mapping[str, Any]]) -> Any:
-    """A preset name, or a mapping with ``preset``, becomes the preset's fields under the given overrides."""
-    bare = isinstance(data, str)
-    if bare:
-        data = {"preset": data}
-    if not isinstance(data, dict) or not isinstance(data.get("preset"), str):
-        return data
-    given = data["preset"]
-    key = _normalise_preset(given)
-    if key not in presets:
-        where: tuple[str | int, ...] = () if bare else ("preset",)
-        choices = ", ".join(presets)
-        raise RuleViolations([(where, f"must be a preset name ({choices}) or a mapping of fields, got {given!r}")])
-    overrides = {name: value for name, value in data.items() if name != "preset"}
-    return {**presets[key], **overrides, "preset": key}
-
-
-def schema_with_name_forms(
-    core_schema: CoreSchema, handler: GetJsonSchemaHandler, names: Iterable[str], *, overrides: bool = True
-) -> JsonSchemaValue:
-    """JSON Schema for a model that also reads a bare name: the name, [a preset with overrides,] every field."""
-    explicit = dict(handler.resolve_ref_schema(handler(core_schema)))
-    forms = [{"type": "string", "enum": list(names)}]
-    if overrides:
-        forms.append({**explicit, "required": ["preset"]})
-    forms.append(explicit)
-    return {"title": explicit.get("title"), "description": explicit.get("description"), "anyOf": forms}
-
-
-class GpuSpec(SpectuneModel):
-    """One GPU: HBM bandwidth, dense BF16 tensor-core throughput, memory, and how much of each is reachable."""
-
-    preset: GpuPresetName | None = Field(
-        default=None, description=f"GPU preset that filled the fields not given: {', '.join(GPU_PRESETS)}."
-    )
-    name: str = Field(min_length=1, max_length=200, description="Display name.")
-    hbm_bandwidth_bytes_per_s: float = Field(gt=0, description="Peak HBM bandwidth (bytes/s).")
-    dense_bf16_flops: float = Field(gt=0, description="Peak dense (no sparsity) BF16 tensor throughput (FLOP/s).")
-    dense_fp8_flops: float | None = Field(
-        default=None,
-        gt=0,
-        description="Peak dense (no sparsity) FP8 tensor throughput (FLOP/s): what 1-byte (FP8) weights multiply at. "
-        "None: the GPU has no FP8 tensor cores and FP8 weights are widened to BF16 for the product.",
-    )
-    memory_bytes: float = Field(gt=0, description="HBM capacity (bytes).")
-    interconnect_bandwidth_bytes_per_s: float = Field(
-        gt=0, description="GPU-to-GPU bandwidth per direction for tensor-parallel all-reduce (bytes/s)."
-    )
-    achievable_bandwidth_fraction: float = Field(
-        default=0.8, gt=0, le=1, description="Fraction of peak HBM bandwidth that decode kernels reach (fraction)."
-    )
-    achievable_compute_fraction: float = Field(
-        default=0.7, gt=0, le=1, description="Fraction of peak BF16 throughput that GEMMs reach (fraction)."
-    )
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return schema_with_name_forms(core_schema, handler, GPU_PRESETS)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_from_preset(cls, data: Any) -> Any:
-        return _expand_preset(data, GPU_PRESETS)
-
-    @property
-    def effective_bandwidth_bytes_per_s(self) -> float:
-        """Bandwidth the roofline uses (bytes/s)."""
-        return self.hbm_bandwidth_bytes_per_s * self.achievable_bandwidth_fraction
-
-    @property
-    def effective_flops(self) -> float:
-        """Throughput the roofline uses (FLOP/s)."""
-        return self.dense_bf16_flops * self.achievable_compute_fraction
-
-    @property
-    def effective_fp8_flops(self) -> float:
-        """Throughput the roofline uses for the GEMMs of 1-byte weights (FLOP/s; the BF16 one without FP8 cores)."""
-        peak = self.dense_fp8_flops if self.dense_fp8_flops is not None else self.dense_bf16_flops
-        return peak * self.achievable_compute_fraction
-
-    @property
-    def ridge_point_flop_per_byte(self) -> float:
-        """Arithmetic intensity above which a kernel is compute-bound (FLOP/byte)."""
-        return self.effective_flops / self.effective_bandwidth_bytes_per_s
-
-
-class HardwareConfig(SpectuneModel):
-    """The GPUs of one deployment. A bare preset name (``hardware: h200``) means one such GPU."""
-
-    gpu: GpuSpec = Field(description="The GPU model (a preset name, a preset with overrides, or explicit).")
-    num_gpus: int = Field(
-        default=1,
-        ge=1,
-        le=4096,
-        description="GPUs serving the deployment (GPUs); a multiple of the target's tensor_parallel_size.",
-    )
-    allreduce_latency_s: float = Field(
-        default=5e-6, ge=0, le=1e-2, description="Fixed latency of one tensor-parallel all-reduce (seconds)."
-    )
-    gpu_memory_utilization: float = Field(
-        default=0.9,
-        gt=0,
-        le=1,
-        description="vLLM's --gpu-memory-utilization: the fraction of each GPU's memory vLLM may use; what "
-        "weights leave of it holds the KV cache (fraction).",
-    )
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return schema_with_name_forms(core_schema, handler, GPU_PRESETS, overrides=False)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _bare_gpu(cls, data: Any) -> Any:
-        return {"gpu": data} if isinstance(data, str) else data
 
 
 class TargetModelSpec(SpectuneModel):
@@ -248,7 +111,7 @@ class TargetModelSpec(SpectuneModel):
     @model_validator(mode="before")
     @classmethod
     def _fill_from_preset(cls, data: Any) -> Any:
-        return _expand_preset(data, TARGET_MODEL_PRESETS)
+        return expand_preset(data, TARGET_MODEL_PRESETS)
 
     @model_validator(mode="after")
     def _check_shape(self, info: ValidationInfo) -> TargetModelSpec:
@@ -421,7 +284,7 @@ class DrafterSpec(SpectuneModel):
     @model_validator(mode="before")
     @classmethod
     def _fill_from_preset(cls, data: Any) -> Any:
-        data = _expand_preset(data, DRAFTER_PRESETS)
+        data = expand_preset(data, DRAFTER_PRESETS)
         if isinstance(data, dict) and data.get("drafting") is None and isinstance(data.get("method"), str):
             mode = drafting_mode(data["method"])
             if mode is not None:
@@ -521,103 +384,3 @@ def _has_preset_shape(target_model: TargetModelSpec, preset: str) -> bool:
 
 _DRAFT_LLM_TARGETS = tuple(name for name in TARGET_MODEL_PRESETS if name not in ("deepseek-v3", "gemma-4-31b"))
 _SORTED_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "dflash", "dspark", "ngram", "ngram_gpu", "suffix")
-_GB = 1e9
-
-
-def deployment_problems(
-    hardware: HardwareConfig,
-    target_model: TargetModelSpec,
-    drafter: DrafterSpec | None = None,
-    *,
-    paths: tuple[str, str, str] = ("hardware", "target_model", "drafter"),
-) -> list[tuple[tuple[str | int, ...], str]]:
-    """Rules that tie hardware, target and drafter together, as ``(field path, message)`` pairs.
-
-    A document that holds all three calls ``check_rules(deployment_problems(...))`` from its
-    ``model_validator(mode="after")``; ``paths`` names the three fields in that document.
-    """
-    hw, tgt, dft = ((name,) for name in paths)
-    problems: list[tuple[tuple[str | int, ...], str]] = []
-    tp = target_model.tensor_parallel_size
-    if hardware.num_gpus % tp:
-        problems.append(
-            (
-                hw + ("num_gpus",),
-                f"must be a multiple of target_model.tensor_parallel_size ({tp}), got {hardware.num_gpus}",
-            )
-        )
-    memory = hardware.gpu.memory_bytes
-    target_bytes = target_model.num_parameters * target_model.bytes_per_parameter / tp
-    draft_bytes = 0.0
-    if drafter is not None:
-        draft_tp = drafter.tensor_parallel_size or tp
-        draft_bytes = drafter.num_parameters * drafter.bytes_per_parameter / draft_tp
-        if draft_tp not in (1, tp):
-            problems.append(
-                (
-                    dft + ("tensor_parallel_size",),
-                    f"must be 1 or the target's tensor_parallel_size ({tp}) as vLLM requires, got {draft_tp}",
-                )
-            )
-        if drafter.method in _HEAD_METHODS_NEEDING_TARGET_WIDTH and drafter.hidden_size != target_model.hidden_size:
-            problems.append(
-                (
-                    dft + ("hidden_size",),
-                    f"a {drafter.method} drafter reads the target's hidden states, so it must "
-                    f"be the target's hidden_size ({target_model.hidden_size}), got {drafter.hidden_size}",
-                )
-            )
-    if target_bytes + draft_bytes > memory:
-        problems.append(
-            (
-                tgt + ("tensor_parallel_size",),
-                f"weights need {(target_bytes + draft_bytes) / _GB:.1f} GB per GPU "
-                f"(target at TP {tp}{' plus drafter' if draft_bytes else ''}), more than the {memory / _GB:.0f} GB of "
-                f"{hardware.gpu.name}; raise tensor_parallel_size, got {tp}",
-            )
-        )
-    elif kv_cache_capacity_tokens(hardware, target_model, drafter) < 1:
-        usable = hardware.gpu_memory_utilization * memory
-        problems.append(
-            (
-                hw + ("gpu_memory_utilization",),
-                f"leaves no KV cache: {usable / _GB:.1f} GB per GPU usable, weights "
-                f"take {(target_bytes + draft_bytes) / _GB:.1f} GB (vLLM refuses to start); raise it or "
-                f"target_model.tensor_parallel_size, got {hardware.gpu_memory_utilization}",
-            )
-        )
-    return problems
-
-
-def kv_cache_capacity_tokens(
-    hardware: HardwareConfig, target_model: TargetModelSpec, drafter: DrafterSpec | None = None
-) -> int:
-    """Tokens one replica's KV cache holds: per GPU, what ``gpu_memory_utilization`` leaves after the weights.
-
-    Every GPU of the replica holds the same blocks (its share of the KV heads of every layer, target and
-    neural drafter), so the GPU with the most weights -- the one running a TP-1 drafter -- sets the
-    capacity. Activations and CUDA graphs are not subtracted: this is an upper bound on what vLLM
-    reports as "GPU KV cache size".
-    """
-    tp = target_model.tensor_parallel_size
-    weights = target_model.num_parameters * target_model.bytes_per_parameter / tp
-    per_token = (
-        2
-        * target_model.num_hidden_layers
-        * math.ceil(target_model.num_key_value_heads / tp)
-        * (target_model.head_dim * target_model.kv_cache_bytes_per_element)
-    )
-    if drafter is not None and drafter.drafting != "lookup":
-        draft_tp = drafter.tensor_parallel_size or tp
-        weights += drafter.num_parameters * drafter.bytes_per_parameter / draft_tp
-        per_token += (
-            2
-            * drafter.num_hidden_layers
-            * math.ceil(drafter.num_key_value_heads / draft_tp)
-            * (drafter.head_dim * drafter.kv_cache_bytes_per_element)
-        )
-    free = hardware.gpu_memory_utilization * hardware.gpu.memory_bytes - weights
-    return max(int(free // per_token), 0)
-
-
-_HEAD_METHODS_NEEDING_TARGET_WIDTH = ("eagle", "eagle3", "mtp", "dflash", "dspark")
