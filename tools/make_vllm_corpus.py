@@ -20,6 +20,9 @@ DRAFT = "meta-llama/Llama-3.2-1B-Instruct"
 OTHER_VOCAB = "Qwen/Qwen3-0.6B"
 DFLASH = "z-lab/Llama-3.1-8B-Instruct-DFlash-b16"
 DSPARK = "deepseek-ai/dspark_qwen3_8b_block7"
+# A tiny DSpark draft checked in beside the corpus (paths are relative to the repository root, the working
+# directory of both the oracle and the test, as vLLM resolves them).
+LOCAL_DSPARK = "tests/data/vllm-models/dspark_qwen3_8b_block7"
 MODEL_OF = {"eagle": EAGLE, "eagle3": EAGLE3, "draft_model": DRAFT, "dflash": DFLASH, "dspark": DSPARK}
 TABLE = [[1, 16, 4], [17, 64, 2], [65, 256, 0]]
 
@@ -74,28 +77,53 @@ def cases() -> dict[str, dict[str, Any]]:
     out["k-missing-ngram"] = {"method": "ngram"}
     out["k-missing-suffix"] = {"method": "suffix"}
     out["k-missing-suffix-tree-depth"] = {"method": "suffix", "suffix_decoding_max_tree_depth": 8}
-    out["k-missing-dspark-block-size"] = {"method": "dspark", "model": DSPARK}
+    # vLLM reads the draft's block_size from its config.json; a local folder lets spectune read it too
+    out["k-missing-dspark-block-size"] = {"method": "dspark", "model": LOCAL_DSPARK}
     out["k-missing-dspark-no-model"] = {"method": "dspark"}
     out["k-null-suffix"] = {"method": "suffix", "num_speculative_tokens": None}
     # synthetic forms
-    out["synthetic-rates"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, 0.4])
-    out["synthetic-rates-ngram"] = _method("ngram", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.5, 0.3, 0.1])
-    out["synthetic-rates-wrong-length"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6])
-    out["synthetic-rates-increasing"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.5, 0.6, 0.4])
-    out["synthetic-rates-above-one"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[1.2, 0.6, 0.4])
-    out["synthetic-rates-negative"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, -0.1])
+    out["synthetic-rates"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, 0.4]
+    )
+    out["synthetic-rates-ngram"] = _method(
+        "ngram", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.5, 0.3, 0.1]
+    )
+    out["synthetic-rates-wrong-length"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6]
+    )
+    out["synthetic-rates-increasing"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.5, 0.6, 0.4]
+    )
+    out["synthetic-rates-above-one"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[1.2, 0.6, 0.4]
+    )
+    out["synthetic-rates-negative"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, -0.1]
+    )
     out["synthetic-length"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=2.6)
-    out["synthetic-length-k-plus-one"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=4.0)
-    out["synthetic-length-above"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=4.5)
-    out["synthetic-length-below-one"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=0.5)
+    out["synthetic-length-k-plus-one"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=4.0
+    )
+    out["synthetic-length-above"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=4.5
+    )
+    out["synthetic-length-below-one"] = _method(
+        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=0.5
+    )
     out["synthetic-both-forms"] = _method(
-        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.8, 0.6, 0.4], synthetic_acceptance_length=2.0
+        "eagle",
+        rejection_sample_method="synthetic",
+        synthetic_acceptance_rates=[0.8, 0.6, 0.4],
+        synthetic_acceptance_length=2.0,
     )
     out["synthetic-no-form"] = _method("eagle", rejection_sample_method="synthetic")
     out["synthetic-rates-without-rule"] = _method("eagle", synthetic_acceptance_rates=[0.8, 0.6, 0.4])
     out["synthetic-length-without-rule"] = _method("eagle", synthetic_acceptance_length=2.0)
     out["synthetic-table"] = _method(
-        "eagle", rejection_sample_method="synthetic", synthetic_acceptance_length=2.0, num_speculative_tokens_per_batch_size=[[1, 8, 3], [9, 256, 1]]
+        "eagle",
+        rejection_sample_method="synthetic",
+        synthetic_acceptance_length=2.0,
+        num_speculative_tokens_per_batch_size=[[1, 8, 3], [9, 256, 1]],
     )
     # legacy (early-2026) forms and V0 keys
     out["legacy-mean-rate"] = _method("eagle", rejection_sample_method="synthetic", synthetic_acceptance_rate=0.6)
@@ -108,33 +136,69 @@ def cases() -> dict[str, dict[str, Any]]:
     out["legacy-ngram-prompt-lookup-max"] = _method("ngram", ngram_prompt_lookup_max=4)
     out["unknown-key"] = _method("eagle", draft_temperature=0.5)
     # K tables
-    out["table-gap"] = _method("eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[1, 8, 4], [33, 256, 1]])
-    out["table-overlap"] = _method("eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[1, 16, 4], [16, 256, 1]])
-    out["table-first-row-not-one"] = _method("eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[2, 16, 4], [17, 256, 1]])
-    out["table-clamped"] = _method("eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 16, 5], [17, 256, 1]])
-    out["table-k-zero-row"] = _method("eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 128, 3], [129, 512, 0]])
-    out["table-all-zero"] = _method("eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 256, 0]])
-    out["table-negative-k"] = _method("eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 16, -1]])
-    out["table-start-zero"] = _method("eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[0, 16, 3]])
-    out["table-end-before-start"] = _method("eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 16, 3], [40, 20, 1]])
+    out["table-gap"] = _method(
+        "eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[1, 8, 4], [33, 256, 1]]
+    )
+    out["table-overlap"] = _method(
+        "eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[1, 16, 4], [16, 256, 1]]
+    )
+    out["table-first-row-not-one"] = _method(
+        "eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[2, 16, 4], [17, 256, 1]]
+    )
+    out["table-clamped"] = _method(
+        "eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 16, 5], [17, 256, 1]]
+    )
+    out["table-k-zero-row"] = _method(
+        "eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 128, 3], [129, 512, 0]]
+    )
+    out["table-all-zero"] = _method(
+        "eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 256, 0]]
+    )
+    out["table-negative-k"] = _method(
+        "eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 16, -1]]
+    )
+    out["table-start-zero"] = _method(
+        "eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[0, 16, 3]]
+    )
+    out["table-end-before-start"] = _method(
+        "eagle", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 16, 3], [40, 20, 1]]
+    )
     out["table-empty"] = _method("eagle", num_speculative_tokens_per_batch_size=[])
-    out["table-unsorted"] = _method("eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[17, 256, 2], [1, 16, 4]])
+    out["table-unsorted"] = _method(
+        "eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=[[17, 256, 2], [1, 16, 4]]
+    )
     out["table-short-row"] = _method("eagle", num_speculative_tokens_per_batch_size=[[1, 16]])
     out["table-past-max-num-seqs"] = _method("eagle", num_speculative_tokens_per_batch_size=[[1, 4096, 3]])
     out["table-single-row"] = _method("eagle", num_speculative_tokens_per_batch_size=[[1, 1, 3]])
     out["table-adaptive"] = _method(
-        "eagle", num_speculative_tokens=4, num_speculative_tokens_per_batch_size=TABLE, enable_adaptive_verification=True
+        "eagle",
+        num_speculative_tokens=4,
+        num_speculative_tokens_per_batch_size=TABLE,
+        enable_adaptive_verification=True,
     )
     # FLy
     out["fly"] = _method("eagle", num_speculative_tokens=4, rejection_sample_method="fly")
     out["fly-fields"] = _method(
-        "eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_window_size=3, fly_entropy_threshold=0.5, fly_entropy_top_k=5
+        "eagle",
+        num_speculative_tokens=4,
+        rejection_sample_method="fly",
+        fly_window_size=3,
+        fly_entropy_threshold=0.5,
+        fly_entropy_top_k=5,
     )
     out["fly-k-1"] = _method("eagle", num_speculative_tokens=1, rejection_sample_method="fly")
-    out["fly-window-equal-k"] = _method("eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_window_size=4)
-    out["fly-window-zero"] = _method("eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_window_size=0)
-    out["fly-top-k-zero"] = _method("eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_entropy_top_k=0)
-    out["fly-threshold-negative"] = _method("eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_entropy_threshold=-0.1)
+    out["fly-window-equal-k"] = _method(
+        "eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_window_size=4
+    )
+    out["fly-window-zero"] = _method(
+        "eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_window_size=0
+    )
+    out["fly-top-k-zero"] = _method(
+        "eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_entropy_top_k=0
+    )
+    out["fly-threshold-negative"] = _method(
+        "eagle", num_speculative_tokens=4, rejection_sample_method="fly", fly_entropy_threshold=-0.1
+    )
     out["fly-fields-without-fly"] = _method("eagle", num_speculative_tokens=4, fly_window_size=2)
     out["fly-ngram"] = _method("ngram", num_speculative_tokens=4, rejection_sample_method="fly")
     out["fly-k-above-64"] = _method("eagle", num_speculative_tokens=80, rejection_sample_method="fly")
@@ -158,8 +222,17 @@ def cases() -> dict[str, dict[str, Any]]:
     out["index-share-eagle"] = _method("eagle", index_share_for_mtp_iteration=True)
     out["xpress-topc-dflash"] = _method("dflash", xpress_topc=4)
     # dashed keys and null values
-    out["dashed-keys"] = {"method": "eagle", "model": EAGLE, "num-speculative-tokens": 3, "rejection-sample-method": "block"}
-    out["dashed-table"] = {"method": "ngram", "num-speculative-tokens": 4, "num-speculative-tokens-per-batch-size": TABLE}
+    out["dashed-keys"] = {
+        "method": "eagle",
+        "model": EAGLE,
+        "num-speculative-tokens": 3,
+        "rejection-sample-method": "block",
+    }
+    out["dashed-table"] = {
+        "method": "ngram",
+        "num-speculative-tokens": 4,
+        "num-speculative-tokens-per-batch-size": TABLE,
+    }
     out["null-method-eagle"] = {"method": None, "model": EAGLE, "num_speculative_tokens": 3}
     out["null-method-draft"] = {"method": None, "model": DRAFT, "num_speculative_tokens": 3}
     out["null-model-ngram"] = {"method": "ngram", "model": None, "num_speculative_tokens": 3}
@@ -181,7 +254,11 @@ def cases() -> dict[str, dict[str, Any]]:
     ):
         out[f"infer-{label}"] = {"model": model, "num_speculative_tokens": 3}
     out["infer-eagle-adaptive"] = {"model": EAGLE, "num_speculative_tokens": 3, "enable_adaptive_verification": True}
-    out["infer-eagle3-probabilistic"] = {"model": EAGLE3, "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}
+    out["infer-eagle3-probabilistic"] = {
+        "model": EAGLE3,
+        "num_speculative_tokens": 3,
+        "draft_sample_method": "probabilistic",
+    }
     # methods without a model
     for method in ("eagle", "eagle3", "draft_model", "dflash"):
         out[f"no-model-{method}"] = {"method": method, "num_speculative_tokens": 3}
@@ -191,15 +268,28 @@ def cases() -> dict[str, dict[str, Any]]:
     out["parallel-drafting-eagle-block"] = _method(
         "eagle", parallel_drafting=True, rejection_sample_method="block", draft_sample_method="probabilistic"
     )
-    out["parallel-drafting-eagle-table"] = _method("eagle", num_speculative_tokens=4, parallel_drafting=True, num_speculative_tokens_per_batch_size=TABLE)
-    out["parallel-drafting-eagle-adaptive"] = _method("eagle", parallel_drafting=True, enable_adaptive_verification=True)
+    out["parallel-drafting-eagle-table"] = _method(
+        "eagle", num_speculative_tokens=4, parallel_drafting=True, num_speculative_tokens_per_batch_size=TABLE
+    )
+    out["parallel-drafting-eagle-adaptive"] = _method(
+        "eagle", parallel_drafting=True, enable_adaptive_verification=True
+    )
     out["suffix-block"] = _method("suffix", rejection_sample_method="block", draft_sample_method="probabilistic")
     # heterogeneous vocabularies (a draft_model whose vocabulary differs from the target's without the flag
     # is refused by comparing the two checkpoints, speculative.py:2036-2055, which a config alone cannot show)
-    out["heterogeneous-vocab"] = {"method": "draft_model", "model": OTHER_VOCAB, "num_speculative_tokens": 3, "use_heterogeneous_vocab": True}
+    out["heterogeneous-vocab"] = {
+        "method": "draft_model",
+        "model": OTHER_VOCAB,
+        "num_speculative_tokens": 3,
+        "use_heterogeneous_vocab": True,
+    }
     out["heterogeneous-vocab-eagle"] = _method("eagle", use_heterogeneous_vocab=True)
-    out["heterogeneous-vocab-probabilistic"] = _method("draft_model", use_heterogeneous_vocab=True, draft_sample_method="probabilistic")
-    out["heterogeneous-vocab-local-argmax"] = _method("draft_model", use_heterogeneous_vocab=True, use_local_argmax_reduction=True)
+    out["heterogeneous-vocab-probabilistic"] = _method(
+        "draft_model", use_heterogeneous_vocab=True, draft_sample_method="probabilistic"
+    )
+    out["heterogeneous-vocab-local-argmax"] = _method(
+        "draft_model", use_heterogeneous_vocab=True, use_local_argmax_reduction=True
+    )
     # prompt lookup, tensor parallelism, suffix knobs, secondary fields
     out["ngram-lookup"] = _method("ngram", prompt_lookup_min=2, prompt_lookup_max=4)
     out["ngram-lookup-max-only"] = _method("ngram", prompt_lookup_max=3)
@@ -212,7 +302,11 @@ def cases() -> dict[str, dict[str, Any]]:
     out["draft-tp-1"] = _method("eagle", draft_tensor_parallel_size=1)
     out["draft-tp-zero"] = _method("eagle", draft_tensor_parallel_size=0)
     out["suffix-knobs"] = _method(
-        "suffix", suffix_decoding_max_tree_depth=16, suffix_decoding_max_cached_requests=100, suffix_decoding_max_spec_factor=2.0, suffix_decoding_min_token_prob=0.2
+        "suffix",
+        suffix_decoding_max_tree_depth=16,
+        suffix_decoding_max_cached_requests=100,
+        suffix_decoding_max_spec_factor=2.0,
+        suffix_decoding_min_token_prob=0.2,
     )
     out["suffix-min-prob-above-one"] = _method("suffix", suffix_decoding_min_token_prob=1.5)
     out["suffix-tree-depth-zero"] = _method("suffix", suffix_decoding_max_tree_depth=0)

@@ -37,9 +37,9 @@ import json
 import logging
 import os
 import re
-import typing
 import sys
 import tempfile
+import typing
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -102,12 +102,17 @@ MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs on a GPU: the dense K lookup's
 _FIELD_OF_MESSAGE = [
     (r"Batch-size|batch-size|num_speculative_tokens_per_batch_size", ["num_speculative_tokens_per_batch_size"]),
     (r"without speculative model|requires 'model'", ["model", "num_speculative_tokens", "method"]),
-    (r"num_speculative_tokens|n_predict", ["num_speculative_tokens"]),
     (r"tensor_parallel_size' is not a valid", ["tensor_parallel_size"]),
     (r"draft_tensor_parallel_size", ["draft_tensor_parallel_size"]),
     (r"prompt_lookup", ["prompt_lookup_min", "prompt_lookup_max"]),
-    (r"synthetic_acceptance_rates / synthetic_acceptance_length", ["synthetic_acceptance_rates", "synthetic_acceptance_length", "rejection_sample_method"]),
-    (r"synthetic_acceptance|synthetic", ["synthetic_acceptance_rates", "synthetic_acceptance_length", "rejection_sample_method"]),
+    (
+        r"synthetic_acceptance_rates / synthetic_acceptance_length",
+        ["synthetic_acceptance_rates", "synthetic_acceptance_length", "rejection_sample_method"],
+    ),
+    (
+        r"synthetic_acceptance|synthetic",
+        ["synthetic_acceptance_rates", "synthetic_acceptance_length", "rejection_sample_method"],
+    ),
     (r"use_heterogeneous_vocab only works", ["use_heterogeneous_vocab", "method"]),
     (r"use_heterogeneous_vocab currently only supports greedy", ["draft_sample_method", "use_heterogeneous_vocab"]),
     (r"use_heterogeneous_vocab is not compatible", ["use_local_argmax_reduction", "use_heterogeneous_vocab"]),
@@ -131,6 +136,7 @@ _FIELD_OF_MESSAGE = [
     (r"heterogeneous-vocabulary", ["use_heterogeneous_vocab"]),
     (r"speculative method 'suffix'", ["method"]),
     (r"speculative method 'custom_class'", ["method", "model"]),
+    (r"num_speculative_tokens|n_predict", ["num_speculative_tokens"]),
 ]
 
 

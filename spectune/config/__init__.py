@@ -90,6 +90,7 @@ from spectune.config._trtllm import (
     is_trtllm_options,
     load_trtllm_options,
 )
+from spectune.config._vllm_rules import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
 from spectune.config._workload import (
     MAX_SEQUENCE_TOKENS,
     MAX_TEMPERATURES,
@@ -186,4 +187,6 @@ __all__ = [
     "read_step_time_table",
     "unconditional_to_conditional",
     "validate_source",
+    "DEFAULT_VLLM_VERSION",
+    "VLLM_VERSIONS",
 ]

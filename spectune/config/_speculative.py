@@ -14,6 +14,8 @@ size in a gap between rows, or past the last row, takes the previous row's K; an
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
@@ -25,6 +27,7 @@ from spectune.config._rates import (
     mean_rate_to_decay,
     unconditional_to_conditional,
 )
+from spectune.config._vllm_rules import v1_fallback_reasons, v1_refusals, vllm_version
 
 __all__ = [
     "FIELDS_ADDED_FOR_VLLM_0_33",
@@ -45,7 +48,8 @@ FIELDS_ADDED_FOR_VLLM_0_33 = (
     "index_share_for_mtp_iteration",
 )
 
-# Simulation cost grows with K and nobody serves with more; vLLM's V1 buffers stop at 128.
+# The largest K the simulator runs (its cost grows with K). vLLM has no upper bound (V2 sets none; V1's
+# sampler asserts 128 at run time), so a larger K validates and only simulate/study refuse it.
 MAX_NUM_SPECULATIVE_TOKENS = 64
 # vLLM's defaults for a config without K: suffix decoding's tree depth caps K; an MTP checkpoint's
 # n_predict (num_nextn_predict_layers) is 1 in DeepSeek-V3, Qwen3-Next, GLM-4.5 and MiMo.
@@ -59,6 +63,7 @@ METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 # drafting or block verification to use.
 _DISTRIBUTION_FREE_METHODS = {"ngram", "ngram_gpu", "suffix"}
 _PROMPT_LOOKUP_METHODS = {"ngram", "ngram_gpu"}
+_NEEDS_MODEL = {"eagle", "eagle3", "draft_model", "dflash"}
 
 _REMOVED_METHODS = {
     "medusa": "removed in vLLM 0.33.0",
@@ -126,15 +131,16 @@ class SpeculativeFields(SpectuneModel):
     num_speculative_tokens: int | None = Field(
         default=None,
         ge=1,
-        le=MAX_NUM_SPECULATIVE_TOKENS,
-        description="K: draft tokens proposed and verified per step (tokens).",
+        description="K: draft tokens proposed and verified per step (tokens). No upper bound, as in vLLM; "
+        f"the simulator runs K <= {MAX_NUM_SPECULATIVE_TOKENS}.",
     )
-    rejection_sample_method: Literal["standard", "block", "synthetic"] = Field(
+    rejection_sample_method: Literal["standard", "block", "synthetic", "fly"] = Field(
         default="standard",
         description="Verification rule: 'standard' (Leviathan/Chen, token by token), 'block' (Sun et "
-        "al. 2024, joint over the block; gains only with probabilistic drafting), or 'synthetic' "
-        "(forced acceptance at given rates, a performance stand-in). Legacy 'strict' and "
-        "'probabilistic' are read as 'standard' with a deprecation notice.",
+        "al. 2024, joint over the block; gains only with probabilistic drafting), 'synthetic' "
+        "(forced acceptance at given rates, a performance stand-in) or 'fly' (vLLM's lossy FLy rule; "
+        "validates, not simulated). The early-2026 'strict' and 'probabilistic' are refused for vLLM 0.33.0 "
+        "and read as 'standard' for --vllm-version 0.32.",
     )
     draft_sample_method: Literal["greedy", "probabilistic"] = Field(
         default="greedy",
@@ -169,11 +175,16 @@ class SpeculativeFields(SpectuneModel):
         default=None, ge=1, le=64, description="Tensor parallelism of the drafter (GPUs); 1 or the target's."
     )
     prompt_lookup_min: int | None = Field(
-        default=None, ge=1, le=1024, description="ngram: shortest prompt n-gram to match (tokens)."
+        default=None, ge=1, description="ngram: shortest prompt n-gram to match (tokens)."
     )
     prompt_lookup_max: int | None = Field(
-        default=None, ge=1, le=1024, description="ngram: longest prompt n-gram to match (tokens)."
+        default=None, ge=1, description="ngram: longest prompt n-gram to match (tokens)."
     )
+    fly_window_size: int | None = Field(
+        default=None, ge=1, description="FLy: window (tokens), below K; vLLM's default min(6, K - 1)."
+    )
+    fly_entropy_threshold: float | None = Field(default=None, ge=0.0, description="FLy: entropy threshold (nats).")
+    fly_entropy_top_k: int | None = Field(default=None, ge=1, description="FLy: tokens in the entropy estimate.")
 
     # Secondary vLLM knobs: accepted so that real configs validate, not simulated.
     quantization: str | None = Field(default=None, description="Drafter quantization (vLLM name), not simulated.")
@@ -256,24 +267,36 @@ class SpeculativeFields(SpectuneModel):
             inferred = _infer_method(data["model"])
             data["method"] = inferred
             notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
-        if cls._fills_default_k and data.get("num_speculative_tokens") is None:
+        # Only an absent K takes a default: vLLM's field is an int, so an explicit null is refused.
+        if cls._fills_default_k and "num_speculative_tokens" not in data:
             _default_num_speculative_tokens(data, info)
         rule = data.get("rejection_sample_method")
         if isinstance(rule, str) and rule in _LEGACY_REJECTION_METHODS:
             draft_sampling = _LEGACY_REJECTION_METHODS[rule]
-            data["rejection_sample_method"] = "standard"
-            data.setdefault("draft_sample_method", draft_sampling)
-            notify(
-                info,
-                ("rejection_sample_method",),
-                f"'{rule}' is deprecated (vLLM renamed it in April 2026); read as rejection_sample_method: "
-                f"standard with draft_sample_method: {draft_sampling}",
-            )
-        if isinstance(rule, str) and rule == "fly":
+            instead = f"rejection_sample_method: standard with draft_sample_method: {draft_sampling}"
+            if not _refuses_early_2026_forms(info):
+                data["rejection_sample_method"] = "standard"
+                data.setdefault("draft_sample_method", draft_sampling)
+                notify(
+                    info,
+                    ("rejection_sample_method",),
+                    f"'{rule}' is deprecated (removed in vLLM 0.33.0); read as {instead}",
+                )
+            else:
+                problems.append(
+                    (
+                        ("rejection_sample_method",),
+                        f"'{rule}' was removed in vLLM 0.33.0 (allowed: standard, block, synthetic, fly); write "
+                        f"{instead}, or validate with --vllm-version 0.32",
+                    )
+                )
+        if "synthetic_acceptance_rate" in data and _refuses_early_2026_forms(info):
             problems.append(
                 (
-                    ("rejection_sample_method",),
-                    "'fly' is lossy and not simulated; allowed: standard, block, synthetic, got 'fly'",
+                    ("synthetic_acceptance_rate",),
+                    "removed in vLLM 0.33.0, which refuses the key; write synthetic_acceptance_rates (K "
+                    "per-position rates) or synthetic_acceptance_length, or validate with --vllm-version 0.32, "
+                    f"got {data['synthetic_acceptance_rate']!r}",
                 )
             )
         check_rules(problems)
@@ -310,14 +333,9 @@ class SpeculativeFields(SpectuneModel):
                 )
         problems += self._check_synthetic_values()
         problems += self._check_schedule()
-        if self.method in _DISTRIBUTION_FREE_METHODS and self.draft_sample_method == "probabilistic":
-            problems.append(
-                (
-                    ("draft_sample_method",),
-                    f"must be 'greedy' for method '{self.method}' (it proposes tokens without a "
-                    "distribution), got 'probabilistic'",
-                )
-            )
+        problems += self._check_fly()
+        problems += self._check_model_given(info)
+        problems += v1_refusals(self)
         if (
             self.prompt_lookup_min is not None
             and self.prompt_lookup_max is not None
@@ -347,6 +365,36 @@ class SpeculativeFields(SpectuneModel):
         self._advise(info)
         return self
 
+    def _check_fly(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """vLLM 0.33.0's FLy rules (vllm/config/speculative.py:2014-2030)."""
+        k = self.num_speculative_tokens
+        if self.rejection_sample_method != "fly" or k is None:
+            return []
+        if k < 2:
+            return [(("num_speculative_tokens",), f"must be >= 2 with rejection_sample_method 'fly', got {k}")]
+        window = self.fly_window_size
+        if window is not None and window >= k:
+            return [(("fly_window_size",), f"must be < num_speculative_tokens ({k}) with FLy, got {window}")]
+        return []
+
+    def _check_model_given(self, info: ValidationInfo) -> list[tuple[tuple[str | int, ...], str]]:
+        """Methods that vLLM 0.33.0 gives no default draft (speculative.py:1252-1295): the config needs ``model``.
+
+        Only a config to serve (a speculative document) is held to it: a simulation sizes its drafter from
+        presets and never loads the weights.
+        """
+        if not _is_served_config(info) or self.model is not None or self.method not in _NEEDS_MODEL:
+            return []
+        if self.num_speculative_tokens is None:
+            return []
+        return [
+            (
+                ("model",),
+                f"required for method '{self.method}' (vLLM 0.33.0 refuses it without the draft's weights: "
+                '"num_speculative_tokens was provided but without speculative model")',
+            )
+        ]
+
     def _check_method_only_fields(self) -> list[tuple[tuple[str | int, ...], str]]:
         """vLLM 0.33.0's fields that only one family of methods takes."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
@@ -362,6 +410,16 @@ class SpeculativeFields(SpectuneModel):
         # :1640-1641, checked where vLLM builds a draft model, so ngram and suffix never reach it.
         if self.dspark_draft_topk is not None and self.method not in ("dspark", *_DISTRIBUTION_FREE_METHODS):
             problems.append((("dspark_draft_topk",), f"only for method 'dspark', got method '{self.method}'"))
+        # :1659-1668: without a model, the DSpark draft is the target's own (DeepSeek-V4) DSpark stages,
+        # rewritten to DSparkDraftModel (:1543-1567), which has no top-k candidates.
+        if self.dspark_draft_topk is not None and self.method == "dspark" and self.model is None:
+            problems.append(
+                (
+                    ("dspark_draft_topk",),
+                    "only for Qwen3 (and Qwen3-Omni) DSpark drafts; without a model the draft is the target's "
+                    "own DSpark stages, which vLLM 0.33.0 refuses it for",
+                )
+            )
         # :1704-1711
         if self.index_share_for_mtp_iteration is not None and self.method != "mtp":
             problems.append((("index_share_for_mtp_iteration",), f"only for method 'mtp', got method '{self.method}'"))
@@ -498,12 +556,33 @@ class SpeculativeFields(SpectuneModel):
             notify(
                 info,
                 ("synthetic_acceptance_rate",),
-                "deprecated: removed in vLLM 0.33.0 (replaced in April 2026 by synthetic_acceptance_rates or "
-                "synthetic_acceptance_length), so a 0.33 server refuses this config; simulated with the "
-                "March 2026 rule (rates a0 * gamma^i)",
+                "deprecated: vLLM 0.33.0 refuses it (write synthetic_acceptance_rates or "
+                "synthetic_acceptance_length); read for vLLM 0.32 and simulated with the March 2026 rule "
+                "(rates a0 * gamma^i)",
             )
-        if self.parallel_drafting and self.method in _DISTRIBUTION_FREE_METHODS:
-            notify(info, ("parallel_drafting",), f"'{self.method}' runs no drafter pass; parallel_drafting is ignored")
+        for field, feature in v1_fallback_reasons(self):
+            served = ""
+            if self.rejection_sample_method == "block" or self.draft_sample_method == "probabilistic":
+                served = " (V1 has no block verification and keeps no draft probabilities for it: served as "
+                served += "standard verification of one-hot drafts, and simulated so)"
+            notify(
+                info,
+                field,
+                f"vLLM 0.33.0's Model Runner V2 does not support {feature}; vLLM serves this config on its V1 "
+                f"runner instead{served}",
+            )
+        if self.rejection_sample_method == "fly":
+            notify(
+                info,
+                ("rejection_sample_method",),
+                "FLy is lossy (vLLM warns that it may degrade outputs); vLLM serves it, spectune does not simulate it",
+            )
+        if self.method in _DISTRIBUTION_FREE_METHODS and self.draft_sample_method == "probabilistic":
+            notify(
+                info,
+                ("draft_sample_method",),
+                f"'{self.method}' proposes tokens without a distribution; vLLM verifies its drafts as one-hot",
+            )
         if self.rejection_sample_method == "block" and self.method in _DISTRIBUTION_FREE_METHODS:
             notify(
                 info,
@@ -531,8 +610,8 @@ class SpeculativeConfig(SpeculativeFields):
 
     num_speculative_tokens: int = Field(
         ge=1,
-        le=MAX_NUM_SPECULATIVE_TOKENS,
-        description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
+        description="K: draft tokens proposed and verified per step (tokens; no upper bound, as in vLLM; the "
+        f"simulator runs K <= {MAX_NUM_SPECULATIVE_TOKENS}). With a per-batch-size "
         "table it caps every row's K and sizes vLLM's buffers. Optional for suffix (default "
         "suffix_decoding_max_tree_depth, 24); required for mtp, as in vLLM 0.33.0.",
     )
@@ -594,6 +673,44 @@ def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) 
         data["num_speculative_tokens"] = default_num_speculative_tokens(
             method, data.get("suffix_decoding_max_tree_depth")
         )
+    if method == "dspark" and isinstance(data.get("model"), str):
+        block_size = _dspark_block_size(data["model"])
+        if block_size is None:
+            check_rules(
+                [
+                    (
+                        ("num_speculative_tokens",),
+                        "required here: vLLM 0.33.0 takes a DSpark draft's K from the block_size in its config.json "
+                        f"(speculative.py:1592-1599), which spectune cannot read from {data['model']!r} (not a local "
+                        "folder with a config.json giving block_size); give num_speculative_tokens",
+                    )
+                ]
+            )
+        data["num_speculative_tokens"] = block_size
+
+
+def _is_served_config(info: ValidationInfo) -> bool:
+    """Whether the config is one handed to vLLM as is (a speculative document), not a simulation's part."""
+    context: Any = info.context
+    return isinstance(context, dict) and context.get("served_config") is True
+
+
+def _refuses_early_2026_forms(info: ValidationInfo) -> bool:
+    """vLLM 0.33.0 refuses strict/probabilistic and the scalar synthetic rate; a simulation still reads them."""
+    return _is_served_config(info) and vllm_version(info) != "0.32"
+
+
+def _dspark_block_size(model: str) -> int | None:
+    """The block_size (or dspark_block_size) of a local DSpark draft's config.json, as vLLM reads it."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for key in ("block_size", "dspark_block_size"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    return None
 
 
 def _infer_method(model: str) -> str:
