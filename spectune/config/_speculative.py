@@ -46,6 +46,9 @@ FIELDS_ADDED_FOR_VLLM_0_33 = (
     "draft_lm_head_quantization",
     "dspark_draft_topk",
     "index_share_for_mtp_iteration",
+    "fly_window_size",
+    "fly_entropy_threshold",
+    "fly_entropy_top_k",
 )
 
 # The largest K the simulator runs (its cost grows with K). vLLM has no upper bound (V2 sets none; V1's
