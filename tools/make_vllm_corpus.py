@@ -253,6 +253,39 @@ def cases() -> dict[str, dict[str, Any]]:
         ("ngram-brackets", "[ngram]"),
     ):
         out[f"infer-{label}"] = {"model": model, "num_speculative_tokens": 3}
+    # vLLM detects the method from the draft's name also when draft_model or mtp is given (:1432-1468)
+    out["detect-draft-model-named-eagle"] = {"method": "draft_model", "model": EAGLE, "num_speculative_tokens": 3}
+    out["detect-draft-model-named-eagle3-lm-head"] = {
+        "method": "draft_model",
+        "model": EAGLE3,
+        "num_speculative_tokens": 3,
+        "draft_lm_head_quantization": "fp8",
+    }
+    out["detect-draft-model-named-dflash"] = {"method": "draft_model", "model": DFLASH, "num_speculative_tokens": 3}
+    out["detect-draft-model-named-eagle-heterogeneous"] = {
+        "method": "draft_model",
+        "model": EAGLE,
+        "num_speculative_tokens": 3,
+        "use_heterogeneous_vocab": True,
+    }
+    out["detect-mtp-named-eagle3"] = {"method": "mtp", "model": EAGLE3, "num_speculative_tokens": 1}
+    out["no-method-no-model"] = {"num_speculative_tokens": 3}
+    # vLLM's own methods that spectune validates but does not simulate
+    out["method-custom_class"] = {"method": "custom_class", "model": "my_pkg.MyProposer", "num_speculative_tokens": 3}
+    out["infer-custom-class"] = {"model": "my_pkg.proposers.MyProposer", "num_speculative_tokens": 3}
+    out["custom-class-no-model"] = {"method": "custom_class", "num_speculative_tokens": 3}
+    out["custom-class-adaptive"] = {
+        "method": "custom_class",
+        "model": "my_pkg.MyProposer",
+        "num_speculative_tokens": 3,
+        "enable_adaptive_verification": True,
+    }
+    out["method-extract_hidden_states"] = {"method": "extract_hidden_states", "num_speculative_tokens": 1}
+    out["extract-hidden-states-fly"] = {
+        "method": "extract_hidden_states",
+        "num_speculative_tokens": 3,
+        "rejection_sample_method": "fly",
+    }
     out["infer-eagle-adaptive"] = {"model": EAGLE, "num_speculative_tokens": 3, "enable_adaptive_verification": True}
     out["infer-eagle3-probabilistic"] = {
         "model": EAGLE3,

@@ -36,6 +36,7 @@ __all__ = [
     "SpeculativeConfig",
     "SpeculativeFields",
     "Method",
+    "UNSIMULATED_METHODS",
     "default_num_speculative_tokens",
 ]
 
@@ -59,14 +60,29 @@ MAX_NUM_SPECULATIVE_TOKENS = 64
 SUFFIX_DEFAULT_MAX_TREE_DEPTH = 24
 MTP_DEFAULT_N_PREDICT = 1
 
-Method = Literal["eagle", "eagle3", "mtp", "ngram", "ngram_gpu", "draft_model", "suffix", "dflash", "dspark"]
+Method = Literal[
+    "eagle",
+    "eagle3",
+    "mtp",
+    "ngram",
+    "ngram_gpu",
+    "draft_model",
+    "suffix",
+    "dflash",
+    "dspark",
+    "custom_class",
+    "extract_hidden_states",
+]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 
 # Methods whose drafter proposes tokens without a distribution: nothing for probabilistic
 # drafting or block verification to use.
 _DISTRIBUTION_FREE_METHODS = {"ngram", "ngram_gpu", "suffix"}
 _PROMPT_LOOKUP_METHODS = {"ngram", "ngram_gpu"}
-_NEEDS_MODEL = {"eagle", "eagle3", "draft_model", "dflash"}
+_NEEDS_MODEL = {"eagle", "eagle3", "draft_model", "dflash", "custom_class"}
+# vLLM methods that validate but that spectune does not simulate: a user's own proposer class, and
+# hidden-state extraction (which drafts nothing).
+UNSIMULATED_METHODS = ("custom_class", "extract_hidden_states")
 
 _REMOVED_METHODS = {
     "medusa": "removed in vLLM 0.33.0",
@@ -265,6 +281,19 @@ class SpeculativeFields(SpectuneModel):
             elif _is_mtp_alias(method):
                 data["method"] = "mtp"
                 notify(info, ("method",), f"'{method}' is an MTP alias; vLLM normalises it to 'mtp'")
+            model = data.get("model")
+            if data["method"] in ("draft_model", "mtp") and isinstance(model, str):
+                # vLLM detects the method from the draft's name for every model-based method but these four
+                # (vllm/config/speculative.py:1432-1468), so an explicit draft_model or mtp can become eagle.
+                detected = _method_from_draft_name(model)
+                if detected is not None:
+                    notify(
+                        info,
+                        ("method",),
+                        f"vLLM 0.33.0 detects '{detected}' from the draft's name {model!r} and serves "
+                        f"'{detected}', not '{data['method']}'",
+                    )
+                    data["method"] = detected
         elif method is None and isinstance(data.get("model"), str):
             # An explicit null is the same as no method (vllm/config/speculative.py:1235-1244).
             inferred = _infer_method(data["model"])
@@ -373,6 +402,13 @@ class SpeculativeFields(SpectuneModel):
         k = self.num_speculative_tokens
         if self.rejection_sample_method != "fly" or k is None:
             return []
+        if self.method == "extract_hidden_states":
+            return [
+                (
+                    ("rejection_sample_method",),
+                    "'fly' is not compatible with method 'extract_hidden_states', which drafts nothing",
+                )
+            ]
         if k < 2:
             return [(("num_speculative_tokens",), f"must be >= 2 with rejection_sample_method 'fly', got {k}")]
         window = self.fly_window_size
@@ -720,10 +756,25 @@ def _infer_method(model: str) -> str:
     """vLLM 0.33.0's inference from the model name: "ngram" itself (vllm/config/speculative.py:1240-1242),
     then the draft's name in this order (:1445-1468) -- "eagle-" with the dash, so "EAGLE3-..." is not
     eagle -- else draft_model."""
+    if _is_custom_proposer_path(model):
+        return "custom_class"
     if model in ("ngram", "[ngram]"):
         return "ngram"
+    return _method_from_draft_name(model) or "draft_model"
+
+
+def _is_custom_proposer_path(model: str) -> bool:
+    """A dotted import path such as ``pkg.MyProposer`` (vllm/config/speculative.py:1215-1224)."""
+    if model.startswith(("http://", "https://", "file://")) or "/" in model:
+        return False
+    parts = model.split(".")
+    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
+
+
+def _method_from_draft_name(model: str) -> str | None:
+    """The method vLLM 0.33.0 detects from a draft's name (vllm/config/speculative.py:1445-1468), if any."""
     name = model.lower()
     for marker, method in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
         if marker in name:
             return method
-    return "draft_model"
+    return None

@@ -83,6 +83,10 @@ class SpeculativeBase(SpeculativeFields):
         problems: list[tuple[FieldPath, str]] = [
             ((key,), f"{why}, got {data[key]!r}") for key, why in _SEARCHED_FIELDS.items() if key in data
         ]
+        if data.get("method") in ("custom_class", "extract_hidden_states"):
+            problems.append(
+                (("method",), f"'{data['method']}' validates for vLLM but is not simulated, so a study cannot try it")
+            )
         rule = data.get("rejection_sample_method")
         if rule in ("synthetic", "fly"):
             why = "" if rule == "synthetic" else " (vLLM's lossy FLy rule validates but is not simulated)"

@@ -46,8 +46,8 @@ def vllm_version(info: ValidationInfo | None) -> str:
 def v1_fallback_reasons(spec: SpeculativeFields) -> list[tuple[FieldPath, str]]:
     """Why Model Runner V2 sends this config to V1 (vllm/config/vllm.py:3066-3082): field and feature."""
     reasons: list[tuple[FieldPath, str]] = []
-    if spec.method == "suffix":
-        reasons.append((("method",), "speculative method 'suffix'"))
+    if spec.method in ("suffix", "custom_class"):
+        reasons.append((("method",), f"speculative method '{spec.method}'"))
     if spec.parallel_drafting and spec.method not in ("dflash", "dspark"):
         reasons.append((("parallel_drafting",), f"parallel drafting for method '{spec.method}'"))
     if spec.use_heterogeneous_vocab:
@@ -82,6 +82,9 @@ def v1_refusals(spec: SpeculativeFields) -> list[tuple[FieldPath, str]]:
 def simulation_refusals(spec: SpeculativeFields, max_k: int) -> list[tuple[FieldPath, str]]:
     """What vLLM serves but spectune's simulator does not model; validation passes, simulate/study refuse."""
     problems: list[tuple[FieldPath, str]] = []
+    if spec.method in ("custom_class", "extract_hidden_states"):
+        what = "a proposer class of your own" if spec.method == "custom_class" else "it drafts nothing"
+        problems.append((("method",), f"'{spec.method}' validates, but spectune does not simulate it ({what})"))
     if spec.rejection_sample_method == "fly":
         problems.append(
             (

@@ -9,6 +9,7 @@ that script). vLLM is never installed here: the test reads the recorded verdicts
 - vLLM serves (``ok``): spectune exits 0.
 - vLLM serves otherwise than written (``warning``: the V1 runner fallback, the lossy FLy rule): spectune
   exits 0 and warns on a field vLLM's warning is about.
+- Whenever vLLM serves a config, spectune resolves the same method and K.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spectune.cli import app
+from spectune.config import load_document
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CORPUS = DATA / "vllm-corpus"
@@ -62,3 +64,18 @@ def test_spectune_validate_gives_vllms_verdict(name):
         assert result.exit_code == 0, context
     if verdict["verdict"] == "warning":
         assert _blamed(result.output, warnings=True) & vllm_fields, context
+
+
+@pytest.mark.parametrize("name", sorted(n for n, v in VERDICTS.items() if v["verdict"] != "error"))
+def test_spectune_resolves_the_method_and_k_that_vllm_serves(name):
+    """Method inference (from the name, also over an explicit draft_model or mtp) and K defaults as vLLM's."""
+    verdict = VERDICTS[name]
+    model = load_document(CORPUS / name).model
+    assert (model.method, model.num_speculative_tokens) == (verdict["method"], verdict["num_speculative_tokens"])
+
+
+def test_the_readme_and_the_config_docs_give_the_corpus_size():
+    repo = DATA.parents[1]
+    size = len(VERDICTS)
+    assert f"agrees with vLLM 0.33.0's own checks on {size} configs" in (repo / "README.md").read_text()
+    assert f"each of the {size}\n  configs" in (repo / "docs" / "configs.md").read_text()

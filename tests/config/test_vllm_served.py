@@ -49,5 +49,7 @@ def test_a_study_candidate_pinned_to_fly_is_refused_on_its_line(tmp_path: Path):
     path.write_text(STUDY.replace("parallel_drafting: true}", "rejection_sample_method: fly}"))
     result = runner.invoke(app, ["validate", str(path)])
     assert result.exit_code == 1
-    assert f"{path}:14: candidates[0].speculative.rejection_sample_method: must be 'standard' or 'block'" in result.output
+    assert (
+        f"{path}:14: candidates[0].speculative.rejection_sample_method: must be 'standard' or 'block'" in result.output
+    )
     assert "FLy" in result.output
