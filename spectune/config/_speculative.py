@@ -1,21 +1,15 @@
 """The speculative config: vLLM's ``--speculative-config`` with vLLM's own field names.
 
 A user's existing ``--speculative-config`` JSON validates unchanged; spectune adds nothing to it. The
-rules are vLLM 0.33's (``vllm/config/speculative.py``), plus the checks a simulation needs, plus the
-older field forms (``strict``/``probabilistic``, the scalar ``synthetic_acceptance_rate``) that
-vLLM configs of early 2026 still carry.
-
-The per-batch-size K table (``num_speculative_tokens_per_batch_size``) is read as vLLM's dynamic
-speculation reads it (``vllm/v1/spec_decode/dynamic/utils.py``): rows are inclusive ranges, sorted by
-their start; the first must start at batch size 1 and none may overlap (vLLM refuses both); a batch
-size in a gap between rows, or past the last row, takes the previous row's K; and the K scheduled is
-``min(num_speculative_tokens, row K)``. spectune warns where vLLM silently clamps or fills a gap.
+rules are vLLM 0.33.0's (``vllm/config/speculative.py``), checked against a recorded oracle
+(``tests/data/vllm-0.33.0-verdicts.json``), plus the checks a simulation needs. How vLLM reads the input
+before its rules (dashed keys, aliases, method inference, K defaults, the early-2026 forms) is
+``spectune.config._vllm_reading``; the K table's rules are ``_schedule``; what the runner choice adds
+(V1 fallback, what V1 refuses, what is not simulated) is ``_vllm_rules``.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, model_validator
@@ -27,7 +21,9 @@ from spectune.config._rates import (
     mean_rate_to_decay,
     unconditional_to_conditional,
 )
-from spectune.config._vllm_rules import v1_fallback_reasons, v1_refusals, vllm_version
+from spectune.config._schedule import schedule_notices, schedule_problems
+from spectune.config._vllm_reading import default_num_speculative_tokens, read_as_vllm
+from spectune.config._vllm_rules import is_served_config, v1_fallback_reasons, v1_refusals
 
 __all__ = [
     "FIELDS_ADDED_FOR_VLLM_0_33",
@@ -55,11 +51,6 @@ FIELDS_ADDED_FOR_VLLM_0_33 = (
 # The largest K the simulator runs (its cost grows with K). vLLM has no upper bound (V2 sets none; V1's
 # sampler asserts 128 at run time), so a larger K validates and only simulate/study refuse it.
 MAX_NUM_SPECULATIVE_TOKENS = 64
-# vLLM's defaults for a config without K: suffix decoding's tree depth caps K; an MTP checkpoint's
-# n_predict (num_nextn_predict_layers) is 1 in DeepSeek-V3, Qwen3-Next, GLM-4.5 and MiMo.
-SUFFIX_DEFAULT_MAX_TREE_DEPTH = 24
-MTP_DEFAULT_N_PREDICT = 1
-
 Method = Literal[
     "eagle",
     "eagle3",
@@ -83,47 +74,6 @@ _NEEDS_MODEL = {"eagle", "eagle3", "draft_model", "dflash", "custom_class"}
 # vLLM methods that validate but that spectune does not simulate: a user's own proposer class, and
 # hidden-state extraction (which drafts nothing).
 UNSIMULATED_METHODS = ("custom_class", "extract_hidden_states")
-
-_REMOVED_METHODS = {
-    "medusa": "removed in vLLM 0.33.0",
-    "mlp_speculator": "removed in vLLM 0.33.0",
-}
-# Keys of old (V0-era) configs and common mistakes, with what to write instead.
-_RENAMED_KEYS = {
-    "tensor_parallel_size": "the draft's tensor parallelism is 'draft_tensor_parallel_size'",
-    "speculative_model": "V0 key; write 'model'",
-    "num_lookahead_slots": "V0 key; write 'num_speculative_tokens'",
-    "speculative_draft_tensor_parallel_size": "V0 key; write 'draft_tensor_parallel_size'",
-    "ngram_prompt_lookup_max": "V0 key; write 'prompt_lookup_max'",
-    "ngram_prompt_lookup_min": "V0 key; write 'prompt_lookup_min'",
-    "speculative_disable_by_batch_size": "V0 key; add a [start_bs, end_bs, 0] row to "
-    "'num_speculative_tokens_per_batch_size' instead",
-    "disable_by_batch_size": "V0 key; add a [start_bs, end_bs, 0] row to "
-    "'num_speculative_tokens_per_batch_size' instead",
-    "verify_method": "block verification is rejection_sample_method: block",
-}
-_LEGACY_REJECTION_METHODS = {
-    # Feb-Mar 2026 names: "strict" verified one-hot (greedy) drafts, "probabilistic" used the full draft
-    # distribution; vLLM later split them into the verification rule and the draft sampling.
-    "strict": "greedy",
-    "probabilistic": "probabilistic",
-}
-
-
-# vLLM 0.33.0's MTPModelTypes (vllm/config/speculative.py:38-67): only these normalise to 'mtp'.
-_MTP_ALIASES = frozenset(
-    {
-        "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
-        "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
-        "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
-        "bailing_hybrid_mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp", "hy_v3_mtp",
-        "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
-    }
-)  # fmt: skip
-
-
-def _is_mtp_alias(method: str) -> bool:
-    return method in _MTP_ALIASES
 
 
 class SpeculativeFields(SpectuneModel):
@@ -256,83 +206,8 @@ class SpeculativeFields(SpectuneModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _read_older_forms(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict):
-            return data
-        # `vllm serve` turns '-' into '_' in every key first (vllm/engine/arg_utils.py:2126-2128); a later
-        # spelling of the same key silently wins there, so it does here, with a warning.
-        rewritten: dict[Any, Any] = {}
-        for key, value in data.items():
-            name = key.replace("-", "_") if isinstance(key, str) else key
-            if name in rewritten:
-                notify(info, (key,), f"same field as an earlier key ('{name}'); vLLM keeps this later value")
-            rewritten[name] = value
-        data = rewritten
-        problems = []
-        for key, advice in _RENAMED_KEYS.items():
-            if key in data:
-                problems.append(((key,), f"not a speculative-config field ({advice}), got {data[key]!r}"))
-        method = data.get("method")
-        if isinstance(method, str):
-            if method in _REMOVED_METHODS:
-                problems.append(
-                    (("method",), f"'{method}' was {_REMOVED_METHODS[method]}; allowed: {', '.join(METHODS)}")
-                )
-            elif _is_mtp_alias(method):
-                data["method"] = "mtp"
-                notify(info, ("method",), f"'{method}' is an MTP alias; vLLM normalises it to 'mtp'")
-            model = data.get("model")
-            if data["method"] in ("draft_model", "mtp") and isinstance(model, str):
-                # vLLM detects the method from the draft's name for every model-based method but these four
-                # (vllm/config/speculative.py:1432-1468), so an explicit draft_model or mtp can become eagle.
-                detected = _method_from_draft_name(model)
-                if detected is not None:
-                    notify(
-                        info,
-                        ("method",),
-                        f"vLLM 0.33.0 detects '{detected}' from the draft's name {model!r} and serves "
-                        f"'{detected}', not '{data['method']}'",
-                    )
-                    data["method"] = detected
-        elif method is None and isinstance(data.get("model"), str):
-            # An explicit null is the same as no method (vllm/config/speculative.py:1235-1244).
-            inferred = _infer_method(data["model"])
-            data["method"] = inferred
-            notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
-        # Only an absent K takes a default: vLLM's field is an int, so an explicit null is refused.
-        if cls._fills_default_k and "num_speculative_tokens" not in data:
-            _default_num_speculative_tokens(data, info)
-        rule = data.get("rejection_sample_method")
-        if isinstance(rule, str) and rule in _LEGACY_REJECTION_METHODS:
-            draft_sampling = _LEGACY_REJECTION_METHODS[rule]
-            instead = f"rejection_sample_method: standard with draft_sample_method: {draft_sampling}"
-            if not _refuses_early_2026_forms(info):
-                data["rejection_sample_method"] = "standard"
-                data.setdefault("draft_sample_method", draft_sampling)
-                notify(
-                    info,
-                    ("rejection_sample_method",),
-                    f"'{rule}' is deprecated (removed in vLLM 0.33.0); read as {instead}",
-                )
-            else:
-                problems.append(
-                    (
-                        ("rejection_sample_method",),
-                        f"'{rule}' was removed in vLLM 0.33.0 (allowed: standard, block, synthetic, fly); write "
-                        f"{instead}, or validate with --vllm-version 0.32",
-                    )
-                )
-        if "synthetic_acceptance_rate" in data and _refuses_early_2026_forms(info):
-            problems.append(
-                (
-                    ("synthetic_acceptance_rate",),
-                    "removed in vLLM 0.33.0, which refuses the key; write synthetic_acceptance_rates (K "
-                    "per-position rates) or synthetic_acceptance_length, or validate with --vllm-version 0.32, "
-                    f"got {data['synthetic_acceptance_rate']!r}",
-                )
-            )
-        check_rules(problems)
-        return data
+    def _read_as_vllm_reads_it(cls, data: Any, info: ValidationInfo) -> Any:
+        return read_as_vllm(data, info, fills_default_k=cls._fills_default_k, methods=METHODS)
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self, info: ValidationInfo) -> SpeculativeFields:
@@ -364,7 +239,7 @@ class SpeculativeFields(SpectuneModel):
                     )
                 )
         problems += self._check_synthetic_values()
-        problems += self._check_schedule()
+        problems += schedule_problems(self.num_speculative_tokens_per_batch_size)
         problems += self._check_fly()
         problems += self._check_model_given(info)
         problems += v1_refusals(self)
@@ -422,7 +297,7 @@ class SpeculativeFields(SpectuneModel):
         Only a config to serve (a speculative document) is held to it: a simulation sizes its drafter from
         presets and never loads the weights.
         """
-        if not _is_served_config(info) or self.model is not None or self.method not in _NEEDS_MODEL:
+        if not is_served_config(info) or self.model is not None or self.method not in _NEEDS_MODEL:
             return []
         if self.num_speculative_tokens is None:
             return []
@@ -520,77 +395,9 @@ class SpeculativeFields(SpectuneModel):
             problems.append((("synthetic_acceptance_length",), f"must be in [1, K+1] = [1, {k + 1}], got {length}"))
         return problems
 
-    def _check_schedule(self) -> list[tuple[tuple[str | int, ...], str]]:
-        """What vLLM refuses in the K table: empty, bad ranges, K < 0, overlaps, no row starting at 1."""
-        rows = self.num_speculative_tokens_per_batch_size
-        if rows is None:
-            return []
-        field = "num_speculative_tokens_per_batch_size"
-        if not rows:
-            return [((field,), "must have at least one [start_bs, end_bs, K] row, got []")]
-        problems: list[tuple[tuple[str | int, ...], str]] = []
-        for i, (start, end, k) in enumerate(rows):
-            if start < 1:
-                problems.append(((field, i, 0), f"start_bs must be >= 1, got {start}"))
-            if end < start:
-                problems.append(((field, i, 1), f"end_bs must be >= start_bs ({start}), got {end}"))
-            if k < 0:
-                problems.append(((field, i, 2), f"K must be >= 0 (0 = speculation off), got {k}"))
-        if problems:
-            return problems
-        order = sorted(range(len(rows)), key=lambda i: rows[i][0])  # vLLM sorts rows by start_bs
-        previous: int | None = None
-        for i in order:
-            start = rows[i][0]
-            if previous is not None and start <= rows[previous][1]:
-                problems.append(
-                    (
-                        (field, i, 0),
-                        f"rows must not overlap: start_bs must be > {rows[previous][1]} (end_bs of row "
-                        f"{previous}, [{rows[previous][0]}, {rows[previous][1]}]), got {start}",
-                    )
-                )
-            previous = i
-        first = rows[order[0]]
-        if first[0] != 1:
-            problems.append(
-                (
-                    (field, order[0], 0),
-                    "the first row must start at batch size 1 (vLLM refuses a table that leaves small "
-                    f"batches without a K), got {first[0]}",
-                )
-            )
-        return problems
-
-    def _advise_schedule(self, info: ValidationInfo) -> None:
-        """Notices where vLLM serves something other than what the table says: clamped K, filled gaps."""
-        rows = self.num_speculative_tokens_per_batch_size
-        if not rows:
-            return
-        field = "num_speculative_tokens_per_batch_size"
-        k_max = self.num_speculative_tokens
-        if k_max is None:  # no K, no table (a study candidate refuses both)
-            return
-        for i, (start, end, k) in enumerate(rows):
-            if k > k_max:
-                notify(
-                    info,
-                    (field, i, 2),
-                    f"K {k} is above num_speculative_tokens ({k_max}); vLLM serves batch sizes "
-                    f"{start}-{end} with min({k_max}, {k}) = {k_max}",
-                )
-        ordered = sorted(rows)
-        for (_, end, k), (start, _, _) in zip(ordered, ordered[1:]):
-            if start > end + 1:
-                notify(
-                    info,
-                    (field,),
-                    f"batch sizes {end + 1}-{start - 1} fall between rows; vLLM serves them with the "
-                    f"previous row's K, min({k_max}, {k}) = {min(k_max, k)}",
-                )
-
     def _advise(self, info: ValidationInfo) -> None:
-        self._advise_schedule(info)
+        for path, message in schedule_notices(self.num_speculative_tokens_per_batch_size, self.num_speculative_tokens):
+            notify(info, path, message)
         if self.synthetic_acceptance_rate is not None:
             notify(
                 info,
@@ -682,99 +489,3 @@ class SpeculativeConfig(SpeculativeFields):
         if not covering:
             return 0
         return min(self.num_speculative_tokens, max(covering)[1])
-
-
-def default_num_speculative_tokens(method: object, suffix_decoding_max_tree_depth: object = None) -> int | None:
-    """vLLM's K for a config that gives none: suffix decoding's tree depth, an MTP checkpoint's n_predict
-    (taken as 1); None for the other methods, which need K."""
-    if method == "suffix":
-        depth = suffix_decoding_max_tree_depth
-        return depth if isinstance(depth, int) and depth >= 1 else SUFFIX_DEFAULT_MAX_TREE_DEPTH
-    return MTP_DEFAULT_N_PREDICT if method == "mtp" else None
-
-
-def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) -> None:
-    """K for a config that gives none, as vLLM 0.33.0 defaults it: suffix only. MTP has no default there:
-    with a model its n_predict check compares None > 1 (vllm/config/speculative.py:1486-1487), without
-    one _verify_args refuses the missing K (:1946-1951)."""
-    method = data.get("method")
-    if method == "mtp":
-        check_rules(
-            [
-                (
-                    ("num_speculative_tokens",),
-                    "required for method 'mtp': vLLM 0.33.0 takes no default from the checkpoint's n_predict; "
-                    "give num_speculative_tokens (1 for DeepSeek-V3, Qwen3-Next, GLM-4.5)",
-                )
-            ]
-        )
-    if method == "suffix":
-        data["num_speculative_tokens"] = default_num_speculative_tokens(
-            method, data.get("suffix_decoding_max_tree_depth")
-        )
-    if method == "dspark" and isinstance(data.get("model"), str):
-        block_size = _dspark_block_size(data["model"])
-        if block_size is None:
-            check_rules(
-                [
-                    (
-                        ("num_speculative_tokens",),
-                        "required here: vLLM 0.33.0 takes a DSpark draft's K from the block_size in its config.json "
-                        f"(speculative.py:1592-1599), which spectune cannot read from {data['model']!r} (not a local "
-                        "folder with a config.json giving block_size); give num_speculative_tokens",
-                    )
-                ]
-            )
-        data["num_speculative_tokens"] = block_size
-
-
-def _is_served_config(info: ValidationInfo) -> bool:
-    """Whether the config is one handed to vLLM as is (a speculative document), not a simulation's part."""
-    context: Any = info.context
-    return isinstance(context, dict) and context.get("served_config") is True
-
-
-def _refuses_early_2026_forms(info: ValidationInfo) -> bool:
-    """vLLM 0.33.0 refuses strict/probabilistic and the scalar synthetic rate; a simulation still reads them."""
-    return _is_served_config(info) and vllm_version(info) != "0.32"
-
-
-def _dspark_block_size(model: str) -> int | None:
-    """The block_size (or dspark_block_size) of a local DSpark draft's config.json, as vLLM reads it."""
-    try:
-        config = json.loads((Path(model) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    for key in ("block_size", "dspark_block_size"):
-        value = config.get(key) if isinstance(config, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-    return None
-
-
-def _infer_method(model: str) -> str:
-    """vLLM 0.33.0's inference from the model name: "ngram" itself (vllm/config/speculative.py:1240-1242),
-    then the draft's name in this order (:1445-1468) -- "eagle-" with the dash, so "EAGLE3-..." is not
-    eagle -- else draft_model."""
-    if _is_custom_proposer_path(model):
-        return "custom_class"
-    if model in ("ngram", "[ngram]"):
-        return "ngram"
-    return _method_from_draft_name(model) or "draft_model"
-
-
-def _is_custom_proposer_path(model: str) -> bool:
-    """A dotted import path such as ``pkg.MyProposer`` (vllm/config/speculative.py:1215-1224)."""
-    if model.startswith(("http://", "https://", "file://")) or "/" in model:
-        return False
-    parts = model.split(".")
-    return len(parts) >= 2 and all(part.isidentifier() for part in parts)
-
-
-def _method_from_draft_name(model: str) -> str | None:
-    """The method vLLM 0.33.0 detects from a draft's name (vllm/config/speculative.py:1445-1468), if any."""
-    name = model.lower()
-    for marker, method in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
-        if marker in name:
-            return method
-    return None

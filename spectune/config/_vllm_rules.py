@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_VLLM_VERSION",
     "VLLM_VERSIONS",
+    "is_served_config",
+    "refuses_early_2026_forms",
     "served_on_v1",
     "simulation_refusals",
     "v1_fallback_reasons",
@@ -41,6 +43,17 @@ def vllm_version(info: ValidationInfo | None) -> str:
     if isinstance(context, dict) and isinstance(context.get("vllm_version"), str):
         return str(context["vllm_version"])
     return DEFAULT_VLLM_VERSION
+
+
+def is_served_config(info: ValidationInfo) -> bool:
+    """Whether the config is one handed to vLLM as is (a speculative document), not a simulation's part."""
+    context: Any = info.context
+    return isinstance(context, dict) and context.get("served_config") is True
+
+
+def refuses_early_2026_forms(info: ValidationInfo) -> bool:
+    """vLLM 0.33.0 refuses strict/probabilistic and the scalar synthetic rate; a simulation still reads them."""
+    return is_served_config(info) and vllm_version(info) != "0.32"
 
 
 def v1_fallback_reasons(spec: SpeculativeFields) -> list[tuple[FieldPath, str]]:
