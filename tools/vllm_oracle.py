@@ -276,7 +276,7 @@ class Oracle:
                 result["read"] = (
                     "V1 keeps the K table: the shared scheduler looks K up per step (vllm/v1/core/sched/"
                     "scheduler.py:1709-1714) and V1's runner hands that K to every drafter "
-                    "(vllm/v1/worker/gpu_model_runner.py:4729-4812)"
+                    "(vllm/v1/worker/gpu_model_runner.py:4729, 4790-4797, 4944-4946)"
                 )
         if spec.rejection_sample_method == "fly" and result["verdict"] == "ok":
             # logged with warning_once (speculative.py:2031-2034), so only the first FLy config of a run shows it
@@ -284,6 +284,10 @@ class Oracle:
                 verdict="warning",
                 message="FLy verification is a lossy speculative decoding method and may degrade model outputs.",
                 fields=["rejection_sample_method"],
+            )
+            result["read"] = (
+                "the lossy warning is logged with warning_once (vllm/config/speculative.py:2031-2034), so only "
+                "the first FLy config of a run shows it in vllm_warnings; quoted here from that line"
             )
         result["vllm_warnings"] = sorted(set(self.handler.messages))
         return result

@@ -6,7 +6,7 @@ list (``:3110-3119, 3332-3337``). V1 has no block verification (``vllm/v1/sample
 and keeps draft probabilities only for standard and FLy (``vllm/v1/spec_decode/llm_base_proposer.py:257-260``),
 so what it serves is standard verification of one-hot drafts. It keeps the K table: the shared scheduler
 looks K up per step (``vllm/v1/core/sched/scheduler.py:1709-1714``) and V1's runner drafts that many
-(``vllm/v1/worker/gpu_model_runner.py:4729-4812``).
+(``vllm/v1/worker/gpu_model_runner.py:4729, 4790-4797, 4944-4946``).
 """
 
 from __future__ import annotations
