@@ -10,7 +10,9 @@ import typer
 
 from spectune.cli._errors import handle_errors
 from spectune.config import (
+    DEFAULT_VLLM_VERSION,
     DOCUMENT_KINDS,
+    VLLM_VERSIONS,
     document_json_schema,
     find_documents,
     is_trtllm_options,
@@ -28,8 +30,19 @@ def validate(
         typer.Argument(help="Files (.yaml, .yml, .json) or directories to check, recursively.", show_default=False),
     ],
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings (deprecations, advice) as errors.")] = False,
+    vllm_version: Annotated[
+        str,
+        typer.Option(
+            "--vllm-version",
+            help=f"The vLLM release whose rules speculative configs are held to ({', '.join(VLLM_VERSIONS)}).",
+        ),
+    ] = DEFAULT_VLLM_VERSION,
 ) -> None:
     """Check speculative configs and spectune documents; one line per problem, exit 1 if any is invalid."""
+    if vllm_version not in VLLM_VERSIONS:
+        raise DocumentError(
+            [Problem("--vllm-version", None, "", f"must be one of {', '.join(VLLM_VERSIONS)}, got {vllm_version!r}")]
+        )
     files, problems = find_documents(paths)
     missing_paths = len(problems)
     invalid = warnings = 0
@@ -39,7 +52,7 @@ def validate(
             if is_trtllm_options(source):  # TensorRT-LLM's options: its own rules, no spectune notices
                 load_trtllm_options(source)
                 continue
-            document = validate_source(source)
+            document = validate_source(source, vllm_version=vllm_version)
         except DocumentError as err:
             problems.extend(err.problems)
             invalid += 1

@@ -39,6 +39,7 @@ from spectune.config._speculative import (
 from spectune.config._step_times import STEP_TIME_COLUMNS, CostModelConfig, StepTimeTable, read_step_time_table
 from spectune.config._study import StudyDocument
 from spectune.config._trtllm import TrtllmSpeculativeConfig, is_trtllm_options, load_trtllm_options
+from spectune.config._vllm_rules import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
 from spectune.config._workload import LengthDistribution, WorkloadConfig
 
 __all__ = [
@@ -88,4 +89,6 @@ __all__ = [
     "read_step_time_table",
     "unconditional_to_conditional",
     "validate_source",
+    "DEFAULT_VLLM_VERSION",
+    "VLLM_VERSIONS",
 ]

@@ -24,6 +24,7 @@ from spectune.config._profile import AcceptanceProfile
 from spectune.config._simulation import PROFILE_RATE_KEYS, AcceptanceSource, SimulationDocument
 from spectune.config._speculative import SpeculativeConfig
 from spectune.config._study import StudyDocument
+from spectune.config._vllm_rules import DEFAULT_VLLM_VERSION
 from spectune.errors import DocumentError, Problem
 
 __all__ = [
@@ -82,8 +83,13 @@ def _nested_models(annotation: Any) -> Iterable[type[BaseModel]]:
         yield from _nested_models(arg)
 
 
-def validate_source(source: SourceMapping, *, expect: str | None = None) -> LoadedDocument:
-    """Validate a parsed mapping as the kind it declares; raise ``DocumentError`` listing every problem."""
+def validate_source(
+    source: SourceMapping, *, expect: str | None = None, vllm_version: str = DEFAULT_VLLM_VERSION
+) -> LoadedDocument:
+    """Validate a parsed mapping as the kind it declares; raise ``DocumentError`` listing every problem.
+
+    ``vllm_version`` names the vLLM release whose rules a speculative config is held to (``VLLM_VERSIONS``).
+    """
     data = source.data
     prefix: tuple[str | int, ...] = ()
     kind = data.get("kind", "speculative")
@@ -107,7 +113,12 @@ def validate_source(source: SourceMapping, *, expect: str | None = None) -> Load
         raise DocumentError([_blame_override(source, wrong)])
     data, unread = _read_profiles(source, DOCUMENT_KINDS[kind], data, prefix)
     notices: list[tuple[tuple[str | int, ...], str]] = []
-    context = {"notices": notices, "base_dir": Path(source.file).parent}
+    context = {
+        "notices": notices,
+        "base_dir": Path(source.file).parent,
+        "vllm_version": vllm_version,
+        "served_config": kind == "speculative",  # a config handed to vLLM as is, not a simulation's
+    }
     try:
         model = DOCUMENT_KINDS[kind].model_validate(data, context=context)
     except ValidationError as err:

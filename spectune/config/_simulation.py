@@ -13,8 +13,9 @@ from spectune.config._deployment import deployment_problems
 from spectune.config._gpu import HardwareConfig
 from spectune.config._models import DrafterSpec, TargetModelSpec, default_drafter
 from spectune.config._profile import AcceptanceRates, BatchSizeBin
-from spectune.config._speculative import SpeculativeConfig, SpeculativeFields
+from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS, SpeculativeConfig, SpeculativeFields
 from spectune.config._step_times import CostModelConfig
+from spectune.config._vllm_rules import served_on_v1, simulation_refusals
 from spectune.config._workload import WorkloadConfig, context_limit_problems
 
 __all__ = [
@@ -203,6 +204,10 @@ class SimulationDocument(SpectuneModel):
                 if getattr(self, field) is not None
             ]
         else:
+            problems += [
+                (("speculative", *path), message)
+                for path, message in simulation_refusals(spec, MAX_NUM_SPECULATIVE_TOKENS)
+            ]
             problems += drafter_override_problems(spec, self.drafter, self.target_model.tensor_parallel_size)
             if self.acceptance is None and spec.rejection_sample_method != "synthetic":
                 problems.append(
@@ -248,6 +253,10 @@ class SimulationDocument(SpectuneModel):
                 ("speculative", "num_speculative_tokens_per_batch_size"),
                 dynamic_speculation_off_notice(self.num_replicas, spec.num_speculative_tokens),
             )
+        served = served_on_v1(spec) if spec is not None else {}
+        if spec is not None and served:
+            # vLLM serves this config on its V1 runner (the speculative config's own notice says why): simulate that
+            return self.model_copy(update={"speculative": spec.model_copy(update=served)})
         return self
 
     @property

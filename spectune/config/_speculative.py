@@ -1,15 +1,11 @@
 """The speculative config: vLLM's ``--speculative-config`` with vLLM's own field names.
 
 A user's existing ``--speculative-config`` JSON validates unchanged; spectune adds nothing to it. The
-rules are vLLM 0.33's (``vllm/config/speculative.py``), plus the checks a simulation needs, plus the
-older field forms (``strict``/``probabilistic``, the scalar ``synthetic_acceptance_rate``) that
-vLLM configs of early 2026 still carry.
-
-The per-batch-size K table (``num_speculative_tokens_per_batch_size``) is read as vLLM's dynamic
-speculation reads it (``vllm/v1/spec_decode/dynamic/utils.py``): rows are inclusive ranges, sorted by
-their start; the first must start at batch size 1 and none may overlap (vLLM refuses both); a batch
-size in a gap between rows, or past the last row, takes the previous row's K; and the K scheduled is
-``min(num_speculative_tokens, row K)``. spectune warns where vLLM silently clamps or fills a gap.
+rules are vLLM 0.33.0's (``vllm/config/speculative.py``), checked against a recorded oracle
+(``tests/data/vllm-0.33.0-verdicts.json``), plus the checks a simulation needs. How vLLM reads the input
+before its rules (dashed keys, aliases, method inference, K defaults, the early-2026 forms) is
+``spectune.config._vllm_reading``; the K table's rules are ``_schedule``; what the runner choice adds
+(V1 fallback, what V1 refuses, what is not simulated) is ``_vllm_rules``.
 """
 
 from __future__ import annotations
@@ -25,6 +21,9 @@ from spectune.config._rates import (
     mean_rate_to_decay,
     unconditional_to_conditional,
 )
+from spectune.config._schedule import schedule_notices, schedule_problems
+from spectune.config._vllm_reading import default_num_speculative_tokens, read_as_vllm
+from spectune.config._vllm_rules import is_served_config, v1_fallback_reasons, v1_refusals
 
 __all__ = [
     "FIELDS_ADDED_FOR_VLLM_0_33",
@@ -33,6 +32,7 @@ __all__ = [
     "SpeculativeConfig",
     "SpeculativeFields",
     "Method",
+    "UNSIMULATED_METHODS",
     "default_num_speculative_tokens",
 ]
 
@@ -43,63 +43,37 @@ FIELDS_ADDED_FOR_VLLM_0_33 = (
     "draft_lm_head_quantization",
     "dspark_draft_topk",
     "index_share_for_mtp_iteration",
+    "fly_window_size",
+    "fly_entropy_threshold",
+    "fly_entropy_top_k",
 )
 
-# Simulation cost grows with K and nobody serves with more; vLLM's V1 buffers stop at 128.
+# The largest K the simulator runs (its cost grows with K). vLLM has no upper bound (V2 sets none; V1's
+# sampler asserts 128 at run time), so a larger K validates and only simulate/study refuse it.
 MAX_NUM_SPECULATIVE_TOKENS = 64
-# vLLM's defaults for a config without K: suffix decoding's tree depth caps K; an MTP checkpoint's
-# n_predict (num_nextn_predict_layers) is 1 in DeepSeek-V3, Qwen3-Next, GLM-4.5 and MiMo.
-SUFFIX_DEFAULT_MAX_TREE_DEPTH = 24
-MTP_DEFAULT_N_PREDICT = 1
-
-Method = Literal["eagle", "eagle3", "mtp", "ngram", "ngram_gpu", "draft_model", "suffix", "dflash", "dspark"]
+Method = Literal[
+    "eagle",
+    "eagle3",
+    "mtp",
+    "ngram",
+    "ngram_gpu",
+    "draft_model",
+    "suffix",
+    "dflash",
+    "dspark",
+    "custom_class",
+    "extract_hidden_states",
+]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 
 # Methods whose drafter proposes tokens without a distribution: nothing for probabilistic
 # drafting or block verification to use.
 _DISTRIBUTION_FREE_METHODS = {"ngram", "ngram_gpu", "suffix"}
 _PROMPT_LOOKUP_METHODS = {"ngram", "ngram_gpu"}
-
-_REMOVED_METHODS = {
-    "medusa": "removed in vLLM 0.33.0",
-    "mlp_speculator": "removed in vLLM 0.33.0",
-}
-# Keys of old (V0-era) configs and common mistakes, with what to write instead.
-_RENAMED_KEYS = {
-    "tensor_parallel_size": "the draft's tensor parallelism is 'draft_tensor_parallel_size'",
-    "speculative_model": "V0 key; write 'model'",
-    "num_lookahead_slots": "V0 key; write 'num_speculative_tokens'",
-    "speculative_draft_tensor_parallel_size": "V0 key; write 'draft_tensor_parallel_size'",
-    "ngram_prompt_lookup_max": "V0 key; write 'prompt_lookup_max'",
-    "ngram_prompt_lookup_min": "V0 key; write 'prompt_lookup_min'",
-    "speculative_disable_by_batch_size": "V0 key; add a [start_bs, end_bs, 0] row to "
-    "'num_speculative_tokens_per_batch_size' instead",
-    "disable_by_batch_size": "V0 key; add a [start_bs, end_bs, 0] row to "
-    "'num_speculative_tokens_per_batch_size' instead",
-    "verify_method": "block verification is rejection_sample_method: block",
-}
-_LEGACY_REJECTION_METHODS = {
-    # Feb-Mar 2026 names: "strict" verified one-hot (greedy) drafts, "probabilistic" used the full draft
-    # distribution; vLLM later split them into the verification rule and the draft sampling.
-    "strict": "greedy",
-    "probabilistic": "probabilistic",
-}
-
-
-# vLLM 0.33.0's MTPModelTypes (vllm/config/speculative.py:38-67): only these normalise to 'mtp'.
-_MTP_ALIASES = frozenset(
-    {
-        "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
-        "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
-        "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
-        "bailing_hybrid_mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "step5_mtp", "hy_v3_mtp",
-        "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
-    }
-)  # fmt: skip
-
-
-def _is_mtp_alias(method: str) -> bool:
-    return method in _MTP_ALIASES
+_NEEDS_MODEL = {"eagle", "eagle3", "draft_model", "dflash", "custom_class"}
+# vLLM methods that validate but that spectune does not simulate: a user's own proposer class, and
+# hidden-state extraction (which drafts nothing).
+UNSIMULATED_METHODS = ("custom_class", "extract_hidden_states")
 
 
 class SpeculativeFields(SpectuneModel):
@@ -126,15 +100,16 @@ class SpeculativeFields(SpectuneModel):
     num_speculative_tokens: int | None = Field(
         default=None,
         ge=1,
-        le=MAX_NUM_SPECULATIVE_TOKENS,
-        description="K: draft tokens proposed and verified per step (tokens).",
+        description="K: draft tokens proposed and verified per step (tokens). No upper bound, as in vLLM; "
+        f"the simulator runs K <= {MAX_NUM_SPECULATIVE_TOKENS}.",
     )
-    rejection_sample_method: Literal["standard", "block", "synthetic"] = Field(
+    rejection_sample_method: Literal["standard", "block", "synthetic", "fly"] = Field(
         default="standard",
         description="Verification rule: 'standard' (Leviathan/Chen, token by token), 'block' (Sun et "
-        "al. 2024, joint over the block; gains only with probabilistic drafting), or 'synthetic' "
-        "(forced acceptance at given rates, a performance stand-in). Legacy 'strict' and "
-        "'probabilistic' are read as 'standard' with a deprecation notice.",
+        "al. 2024, joint over the block; gains only with probabilistic drafting), 'synthetic' "
+        "(forced acceptance at given rates, a performance stand-in) or 'fly' (vLLM's lossy FLy rule; "
+        "validates, not simulated). The early-2026 'strict' and 'probabilistic' are refused for vLLM 0.33.0 "
+        "and read as 'standard' for --vllm-version 0.32.",
     )
     draft_sample_method: Literal["greedy", "probabilistic"] = Field(
         default="greedy",
@@ -169,11 +144,16 @@ class SpeculativeFields(SpectuneModel):
         default=None, ge=1, le=64, description="Tensor parallelism of the drafter (GPUs); 1 or the target's."
     )
     prompt_lookup_min: int | None = Field(
-        default=None, ge=1, le=1024, description="ngram: shortest prompt n-gram to match (tokens)."
+        default=None, ge=1, description="ngram: shortest prompt n-gram to match (tokens)."
     )
     prompt_lookup_max: int | None = Field(
-        default=None, ge=1, le=1024, description="ngram: longest prompt n-gram to match (tokens)."
+        default=None, ge=1, description="ngram: longest prompt n-gram to match (tokens)."
     )
+    fly_window_size: int | None = Field(
+        default=None, ge=1, description="FLy: window (tokens), below K; vLLM's default min(6, K - 1)."
+    )
+    fly_entropy_threshold: float | None = Field(default=None, ge=0.0, description="FLy: entropy threshold (nats).")
+    fly_entropy_top_k: int | None = Field(default=None, ge=1, description="FLy: tokens in the entropy estimate.")
 
     # Secondary vLLM knobs: accepted so that real configs validate, not simulated.
     quantization: str | None = Field(default=None, description="Drafter quantization (vLLM name), not simulated.")
@@ -226,58 +206,8 @@ class SpeculativeFields(SpectuneModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _read_older_forms(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict):
-            return data
-        # `vllm serve` turns '-' into '_' in every key first (vllm/engine/arg_utils.py:2126-2128); a later
-        # spelling of the same key silently wins there, so it does here, with a warning.
-        rewritten: dict[Any, Any] = {}
-        for key, value in data.items():
-            name = key.replace("-", "_") if isinstance(key, str) else key
-            if name in rewritten:
-                notify(info, (key,), f"same field as an earlier key ('{name}'); vLLM keeps this later value")
-            rewritten[name] = value
-        data = rewritten
-        problems = []
-        for key, advice in _RENAMED_KEYS.items():
-            if key in data:
-                problems.append(((key,), f"not a speculative-config field ({advice}), got {data[key]!r}"))
-        method = data.get("method")
-        if isinstance(method, str):
-            if method in _REMOVED_METHODS:
-                problems.append(
-                    (("method",), f"'{method}' was {_REMOVED_METHODS[method]}; allowed: {', '.join(METHODS)}")
-                )
-            elif _is_mtp_alias(method):
-                data["method"] = "mtp"
-                notify(info, ("method",), f"'{method}' is an MTP alias; vLLM normalises it to 'mtp'")
-        elif method is None and isinstance(data.get("model"), str):
-            # An explicit null is the same as no method (vllm/config/speculative.py:1235-1244).
-            inferred = _infer_method(data["model"])
-            data["method"] = inferred
-            notify(info, ("model",), f"no method given; inferred '{inferred}' from the model name as vLLM does")
-        if cls._fills_default_k and data.get("num_speculative_tokens") is None:
-            _default_num_speculative_tokens(data, info)
-        rule = data.get("rejection_sample_method")
-        if isinstance(rule, str) and rule in _LEGACY_REJECTION_METHODS:
-            draft_sampling = _LEGACY_REJECTION_METHODS[rule]
-            data["rejection_sample_method"] = "standard"
-            data.setdefault("draft_sample_method", draft_sampling)
-            notify(
-                info,
-                ("rejection_sample_method",),
-                f"'{rule}' is deprecated (vLLM renamed it in April 2026); read as rejection_sample_method: "
-                f"standard with draft_sample_method: {draft_sampling}",
-            )
-        if isinstance(rule, str) and rule == "fly":
-            problems.append(
-                (
-                    ("rejection_sample_method",),
-                    "'fly' is lossy and not simulated; allowed: standard, block, synthetic, got 'fly'",
-                )
-            )
-        check_rules(problems)
-        return data
+    def _read_as_vllm_reads_it(cls, data: Any, info: ValidationInfo) -> Any:
+        return read_as_vllm(data, info, fills_default_k=cls._fills_default_k, methods=METHODS)
 
     @model_validator(mode="after")
     def _check_cross_field_rules(self, info: ValidationInfo) -> SpeculativeFields:
@@ -309,15 +239,10 @@ class SpeculativeFields(SpectuneModel):
                     )
                 )
         problems += self._check_synthetic_values()
-        problems += self._check_schedule()
-        if self.method in _DISTRIBUTION_FREE_METHODS and self.draft_sample_method == "probabilistic":
-            problems.append(
-                (
-                    ("draft_sample_method",),
-                    f"must be 'greedy' for method '{self.method}' (it proposes tokens without a "
-                    "distribution), got 'probabilistic'",
-                )
-            )
+        problems += schedule_problems(self.num_speculative_tokens_per_batch_size)
+        problems += self._check_fly()
+        problems += self._check_model_given(info)
+        problems += v1_refusals(self)
         if (
             self.prompt_lookup_min is not None
             and self.prompt_lookup_max is not None
@@ -347,6 +272,43 @@ class SpeculativeFields(SpectuneModel):
         self._advise(info)
         return self
 
+    def _check_fly(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """vLLM 0.33.0's FLy rules (vllm/config/speculative.py:2014-2030)."""
+        k = self.num_speculative_tokens
+        if self.rejection_sample_method != "fly" or k is None:
+            return []
+        if self.method == "extract_hidden_states":
+            return [
+                (
+                    ("rejection_sample_method",),
+                    "'fly' is not compatible with method 'extract_hidden_states', which drafts nothing",
+                )
+            ]
+        if k < 2:
+            return [(("num_speculative_tokens",), f"must be >= 2 with rejection_sample_method 'fly', got {k}")]
+        window = self.fly_window_size
+        if window is not None and window >= k:
+            return [(("fly_window_size",), f"must be < num_speculative_tokens ({k}) with FLy, got {window}")]
+        return []
+
+    def _check_model_given(self, info: ValidationInfo) -> list[tuple[tuple[str | int, ...], str]]:
+        """Methods that vLLM 0.33.0 gives no default draft (speculative.py:1252-1295): the config needs ``model``.
+
+        Only a config to serve (a speculative document) is held to it: a simulation sizes its drafter from
+        presets and never loads the weights.
+        """
+        if not is_served_config(info) or self.model is not None or self.method not in _NEEDS_MODEL:
+            return []
+        if self.num_speculative_tokens is None:
+            return []
+        return [
+            (
+                ("model",),
+                f"required for method '{self.method}' (vLLM 0.33.0 refuses it without the draft's weights: "
+                '"num_speculative_tokens was provided but without speculative model")',
+            )
+        ]
+
     def _check_method_only_fields(self) -> list[tuple[tuple[str | int, ...], str]]:
         """vLLM 0.33.0's fields that only one family of methods takes."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
@@ -362,6 +324,16 @@ class SpeculativeFields(SpectuneModel):
         # :1640-1641, checked where vLLM builds a draft model, so ngram and suffix never reach it.
         if self.dspark_draft_topk is not None and self.method not in ("dspark", *_DISTRIBUTION_FREE_METHODS):
             problems.append((("dspark_draft_topk",), f"only for method 'dspark', got method '{self.method}'"))
+        # :1659-1668: without a model, the DSpark draft is the target's own (DeepSeek-V4) DSpark stages,
+        # rewritten to DSparkDraftModel (:1543-1567), which has no top-k candidates.
+        if self.dspark_draft_topk is not None and self.method == "dspark" and self.model is None:
+            problems.append(
+                (
+                    ("dspark_draft_topk",),
+                    "only for Qwen3 (and Qwen3-Omni) DSpark drafts; without a model the draft is the target's "
+                    "own DSpark stages, which vLLM 0.33.0 refuses it for",
+                )
+            )
         # :1704-1711
         if self.index_share_for_mtp_iteration is not None and self.method != "mtp":
             problems.append((("index_share_for_mtp_iteration",), f"only for method 'mtp', got method '{self.method}'"))
@@ -423,87 +395,40 @@ class SpeculativeFields(SpectuneModel):
             problems.append((("synthetic_acceptance_length",), f"must be in [1, K+1] = [1, {k + 1}], got {length}"))
         return problems
 
-    def _check_schedule(self) -> list[tuple[tuple[str | int, ...], str]]:
-        """What vLLM refuses in the K table: empty, bad ranges, K < 0, overlaps, no row starting at 1."""
-        rows = self.num_speculative_tokens_per_batch_size
-        if rows is None:
-            return []
-        field = "num_speculative_tokens_per_batch_size"
-        if not rows:
-            return [((field,), "must have at least one [start_bs, end_bs, K] row, got []")]
-        problems: list[tuple[tuple[str | int, ...], str]] = []
-        for i, (start, end, k) in enumerate(rows):
-            if start < 1:
-                problems.append(((field, i, 0), f"start_bs must be >= 1, got {start}"))
-            if end < start:
-                problems.append(((field, i, 1), f"end_bs must be >= start_bs ({start}), got {end}"))
-            if k < 0:
-                problems.append(((field, i, 2), f"K must be >= 0 (0 = speculation off), got {k}"))
-        if problems:
-            return problems
-        order = sorted(range(len(rows)), key=lambda i: rows[i][0])  # vLLM sorts rows by start_bs
-        previous: int | None = None
-        for i in order:
-            start = rows[i][0]
-            if previous is not None and start <= rows[previous][1]:
-                problems.append(
-                    (
-                        (field, i, 0),
-                        f"rows must not overlap: start_bs must be > {rows[previous][1]} (end_bs of row "
-                        f"{previous}, [{rows[previous][0]}, {rows[previous][1]}]), got {start}",
-                    )
-                )
-            previous = i
-        first = rows[order[0]]
-        if first[0] != 1:
-            problems.append(
-                (
-                    (field, order[0], 0),
-                    "the first row must start at batch size 1 (vLLM refuses a table that leaves small "
-                    f"batches without a K), got {first[0]}",
-                )
-            )
-        return problems
-
-    def _advise_schedule(self, info: ValidationInfo) -> None:
-        """Notices where vLLM serves something other than what the table says: clamped K, filled gaps."""
-        rows = self.num_speculative_tokens_per_batch_size
-        if not rows:
-            return
-        field = "num_speculative_tokens_per_batch_size"
-        k_max = self.num_speculative_tokens
-        if k_max is None:  # no K, no table (a study candidate refuses both)
-            return
-        for i, (start, end, k) in enumerate(rows):
-            if k > k_max:
-                notify(
-                    info,
-                    (field, i, 2),
-                    f"K {k} is above num_speculative_tokens ({k_max}); vLLM serves batch sizes "
-                    f"{start}-{end} with min({k_max}, {k}) = {k_max}",
-                )
-        ordered = sorted(rows)
-        for (_, end, k), (start, _, _) in zip(ordered, ordered[1:]):
-            if start > end + 1:
-                notify(
-                    info,
-                    (field,),
-                    f"batch sizes {end + 1}-{start - 1} fall between rows; vLLM serves them with the "
-                    f"previous row's K, min({k_max}, {k}) = {min(k_max, k)}",
-                )
-
     def _advise(self, info: ValidationInfo) -> None:
-        self._advise_schedule(info)
+        for path, message in schedule_notices(self.num_speculative_tokens_per_batch_size, self.num_speculative_tokens):
+            notify(info, path, message)
         if self.synthetic_acceptance_rate is not None:
             notify(
                 info,
                 ("synthetic_acceptance_rate",),
-                "deprecated: removed in vLLM 0.33.0 (replaced in April 2026 by synthetic_acceptance_rates or "
-                "synthetic_acceptance_length), so a 0.33 server refuses this config; simulated with the "
-                "March 2026 rule (rates a0 * gamma^i)",
+                "deprecated: vLLM 0.33.0 refuses it (write synthetic_acceptance_rates or "
+                "synthetic_acceptance_length); read for vLLM 0.32 and simulated with the March 2026 rule "
+                "(rates a0 * gamma^i)",
             )
-        if self.parallel_drafting and self.method in _DISTRIBUTION_FREE_METHODS:
-            notify(info, ("parallel_drafting",), f"'{self.method}' runs no drafter pass; parallel_drafting is ignored")
+        for field, feature in v1_fallback_reasons(self):
+            served = ""
+            if self.rejection_sample_method == "block" or self.draft_sample_method == "probabilistic":
+                served = " (V1 has no block verification and keeps no draft probabilities for it: served as "
+                served += "standard verification of one-hot drafts, and simulated so)"
+            notify(
+                info,
+                field,
+                f"vLLM 0.33.0's Model Runner V2 does not support {feature}; vLLM serves this config on its V1 "
+                f"runner instead{served}",
+            )
+        if self.rejection_sample_method == "fly":
+            notify(
+                info,
+                ("rejection_sample_method",),
+                "FLy is lossy (vLLM warns that it may degrade outputs); vLLM serves it, spectune does not simulate it",
+            )
+        if self.method in _DISTRIBUTION_FREE_METHODS and self.draft_sample_method == "probabilistic":
+            notify(
+                info,
+                ("draft_sample_method",),
+                f"'{self.method}' proposes tokens without a distribution; vLLM verifies its drafts as one-hot",
+            )
         if self.rejection_sample_method == "block" and self.method in _DISTRIBUTION_FREE_METHODS:
             notify(
                 info,
@@ -531,8 +456,8 @@ class SpeculativeConfig(SpeculativeFields):
 
     num_speculative_tokens: int = Field(
         ge=1,
-        le=MAX_NUM_SPECULATIVE_TOKENS,
-        description="K: draft tokens proposed and verified per step (tokens). With a per-batch-size "
+        description="K: draft tokens proposed and verified per step (tokens; no upper bound, as in vLLM; the "
+        f"simulator runs K <= {MAX_NUM_SPECULATIVE_TOKENS}). With a per-batch-size "
         "table it caps every row's K and sizes vLLM's buffers. Optional for suffix (default "
         "suffix_decoding_max_tree_depth, 24); required for mtp, as in vLLM 0.33.0.",
     )
@@ -564,46 +489,3 @@ class SpeculativeConfig(SpeculativeFields):
         if not covering:
             return 0
         return min(self.num_speculative_tokens, max(covering)[1])
-
-
-def default_num_speculative_tokens(method: object, suffix_decoding_max_tree_depth: object = None) -> int | None:
-    """vLLM's K for a config that gives none: suffix decoding's tree depth, an MTP checkpoint's n_predict
-    (taken as 1); None for the other methods, which need K."""
-    if method == "suffix":
-        depth = suffix_decoding_max_tree_depth
-        return depth if isinstance(depth, int) and depth >= 1 else SUFFIX_DEFAULT_MAX_TREE_DEPTH
-    return MTP_DEFAULT_N_PREDICT if method == "mtp" else None
-
-
-def _default_num_speculative_tokens(data: dict[str, Any], info: ValidationInfo) -> None:
-    """K for a config that gives none, as vLLM 0.33.0 defaults it: suffix only. MTP has no default there:
-    with a model its n_predict check compares None > 1 (vllm/config/speculative.py:1486-1487), without
-    one _verify_args refuses the missing K (:1946-1951)."""
-    method = data.get("method")
-    if method == "mtp":
-        check_rules(
-            [
-                (
-                    ("num_speculative_tokens",),
-                    "required for method 'mtp': vLLM 0.33.0 takes no default from the checkpoint's n_predict; "
-                    "give num_speculative_tokens (1 for DeepSeek-V3, Qwen3-Next, GLM-4.5)",
-                )
-            ]
-        )
-    if method == "suffix":
-        data["num_speculative_tokens"] = default_num_speculative_tokens(
-            method, data.get("suffix_decoding_max_tree_depth")
-        )
-
-
-def _infer_method(model: str) -> str:
-    """vLLM 0.33.0's inference from the model name: "ngram" itself (vllm/config/speculative.py:1240-1242),
-    then the draft's name in this order (:1445-1468) -- "eagle-" with the dash, so "EAGLE3-..." is not
-    eagle -- else draft_model."""
-    if model in ("ngram", "[ngram]"):
-        return "ngram"
-    name = model.lower()
-    for marker, method in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash"), ("dspark", "dspark")):
-        if marker in name:
-            return method
-    return "draft_model"

@@ -29,6 +29,7 @@ from spectune.config._speculative import (
     SpeculativeFields,
 )
 from spectune.config._step_times import CostModelConfig
+from spectune.config._vllm_rules import v1_fallback_reasons
 from spectune.config._workload import WorkloadConfig
 from spectune.errors import SpectuneError
 
@@ -84,12 +85,18 @@ class SpeculativeBase(SpeculativeFields):
         problems: list[tuple[FieldPath, str]] = [
             ((key,), f"{why}, got {data[key]!r}") for key, why in _SEARCHED_FIELDS.items() if key in data
         ]
-        if data.get("rejection_sample_method") == "synthetic":
+        if data.get("method") in ("custom_class", "extract_hidden_states"):
+            problems.append(
+                (("method",), f"'{data['method']}' validates for vLLM but is not simulated, so a study cannot try it")
+            )
+        rule = data.get("rejection_sample_method")
+        if rule in ("synthetic", "fly"):
+            why = "" if rule == "synthetic" else " (vLLM's lossy FLy rule validates but is not simulated)"
             problems.append(
                 (
                     ("rejection_sample_method",),
                     "must be 'standard' or 'block' in a study (or left out to search "
-                    "search.rejection_sample_methods), got 'synthetic'",
+                    f"search.rejection_sample_methods){why}, got '{rule}'",
                 )
             )
         check_rules(problems)
@@ -458,6 +465,13 @@ class StudyDocument(SpectuneModel):
                         reason = f"'{method}' proposes tokens without a distribution"
                     elif method in _DISTRIBUTION_FREE_METHODS and rule == "block":
                         reason = f"'{method}' has no draft distribution; vLLM verifies it with 'standard'"
+                    elif v1_fallback_reasons(candidate.speculative) and (
+                        rule == "block" or sampling == "probabilistic"
+                    ):
+                        reason = (
+                            f"vLLM serves {v1_fallback_reasons(candidate.speculative)[0][1]} on its V1 runner, as "
+                            "standard verification of one-hot drafts"
+                        )
                     out.append(((candidate, rule, sampling), reason))
         return out
 

@@ -385,6 +385,8 @@ def _sampler_work(document: SimulationDocument) -> SamplerWork:
     rule = spec.rejection_sample_method if spec is not None else "standard"  # plain decoding: K = 0, one column
     if spec is not None and rule == "block" and spec.method in ("ngram", "ngram_gpu", "suffix"):
         rule = "standard"  # no draft distribution: vLLM verifies with the standard rule
+    if rule == "fly":  # a simulation document refuses FLy (spectune.config.simulation_refusals)
+        raise ValueError("FLy verification is not simulated")
     temperatures, _ = document.workload.temperature_mix
     return SamplerWork(rejection_sample_method=rule, all_greedy=all(t == 0 for t in temperatures))
 

@@ -68,6 +68,13 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     # A context limit only refuses a workload at validation; it changes no simulated number, and studies made
     # before presets carried it must resume under the same hash.
     data["target_model"].pop("max_model_len_tokens", None)
+    # The FP8 rate prices only 1-byte weights; where no model has them it changes no number, and studies made
+    # before GPUs carried it must resume under the same hash.
+    # (A default drafter is a head sized from the target, or a BF16 draft-LLM preset.)
+    weights = [document.target_model.bytes_per_parameter]
+    weights += [c.drafter.bytes_per_parameter for c in document.candidates if c.drafter is not None]
+    if 1 not in weights:
+        data["hardware"]["gpu"].pop("dense_fp8_flops", None)
     for candidate in data["candidates"]:
         candidate["acceptance"].pop("profile", None)
         # Studies made before a candidate's base lost its K hashed vLLM's default K (suffix, mtp): so does this.

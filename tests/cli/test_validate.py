@@ -22,7 +22,7 @@ def test_shipped_configs_are_all_valid():
 
 def test_invalid_file_exits_1_with_one_line_per_problem(tmp_path):
     good = tmp_path / "good.json"
-    good.write_text('{"method": "eagle3", "num_speculative_tokens": 3}')
+    good.write_text('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}')
     bad = tmp_path / "bad.yaml"
     bad.write_text("method: eagle\nnum_speculative_tokens: 0\ndraft_sample_method: topk\n")
     result = runner.invoke(app, ["validate", str(good), str(bad)])
@@ -61,11 +61,39 @@ def test_a_path_with_nothing_to_check_fails_without_miscounting_the_valid_files(
 
 
 def test_warnings_pass_unless_strict(tmp_path):
-    path = tmp_path / "legacy.yaml"
-    path.write_text("method: eagle\nnum_speculative_tokens: 2\nrejection_sample_method: strict\n")
+    path = tmp_path / "suffix.yaml"
+    path.write_text("method: suffix\nnum_speculative_tokens: 8\n")
     relaxed = runner.invoke(app, ["validate", str(path)])
-    assert relaxed.exit_code == 0 and f"{path}:3: warning: rejection_sample_method:" in relaxed.output
+    assert relaxed.exit_code == 0 and f"{path}:1: warning: method:" in relaxed.output
     assert runner.invoke(app, ["validate", "--strict", str(path)]).exit_code == 1
+
+
+def test_legacy_forms_fail_for_vllm_0_33_and_pass_for_0_32(tmp_path):
+    path = tmp_path / "legacy.yaml"
+    path.write_text(
+        "method: eagle\nmodel: yuhuili/EAGLE-LLaMA3.1-Instruct-8B\nnum_speculative_tokens: 2\nrejection_sample_method: strict\n"
+    )
+    current = runner.invoke(app, ["validate", str(path)])
+    assert current.exit_code == 1
+    assert f"{path}:4: rejection_sample_method: 'strict' was removed in vLLM 0.33.0" in current.output
+    assert "write rejection_sample_method: standard with draft_sample_method: greedy" in current.output
+    pinned = runner.invoke(app, ["validate", "--vllm-version", "0.32", str(path)])
+    assert pinned.exit_code == 0, pinned.output
+    assert f"{path}:4: warning: rejection_sample_method: 'strict' is deprecated" in pinned.output
+
+
+def test_unknown_vllm_version_is_one_clear_line(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("method: ngram\nnum_speculative_tokens: 2\n")
+    result = runner.invoke(app, ["validate", "--vllm-version", "0.20", str(path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == "--vllm-version: must be one of 0.33.0, 0.32, got '0.20'"
+
+
+def test_shipped_vllm_0_32_examples_validate_for_0_32_only():
+    folder = REPO / "examples" / "vllm-0.32"
+    assert runner.invoke(app, ["validate", "--vllm-version", "0.32", str(folder)]).exit_code == 0
+    assert runner.invoke(app, ["validate", str(folder)]).exit_code == 1
 
 
 def test_usage_errors_exit_2():
@@ -216,7 +244,7 @@ EAGLE3 = '"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "n
         EAGLE3 + ', "draft_lm_head_quantization": "fp8"',
         '"method": "mtp", "num_speculative_tokens": 1, "draft_lm_head_quantization": "nvfp4"',
         '"method": "mtp", "num_speculative_tokens": 1, "index_share_for_mtp_iteration": true',
-        '"method": "dspark", "num_speculative_tokens": 7, "dspark_draft_topk": 8',
+        '"method": "dspark", "model": "deepseek-ai/dspark_qwen3_8b_block7", "num_speculative_tokens": 7, "dspark_draft_topk": 8',
     ],
 )
 def test_fields_new_in_vllm_0_33_validate(tmp_path, extra):
@@ -268,3 +296,56 @@ def test_mtp_without_k_is_refused_as_vllm_0_33_refuses_it(tmp_path):
     assert result.output.splitlines()[0].startswith(
         f"{config}:1: num_speculative_tokens: required for method 'mtp': vLLM 0.33.0 takes no default"
     )
+
+
+def _simulation(tmp_path, speculative_lines):
+    text = (REPO / "configs" / "simulations" / "llama-3.1-8b-eagle3-h100.yaml").read_text()
+    text = text.replace("  num_speculative_tokens: 3\n", speculative_lines)
+    text = text.replace("../profiles/", f"{REPO / 'configs' / 'profiles'}/")
+    path = tmp_path / "sim.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("lines", "field", "fragment"),
+    [
+        (
+            "  num_speculative_tokens: 4\n  rejection_sample_method: fly\n",
+            "rejection_sample_method",
+            "does not simulate",
+        ),
+        ("  num_speculative_tokens: 80\n", "num_speculative_tokens", "the simulator runs K <= 64"),
+    ],
+)
+def test_what_vllm_serves_but_spectune_cannot_simulate_validates_and_simulate_refuses(tmp_path, lines, field, fragment):
+    served = tmp_path / "served.json"
+    body = ", ".join(f'"{key.strip()}": {json.dumps(yaml_value)}' for key, yaml_value in _pairs(lines))
+    served.write_text('{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", ' + body + "}")
+    assert runner.invoke(app, ["validate", str(served)]).exit_code == 0
+    path = _simulation(tmp_path, lines)
+    result = runner.invoke(app, ["simulate", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:" in result.output and f"speculative.{field}: " in result.output and fragment in result.output
+    assert "Traceback" not in result.output
+
+
+def _pairs(lines):
+    for line in lines.strip().splitlines():
+        key, value = line.split(":", 1)
+        value = value.strip()
+        yield key, int(value) if value.isdigit() else value
+
+
+def test_a_config_vllm_serves_on_its_v1_runner_is_simulated_as_v1_serves_it(tmp_path):
+    from spectune.config import load_document
+
+    lines = (
+        "  num_speculative_tokens: 3\n  parallel_drafting: true\n  rejection_sample_method: block\n"
+        "  draft_sample_method: probabilistic\n"
+    )
+    document = load_document(_simulation(tmp_path, lines))
+    spec = document.model.speculative
+    assert (spec.rejection_sample_method, spec.draft_sample_method) == ("standard", "greedy")
+    [notice] = [n for n in document.notices if n.field == "speculative.parallel_drafting"]
+    assert notice.severity == "warning" and "V1 runner" in notice.message and "one-hot" in notice.message

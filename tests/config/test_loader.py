@@ -79,9 +79,9 @@ def test_absurd_integer_is_refused(tmp_path):
 def test_exponent_floats_without_a_dot_are_numbers(tmp_path):
     path = _write(
         tmp_path,
-        "method: mtp\nnum_speculative_tokens: 3\nrejection_sample_method: synthetic\nsynthetic_acceptance_rate: 5e-1\n",
+        "method: mtp\nnum_speculative_tokens: 3\nrejection_sample_method: synthetic\nsynthetic_acceptance_length: 25e-1\n",
     )
-    assert load_document(path).model.synthetic_acceptance_rate == 0.5
+    assert load_document(path).model.synthetic_acceptance_length == 2.5
 
 
 def test_oversized_file_is_refused_without_parsing(tmp_path):

@@ -16,13 +16,11 @@ BAD_DOCUMENTS = [
     ("method: medusa\nnum_speculative_tokens: 3\n", 1, "method", "removed in vLLM 0.33.0"),
     ("method: eagle4\nnum_speculative_tokens: 3\n", 1, "method", "must be one of 'eagle', 'eagle3'"),
     ("method: eagle\nnum_speculative_tokens: 0\n", 2, "num_speculative_tokens", "must be >= 1, got 0"),
-    ("method: eagle\nnum_speculative_tokens: 65\n", 2, "num_speculative_tokens", "must be <= 64, got 65"),
     ("method: eagle\nnum_speculative_tokens: three\n", 2, "num_speculative_tokens", "must be an integer, got 'three'"),
     ("method: eagle\nnum_speculative_tokens: 2.5\n", 2, "num_speculative_tokens", "must be a whole number, got 2.5"),
     ("method: eagle\n", 1, "num_speculative_tokens", "required field is missing"),
     ("method: draft_model\nmodel: meta-llama/Llama-3.2-1B\n", 1, "num_speculative_tokens", "required field is missing"),
     (BASE + "rejection_sample_method: fancy\n", 4, "rejection_sample_method", "must be one of 'standard', 'block'"),
-    (BASE + "rejection_sample_method: fly\n", 4, "rejection_sample_method", "'fly' is lossy"),
     (BASE + "draft_sample_method: topk\n", 4, "draft_sample_method", "must be one of 'greedy', 'probabilistic'"),
     (BASE + "num_speculative_tokenz: 3\n", 4, "num_speculative_tokenz", "did you mean 'num_speculative_tokens'"),
     (BASE + "tensor_parallel_size: 2\n", 4, "tensor_parallel_size", "draft_tensor_parallel_size"),
@@ -36,7 +34,7 @@ BAD_DOCUMENTS = [
         "only allowed when rejection_sample_method is 'synthetic'",
     ),
     (BASE + "synthetic_acceptance_length: 2.0\n", 4, "synthetic_acceptance_length", "only allowed when"),
-    (BASE + "synthetic_acceptance_rate: 0.5\n", 4, "synthetic_acceptance_rate", "only allowed when"),
+    (BASE + "synthetic_acceptance_rate: 0.5\n", 4, "synthetic_acceptance_rate", "removed in vLLM 0.33.0"),
     (BASE + "rejection_sample_method: synthetic\n", 4, "rejection_sample_method", "needs exactly one of"),
     (
         BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rates: [0.9, 0.5, 0.2]\n"
@@ -79,7 +77,7 @@ BAD_DOCUMENTS = [
         BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 1.2\n",
         5,
         "synthetic_acceptance_rate",
-        "must be <= 1.0, got 1.2",
+        "removed in vLLM 0.33.0",
     ),
     # the per-batch-size schedule: what vLLM's dynamic-speculation lookup refuses
     (
@@ -133,12 +131,6 @@ BAD_DOCUMENTS = [
     ),
     # drafting and lookup rules
     (
-        "method: ngram\nnum_speculative_tokens: 3\ndraft_sample_method: probabilistic\n",
-        3,
-        "draft_sample_method",
-        "must be 'greedy' for method 'ngram'",
-    ),
-    (
         "method: ngram\nnum_speculative_tokens: 3\nprompt_lookup_min: 6\nprompt_lookup_max: 3\n",
         3,
         "prompt_lookup_min",
@@ -190,7 +182,7 @@ def test_every_synthetic_form_gives_conditional_rates():
         method="mtp", num_speculative_tokens=3, rejection_sample_method="synthetic", synthetic_acceptance_length=2.6
     )
     assert by_length.synthetic_conditional_rates() == pytest.approx([1.0, 0.6, 0.0])
-    with pytest.warns(SpectuneNotice, match="removed in vLLM 0.33.0"):
+    with pytest.warns(SpectuneNotice, match="vLLM 0.33.0 refuses it"):
         by_mean = SpeculativeConfig(
             method="mtp", num_speculative_tokens=3, rejection_sample_method="synthetic", synthetic_acceptance_rate=0.6
         )
@@ -198,15 +190,11 @@ def test_every_synthetic_form_gives_conditional_rates():
     assert SpeculativeConfig(method="mtp", num_speculative_tokens=3).synthetic_conditional_rates() is None
 
 
-def test_legacy_rejection_methods_are_mapped_with_a_deprecation_notice(problems_of, tmp_path):
-    file, notices = problems_of(BASE + "rejection_sample_method: strict\n")
-    assert [n.severity for n in notices] == ["warning"]
-    assert notices[0].line == 4 and notices[0].field == "rejection_sample_method"
-    assert "deprecated" in notices[0].message
-    path = tmp_path / "legacy.yaml"
-    path.write_text(BASE + "rejection_sample_method: probabilistic\n")
-    model = load_document(path).model
-    assert (model.rejection_sample_method, model.draft_sample_method) == ("standard", "probabilistic")
+def test_legacy_rejection_methods_are_refused_for_vllm_0_33_naming_what_to_write(problems_of):
+    file, problems = problems_of(BASE + "rejection_sample_method: strict\n")
+    assert [(p.severity, p.line, p.field) for p in problems] == [("error", 4, "rejection_sample_method")]
+    assert "removed in vLLM 0.33.0" in problems[0].message
+    assert "write rejection_sample_method: standard with draft_sample_method: greedy" in problems[0].message
 
 
 def test_mtp_alias_normalises_to_mtp(problems_of, tmp_path):
@@ -320,11 +308,11 @@ def test_suffix_takes_vllms_default_k_and_mtp_needs_one(problems_of, tmp_path):
     assert "required for method 'mtp'" in err.value.problems[0].message
 
 
-def test_scalar_synthetic_rate_warns_that_vllm_0_33_removed_it(problems_of):
-    _, notices = problems_of(BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 0.6\n")
-    [notice] = [n for n in notices if n.field == "synthetic_acceptance_rate"]
-    assert notice.severity == "warning" and notice.line == 5
-    assert "removed in vLLM 0.33.0" in notice.message
+def test_scalar_synthetic_rate_is_refused_for_vllm_0_33(problems_of):
+    _, problems = problems_of(BASE + "rejection_sample_method: synthetic\nsynthetic_acceptance_rate: 0.6\n")
+    [problem] = [p for p in problems if p.field == "synthetic_acceptance_rate"]
+    assert problem.severity == "error" and problem.line == 5
+    assert "removed in vLLM 0.33.0" in problem.message and "synthetic_acceptance_rates" in problem.message
 
 
 def test_embedded_in_a_vllm_serve_config(problems_of):

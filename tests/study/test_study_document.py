@@ -280,3 +280,17 @@ def test_a_worker_prepares_one_short_simulation_of_each_verification_kind_it_has
     assert all(d.speculative.num_speculative_tokens == 2 for d in simulated)  # the middle of K 1-3
     simulated.clear()
     assert evaluator.prepare() and not simulated  # once each
+
+
+def test_the_fp8_rate_enters_the_hash_only_where_a_model_has_one_byte_weights(tmp_path):
+    _, loaded = _load(tmp_path)
+
+    def fingerprint(bytes_per_parameter: float, fp8_flops: float) -> str:
+        document = loaded.model
+        gpu = document.hardware.gpu.model_copy(update={"dense_fp8_flops": fp8_flops})
+        target = document.target_model.model_copy(update={"bytes_per_parameter": bytes_per_parameter})
+        update = {"hardware": document.hardware.model_copy(update={"gpu": gpu}), "target_model": target}
+        return document_fingerprint(document.model_copy(update=update))["document_sha256"]
+
+    assert fingerprint(2.0, 1e15) == fingerprint(2.0, 2e15)  # BF16 weights never meet the FP8 rate
+    assert fingerprint(1.0, 1e15) != fingerprint(1.0, 2e15)
