@@ -23,7 +23,12 @@ from spectune.config._rates import (
 )
 from spectune.config._schedule import schedule_notices, schedule_problems
 from spectune.config._vllm_reading import default_num_speculative_tokens, read_as_vllm
-from spectune.config._vllm_rules import is_served_config, v1_fallback_reasons, v1_refusals
+from spectune.config._vllm_rules import (
+    is_served_config,
+    refuses_early_2026_forms,
+    v1_fallback_reasons,
+    v1_refusals,
+)
 
 __all__ = [
     "FIELDS_ADDED_FOR_VLLM_0_33",
@@ -219,13 +224,10 @@ class SpeculativeFields(SpectuneModel):
         ]
         if self.rejection_sample_method == "synthetic":
             if not synthetic_fields:
-                problems.append(
-                    (
-                        ("rejection_sample_method",),
-                        "'synthetic' needs exactly one of synthetic_acceptance_rates, "
-                        "synthetic_acceptance_length, synthetic_acceptance_rate; got none",
-                    )
-                )
+                forms = "synthetic_acceptance_rates, synthetic_acceptance_length"
+                if not refuses_early_2026_forms(info):  # the scalar form is read where it is still served
+                    forms += ", synthetic_acceptance_rate"
+                problems.append((("rejection_sample_method",), f"'synthetic' needs exactly one of {forms}; got none"))
             elif len(synthetic_fields) > 1:
                 for name in synthetic_fields[1:]:
                     problems.append(((name,), f"give exactly one synthetic form; got {' and '.join(synthetic_fields)}"))

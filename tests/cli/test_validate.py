@@ -82,6 +82,15 @@ def test_legacy_forms_fail_for_vllm_0_33_and_pass_for_0_32(tmp_path):
     assert f"{path}:4: warning: rejection_sample_method: 'strict' is deprecated" in pinned.output
 
 
+def test_a_missing_synthetic_form_offers_only_the_forms_the_named_version_reads(tmp_path):
+    path = tmp_path / "synthetic.yaml"
+    path.write_text("method: ngram\nnum_speculative_tokens: 2\nrejection_sample_method: synthetic\n")
+    current = runner.invoke(app, ["validate", str(path)])
+    assert "needs exactly one of synthetic_acceptance_rates, synthetic_acceptance_length; got none" in current.output
+    pinned = runner.invoke(app, ["validate", "--vllm-version", "0.32", str(path)])
+    assert "synthetic_acceptance_length, synthetic_acceptance_rate; got none" in pinned.output
+
+
 def test_unknown_vllm_version_is_one_clear_line(tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text("method: ngram\nnum_speculative_tokens: 2\n")
