@@ -158,7 +158,7 @@ def _member_bytes(document: SimulationDocument) -> int:
     spec = document.speculative
     assert spec is not None
     device = resolve_device(document.simulation.device)
-    vocab, k = document.workload.vocab_size, spec.num_speculative_tokens
+    vocab, k = document.workload.vocab_size, drafting_depth(document)
     temperatures = len(document.workload.temperature_mix[0])
     sides = 2 if spec.draft_sample_method == "probabilistic" else 1
     bank = k * temperatures * document.simulation.bank_rows * vocab * 4 * sides
