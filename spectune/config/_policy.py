@@ -160,7 +160,7 @@ class SglangAdaptive(SpectuneModel):
     cuda_graph_batch_sizes: list[int] | None = Field(
         default=None,
         description="SGLang's --cuda-graph-bs (requests, increasing); null: SGLang's default speculative capture "
-        "list up to the workload's concurrency.",
+        "list up to the workload's max_num_seqs.",
     )
 
     @model_validator(mode="after")

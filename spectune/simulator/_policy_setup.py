@@ -61,8 +61,7 @@ def runtime_policy(
         return None
     if document.sglang_adaptive is not None:
         adaptive = document.sglang_adaptive
-        concurrency = inputs.closed_loop_concurrency or inputs.max_running_requests
-        capture = adaptive.capture_sizes(min(concurrency, inputs.max_running_requests))
+        capture = adaptive.capture_sizes(inputs.max_running_requests)  # SGLang captures up to its max batch
         return SglangSteps(AdaptiveSteps(adaptive, spec.num_speculative_tokens, capture))
     if not spec.enable_adaptive_verification:
         return None
