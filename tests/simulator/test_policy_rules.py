@@ -15,6 +15,7 @@ from spectune.simulator._adaptive_verification import (
     choose_budget,
     cost_tables_from_curves,
     profile_token_counts,
+    profiled_cost_tables,
     vllm_capture_sizes,
 )
 from spectune.simulator._sglang_adaptive import AdaptiveSteps, StepSlot
@@ -197,3 +198,22 @@ def test_singleton_or_zero_slots_never_leave_their_candidates(candidates, initia
     for accepted in ([0], [5], [1], [0]):
         slot.update(np.array(accepted))
         assert slot.steps in candidates
+
+
+def test_the_start_up_profile_replays_vllm_dummy_run_shapes_on_the_cost_model() -> None:
+    asked = []
+
+    def timer(batch: int, k: int, context: float):
+        asked.append((batch, k, context))
+        return (1e-3 * batch, 1e-3 * batch * (k + 1), 0.0, 0.0)  # drafting by requests, verify by tokens
+
+    # max_num_seqs 4, K 3, 64 batched tokens: captured 1 2 4 8 16 24 32, then 48 and 64 past the limit
+    tables = profiled_cost_tables(timer, 3, max_num_seqs=4, max_num_batched_tokens=64)
+    assert {context for _, _, context in asked} == {8192}
+    # N <= 4 tokens: N one-token requests; past that, 4 requests (64 // (K + 1) = 16 allows more) of N / 4 each
+    assert tables.verify_s[3] == pytest.approx(4e-3)  # pads to the captured 4: four requests of one token
+    assert tables.verify_s[16] == pytest.approx(16e-3)
+    # past the limit only the points past it count: 40 sits below the first (48: four requests of 12 tokens)
+    assert tables.verify_s[40] == pytest.approx(48e-3)
+    assert tables.verify_s[56] == pytest.approx(56e-3)  # between 48 and 64
+    assert tables.draft_s[1] == pytest.approx(1e-3) and tables.draft_s[4] == pytest.approx(4e-3)
