@@ -11,6 +11,10 @@ One iteration is one engine step, as in vLLM V1 with chunked prefill, in four st
    output length), a request whose prefill completed gets its first token, and finished requests
    leave; in a closed loop a new request takes each freed slot at once.
 
+K per step and the drafts each request verifies come from the runtime policy (``_policy``): a fixed K per
+batch size verified whole, vLLM's adaptive verification (a budget sized in stage 3 and drafts admitted once
+the counts are back) or SGLang's adaptive steps (K from a slot fed back by each verify).
+
 Stage 3 needs none of the emitted counts, so an engine runs it while the step's verification is in
 flight (``serving_loop`` yields twice a step). With a KV cache (``KvCacheCapacity``), blocks bound
 the running batch as well: decoding requests reserve theirs first, preempting the newest when the
