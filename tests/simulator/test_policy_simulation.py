@@ -159,3 +159,17 @@ def test_both_engines_give_the_same_numbers_for_every_policy() -> None:
     ahead = simulate_many(_with_engine(documents, "ahead"), baseline=False, draws="counter")
     step = simulate_many(_with_engine(documents, "step"), baseline=False, draws="counter")
     assert [_numbers(r) for r in ahead] == [_numbers(r) for r in step]
+
+
+def test_a_sharper_estimate_admits_drafts_that_are_accepted_more_often() -> None:
+    def precision(auc: float) -> float:
+        document = _document(
+            seed=1,
+            speculative={"num_speculative_tokens": 6, "enable_adaptive_verification": True},
+            acceptance={"conditional_rates": [0.85, 0.75, 0.65, 0.55, 0.45, 0.4], "confidence_auc": auc},
+            workload={"concurrency": 8, "num_requests": 32, "output_tokens": 192},
+        )
+        result = simulate(document, baseline=False)
+        return result.num_accepted_tokens / result.num_draft_tokens
+
+    assert precision(0.95) > precision(0.5) + 0.03
