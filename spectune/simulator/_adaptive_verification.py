@@ -155,6 +155,8 @@ def profiled_cost_tables(
     max_num_batched_tokens: int,
     capture_sizes: Sequence[int] | None = None,
     context_tokens: float = PROFILE_CONTEXT_TOKENS,
+    max_requests: int | None = None,
+    max_verify_width: int | None = None,
 ) -> CostTables:
     """vLLM's start-up profile, replayed on a cost model's ``timer``.
 
@@ -162,6 +164,9 @@ def profiled_cost_tables(
     tokens spread evenly (``GPUModelRunner._dummy_run``, vllm/v1/worker/gpu/model_runner.py:856-892); the
     verify curve is the target's pass at that shape, the draft curve the drafter's K-token proposal at that
     many requests, kept only for shapes within the capture limit (graph replays).
+
+    ``max_requests`` / ``max_verify_width``: what the cost model answers for (a measured table's largest
+    batch and K + 1); shapes past them are not replayed, and the tables extend linearly past the last one.
     """
     k = num_speculative_tokens
     sizes = (
@@ -174,6 +179,11 @@ def profiled_cost_tables(
     verify: list[tuple[int, float]] = []
     for tokens in profile_token_counts(sizes, max_num_batched_tokens):
         requests = max(1, min(tokens, max_num_seqs, max_num_batched_tokens // (k + 1)))
+        beyond_model = (max_requests is not None and requests > max_requests) or (
+            max_verify_width is not None and tokens > requests * max_verify_width
+        )
+        if beyond_model and len(verify) >= 2:
+            break
         verify.append((tokens, _verify_seconds(timer, requests, tokens, context_tokens)))
         if tokens <= limit:
             draft[requests] = timer(requests, k, context_tokens)[0]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from spectune.config import SimulationDocument
-from spectune.cost import StepTimer
+from spectune.cost import CostLimits, StepTimer
 from spectune.simulator._acceptance_estimate import DEFAULT_CONFIDENCE_AUC, BinormalFeatures
 from spectune.simulator._adaptive_verification import profiled_cost_tables
 from spectune.simulator._loop import LoopInputs
@@ -53,6 +53,7 @@ def runtime_policy(
     conditional_rates: Callable[[int], np.ndarray],
     *,
     seed: int,
+    limits: CostLimits | None = None,
 ) -> StepPolicy | None:
     """The loop's policy: SGLang's adaptive steps, vLLM's adaptive verification over ``k_for_batch``, or
     None (every drafted token verified). One per replica: each server keeps its own state."""
@@ -71,6 +72,12 @@ def runtime_policy(
         max_k,
         max_num_seqs=inputs.max_running_requests,
         max_num_batched_tokens=inputs.max_num_batched_tokens,
+        max_requests=limits.max_batch_size if limits is not None else None,
+        max_verify_width=(
+            limits.max_num_speculative_tokens + 1
+            if limits is not None and limits.max_num_speculative_tokens is not None
+            else None
+        ),
     )
     # the estimate's quality at the batch the deployment mostly runs (its concurrency)
     auc = confidence_auc(document, inputs.closed_loop_concurrency or inputs.max_running_requests)

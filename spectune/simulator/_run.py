@@ -287,7 +287,13 @@ class _Setup:
         for index, (ids, part) in enumerate(parts):
             self.pools.append(KvCacheCapacity(kv_tokens // BLOCK_SIZE_TOKENS, len(part.output_tokens)))
             policy: StepPolicy | None = runtime_policy(
-                document, k_for_batch, step_timer, part, self._conditional_rates, seed=document.seed + index
+                document,
+                k_for_batch,
+                step_timer,
+                part,
+                self._conditional_rates,
+                seed=document.seed + index,
+                limits=cost.limits,
             )
             loop = serving_loop(
                 part,

@@ -173,3 +173,16 @@ def test_a_sharper_estimate_admits_drafts_that_are_accepted_more_often() -> None
         return result.num_accepted_tokens / result.num_draft_tokens
 
     assert precision(0.95) > precision(0.5) + 0.03
+
+
+def test_adaptive_verification_profiles_a_measured_step_table_within_what_it_measures(tmp_path: Path) -> None:
+    # the table measures K 0..7 up to batch 256: vLLM's profile shapes past that (wide dummy requests) are not
+    # replayed on it, and its verify table extends linearly instead of refusing the document
+    table = Path(__file__).resolve().parents[2] / "configs" / "step_times" / "h100-llama-3.1-8b-eagle3.csv"
+    data = _data(**POLICIES["adaptive_verification"])
+    data["cost_model"] = {"method": "measured", "step_times": str(table)}
+    path = tmp_path / "sim.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["simulate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["throughput_tokens_per_s"] > 0
