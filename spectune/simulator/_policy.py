@@ -57,7 +57,8 @@ class StepPolicy:
 
 class SglangSteps(StepPolicy):
     """SGLang's slots pick K per batch; each verify's accepted drafts feed the routed slot's EMA. A step at
-    0 steps feeds zeros: SGLang counts those batches towards its next decision (a 0-step slot probes up)."""
+    0 steps feeds zeros: SGLang still verifies it as a plain decode (eagle_worker_v2.py,
+    _build_trivial_verify_input) and counts it towards its next decision (a 0-step slot probes up)."""
 
     def __init__(self, steps: AdaptiveSteps) -> None:
         super().__init__(steps.k_for_batch)
