@@ -19,6 +19,7 @@ from spectune.config._metrics import (
 )
 from spectune.config._models import DrafterSpec, TargetModelSpec, default_drafter
 from spectune.config._overrides import apply_overrides
+from spectune.config._policy import SglangAdaptive, SlotParameters
 from spectune.config._profile import AcceptanceProfile, AcceptanceRates
 from spectune.config._rates import (
     acceptance_length_to_rates,
@@ -58,7 +59,9 @@ __all__ = [
     "Objective",
     "STEP_SCALED_METRICS",
     "STEP_TIME_COLUMNS",
+    "SglangAdaptive",
     "SimulationDocument",
+    "SlotParameters",
     "SimulationOptions",
     "SpeculativeConfig",
     "StepTimeTable",

@@ -76,7 +76,12 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     if 1 not in weights:
         data["hardware"]["gpu"].pop("dense_fp8_flops", None)
     for candidate in data["candidates"]:
-        candidate["acceptance"].pop("profile", None)
+        acceptance = candidate["acceptance"]
+        acceptance.pop("profile", None)
+        # Unset, confidence_auc (issue 36) leaves a study's hash as it was before the field existed.
+        for rates in (acceptance, *(acceptance.get("bins") or ())):
+            if rates.get("confidence_auc") is None:
+                rates.pop("confidence_auc", None)
         # Studies made before a candidate's base lost its K hashed vLLM's default K (suffix, mtp): so does this.
         speculative = candidate["speculative"]
         for name in FIELDS_ADDED_FOR_VLLM_0_33:  # unset, they leave a study's hash as it was before them
