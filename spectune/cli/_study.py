@@ -165,7 +165,7 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
-    from spectune._spawn import started_workers, workers_error
+    from spectune._spawn import workers_error
     from spectune.config import load_document
 
     if n_trials is not None and n_trials < 1:
@@ -180,68 +180,65 @@ def run(
         typer.echo(str(notice), err=True)
     document = loaded.model
     use_interpreter_if_asked(document.simulation)
-    # The workers import torch, Triton and Optuna and open the GPU while this process does the same; those
-    # the entry point spawned already (``spectune._launch``) are handed the device and this environment now.
-    with started_workers(workers, document.simulation.device) as processes:
-        import optuna
+    import optuna
 
-        from spectune.export import check_output_dir
-        from spectune.study import (
-            SimulationEvaluator,
-            default_out_dir,
-            document_fingerprint,
-            resolve_storage,
-            run_study,
-            space_from_document,
-        )
+    from spectune.export import check_output_dir
+    from spectune.study import (
+        SimulationEvaluator,
+        default_out_dir,
+        document_fingerprint,
+        resolve_storage,
+        run_study,
+        space_from_document,
+    )
 
-        shared = shared_gpu_notice(document.simulation.device, workers)
-        if shared is not None:
-            typer.echo(shared, err=True)
-        chosen = sampler or document.trials.sampler
-        out_dir = default_out_dir(document.name, out)
-        check_output_dir(out_dir)  # before the study runs, not after
-        storage_url = resolve_storage(
-            document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out
-        )
-        space = space_from_document(document)
-        console = _console()
-        from spectune.study import describe_storage, resolve_strategy
+    shared = shared_gpu_notice(document.simulation.device, workers)
+    if shared is not None:
+        typer.echo(shared, err=True)
+    chosen = sampler or document.trials.sampler
+    out_dir = default_out_dir(document.name, out)
+    check_output_dir(out_dir)  # before the study runs, not after
+    storage_url = resolve_storage(
+        document.name, option=storage, document_storage=document.storage, document_dir=study.parent, out=out
+    )
+    space = space_from_document(document)
+    console = _console()
+    from spectune.study import describe_storage, resolve_strategy
 
-        strategy = resolve_strategy(space, chosen)
-        ks = space.k_values
-        console.print(
-            f"study {space.name}: {len(space.batch_sizes)} batch sizes x {len(space.combos)} combos x K {ks[1]}-{ks[-1]} "
-            f"(+ K=0) = {space.size} points; sampler {strategy}; storage {describe_storage(storage_url)}"
+    strategy = resolve_strategy(space, chosen)
+    ks = space.k_values
+    console.print(
+        f"study {space.name}: {len(space.batch_sizes)} batch sizes x {len(space.combos)} combos x K {ks[1]}-{ks[-1]} "
+        f"(+ K=0) = {space.size} points; sampler {strategy}; storage {describe_storage(storage_url)}"
+    )
+    for label, reason in document.skipped_combinations():
+        console.print(f"skipped {label}: {reason}", markup=False)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    update, close = _progress_callback(sys.stderr.isatty() if progress is None else progress, Console(stderr=True))
+    started = time.monotonic()
+    stop = _GracefulStop()
+    try:
+        run = run_study(
+            space, SimulationEvaluator(document, workers), document_fingerprint(document), storage=storage_url, strategy=chosen,
+            n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
+            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, device=document.simulation.device,
+            **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
+        )  # fmt: skip
+        close()
+        _report(console, storage_url, space.name, run.completed_trials, started, out_dir)
+    except KeyboardInterrupt:
+        close()
+        typer.echo(
+            "interrupted: a trial that was running is failed and re-run next time; run the same command to resume",
+            err=True,
         )
-        for label, reason in document.skipped_combinations():
-            console.print(f"skipped {label}: {reason}", markup=False)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        update, close = _progress_callback(sys.stderr.isatty() if progress is None else progress, Console(stderr=True))
-        started = time.monotonic()
-        stop = _GracefulStop()
-        try:
-            run = run_study(
-                space, SimulationEvaluator(document, workers), document_fingerprint(document), storage=storage_url, strategy=chosen,
-                n_trials=n_trials if n_trials is not None else document.trials.n_trials, workers=workers, seed=document.seed,
-                keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, started=processes,
-                **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
-            )  # fmt: skip
-            close()
-            _report(console, storage_url, space.name, run.completed_trials, started, out_dir)
-        except KeyboardInterrupt:
-            close()
-            typer.echo(
-                "interrupted: a trial that was running is failed and re-run next time; run the same command to resume",
-                err=True,
-            )
-            raise typer.Exit(code=130) from None
-        finally:
-            stop.restore()
-            close()
-        if stop.requested:
-            console.print("stopped early (Ctrl-C): run the same command to resume the study")
-            raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None
+    finally:
+        stop.restore()
+        close()
+    if stop.requested:
+        console.print("stopped early (Ctrl-C): run the same command to resume the study")
+        raise typer.Exit(code=130)
 
 
 def shared_gpu_notice(device: str, workers: int, pipe_dir: Path | None = None) -> str | None:
