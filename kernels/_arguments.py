@@ -14,7 +14,17 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Inputs", "Logits", "Outputs", "RowTable", "Sizes", "StepTables", "Workspace", "allocate_workspace"]
+__all__ = [
+    "Inputs",
+    "Logits",
+    "Outputs",
+    "RowTable",
+    "Sizes",
+    "StepTables",
+    "VocabSizes",
+    "Workspace",
+    "allocate_workspace",
+]
 
 
 class Logits(NamedTuple):
@@ -57,8 +67,20 @@ class Inputs(NamedTuple):
 
 
 class Sizes(NamedTuple):
+    """A call's sizes as the kernels' helpers read them; a kernel builds it from its arguments
+    ``num_requests``, ``num_drafts`` (plain runtime values) and ``VocabSizes``."""
+
     num_requests: int  # R
     num_drafts: int  # K
+    vocab: int  # V
+    num_tiles: int  # T
+
+
+class VocabSizes(NamedTuple):
+    """The sizes a kernel is compiled for. Triton specialises an integer argument on 1 and on
+    divisibility by 16, which lets a tile's masked loads be vectorised; R and K do not need that, so
+    they are passed apart with ``do_not_specialize`` and compile no variant of their own."""
+
     vocab: int  # V
     num_tiles: int  # T
 

@@ -478,5 +478,3 @@ def test_a_completed_trials_evaluation_is_read_once_and_never_taken_for_another_
     assert SearchState.from_trials(space, [first]).completed[point].throughput == 100.0
     bound = replace(space, constraints=())  # another space object: read anew
     assert SearchState.from_trials(bound, [first]).completed[point].throughput == 100.0
-
-
