@@ -6,7 +6,10 @@
 # Environment: RUNS (default 5) alternating runs of each measure per ref; WORKERS (default 2) for the
 # decision study; DECISION (default studies/decision.yaml; on an H200 give a copy with
 # simulation.device: cuda and vocab_size: 4096, and WORKERS=8 under MPS for the warm GPU case);
-# PYTHON (default python3); KEEP=1 keeps the work folder. Each ref gets its own worktree and venv
+# PYTHON (default python3); KEEP=1 keeps the work folder; FRESH=1 adds ``decision-fresh``: the decision
+# study with an empty Triton cache each run (TRITON_CACHE_DIR), the fresh machine's first run, where
+# main compiled kernels in warm-up processes beside the workers and this branch compiles each variant
+# where it is first launched. Each ref gets its own worktree and venv
 # (pip install -c constraints.txt -e '.[sim]'), and one untimed decision run first, so Triton's cache
 # and the .pyc files are warm for both: the timed runs compare start-up and steady state, not a
 # fresh machine. Every study run writes to a fresh --out, so nothing is resumed.
@@ -51,6 +54,9 @@ timed() { # ref measure run command...: append one CSV row
     local ref=$1 measure=$2 run=$3
     shift 3
     local start end
+    if [[ "$measure" == decision-fresh ]]; then
+        export TRITON_CACHE_DIR="$WORK/triton-$ref-$run"
+    fi
     start=$(date +%s.%N)
     (cd "$WORK/$ref" && "$@" >/dev/null 2>"$WORK/$ref-$measure-$run.err") || {
         echo "$ref $measure run $run failed:" >&2
@@ -58,6 +64,7 @@ timed() { # ref measure run command...: append one CSV row
         exit 1
     }
     end=$(date +%s.%N)
+    unset TRITON_CACHE_DIR
     echo "$ref,$(git -C "$REPO" rev-parse --short "$ref"),$measure,$run,$(echo "$end - $start" | bc)" >>"$CSV"
 }
 
@@ -74,6 +81,10 @@ for run in $(seq 1 "$RUNS"); do
             --out "$WORK/out-$ref-quickstart-$run" --no-progress
         timed "$ref" decision "$run" .venv/bin/spectune study run decision-compare.yaml --workers "$WORKERS" \
             --out "$WORK/out-$ref-decision-$run" --no-progress
+        if [[ "${FRESH:-0}" == 1 ]]; then
+            timed "$ref" decision-fresh "$run" .venv/bin/spectune study run decision-compare.yaml \
+                --workers "$WORKERS" --out "$WORK/out-$ref-fresh-$run" --no-progress
+        fi
     done
 done
 
@@ -85,7 +96,9 @@ times = {}
 for row in rows:
     times.setdefault((row["measure"], row["ref"]), []).append(float(row["seconds"]))
 print(f"{'measure':<11} {'ref':<12} {'median s':>9} {'min':>7} {'max':>7}  new/base")
-for measure in ("help", "validate", "quickstart", "decision"):
+for measure in ("help", "validate", "quickstart", "decision", "decision-fresh"):
+    if (measure, base) not in times:
+        continue
     for ref in (base, new):
         t = times[(measure, ref)]
         ratio = statistics.median(t) / statistics.median(times[(measure, base)])
