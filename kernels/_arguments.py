@@ -14,7 +14,17 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Inputs", "Logits", "Outputs", "RowTable", "Sizes", "StepTables", "Workspace", "allocate_workspace"]
+__all__ = [
+    "Inputs",
+    "Logits",
+    "Outputs",
+    "RowTable",
+    "Sizes",
+    "StepTables",
+    "VocabSizes",
+    "Workspace",
+    "allocate_workspace",
+]
 
 
 class Logits(NamedTuple):
@@ -57,8 +67,20 @@ class Inputs(NamedTuple):
 
 
 class Sizes(NamedTuple):
+    """A call's sizes as the kernels' helpers read them; a kernel builds it from its arguments
+    ``num_requests``, ``num_drafts`` (plain runtime values) and ``VocabSizes``."""
+
     num_requests: int  # R
     num_drafts: int  # K
+    vocab: int  # V
+    num_tiles: int  # T
+
+
+class VocabSizes(NamedTuple):
+    """The sizes a kernel is compiled for. Triton specialises an integer argument on 1 and on
+    divisibility by 16, which lets a tile's masked loads be vectorised; R and K do not need that, so
+    they are passed apart with ``do_not_specialize`` and compile no variant of their own."""
+
     vocab: int  # V
     num_tiles: int  # T
 
@@ -92,22 +114,32 @@ class Workspace(NamedTuple):
     residual_token: torch.Tensor  # int32 [R*K*T]: small grid, a tile's residual draw
 
 
+# Each view starts on a 16-byte boundary: Triton specialises a pointer on that alignment, so views
+# whose starts moved with R would each compile a variant of their own.
+_ALIGN_ELEMENTS = 4  # float32 and int32
+
+
 def allocate_workspace(num_requests: int, num_drafts: int, num_tiles: int, device: torch.device) -> Workspace:
     rows = num_requests * (num_drafts + 1)
     drafts = num_requests * num_drafts
     float_sizes = [rows * num_tiles, rows * num_tiles, drafts * num_tiles, drafts * num_tiles, rows, rows, drafts]
     float_sizes += [drafts * 5, drafts * num_tiles]
     int_sizes = [rows, 2 * num_requests, rows * num_tiles, rows, drafts * num_tiles]
-    floats = torch.empty(sum(float_sizes) + 1, dtype=torch.float32, device=device)
-    ints = torch.empty(sum(int_sizes) + 1, dtype=torch.int32, device=device)
+    floats = torch.empty(sum(map(_aligned, float_sizes)), dtype=torch.float32, device=device)
+    ints = torch.empty(sum(map(_aligned, int_sizes)), dtype=torch.int32, device=device)
     return Workspace(*_split(floats, float_sizes), *_split(ints, int_sizes))
+
+
+def _aligned(size: int) -> int:
+    """Elements a view of ``size`` takes (at least one), rounded up to the next 16-byte boundary."""
+    return -(-max(size, 1) // _ALIGN_ELEMENTS) * _ALIGN_ELEMENTS
 
 
 def _split(buffer: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
     views, start = [], 0
     for size in sizes:
         views.append(buffer[start : start + max(size, 1)])
-        start += size
+        start += _aligned(size)
     return views
 
 

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from . import _contract as contract
+from ._arguments import Sizes
 from ._sampling import (
     LOG_RATIO_CLAMP,
     first_max_in_tile,
@@ -86,12 +87,14 @@ class Acceptance(NamedTuple):
     verdict: Verdict
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_requests", "num_drafts"])
 def _decide_kernel(
     logits,
     inputs,
     work,
-    sizes,
+    num_requests,
+    num_drafts,
+    vocab_sizes,
     outputs,
     METHOD: tl.constexpr,
     HAS_DRAFT: tl.constexpr,
@@ -101,6 +104,7 @@ def _decide_kernel(
     TILES_PAD: tl.constexpr,
 ):
     """The decision as its own launch (grid: request blocks), after ``_verify_kernel``."""
+    sizes = Sizes(num_requests, num_drafts, vocab_sizes.vocab, vocab_sizes.num_tiles)
     _decide(
         tl.program_id(0), logits, inputs, work, sizes, outputs, METHOD, HAS_DRAFT, TILE, BLOCK_R, ROWS_PAD, TILES_PAD
     )

@@ -15,12 +15,12 @@ import dataclasses
 import sys
 import threading
 from types import ModuleType
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 
 from . import _plan
-from ._arguments import Inputs, Logits, Outputs, RowTable, Sizes, Workspace, allocate_workspace
+from ._arguments import Inputs, Logits, Outputs, RowTable, Sizes, VocabSizes, Workspace, allocate_workspace
 from ._contract import METHODS, VerifyInputs, validate_inputs
 from ._plan import LaunchPlan, tile_size_for
 
@@ -122,8 +122,7 @@ def launch(
         _check_device(inputs)
     if rows is not None:
         _check_row_table(inputs, rows, plan)
-    target, draft = inputs.target_logits, inputs.draft_logits
-    num_requests, num_drafts, device = inputs.num_requests, inputs.num_drafts, target.device
+    num_requests, num_drafts, device = inputs.num_requests, inputs.num_drafts, inputs.target_logits.device
     outputs = Outputs(
         torch.empty((num_requests, num_drafts + 1), dtype=torch.int64, device=device),
         torch.empty((num_requests,), dtype=torch.int32, device=device),
@@ -131,63 +130,89 @@ def launch(
     if num_requests == 0:
         return outputs
     num_tiles = -(-inputs.vocab_size // plan.tile)
-    has_draft = draft is not None
+    call = _Call(
+        plan,
+        _logits(inputs, rows),
+        _kernel_inputs(inputs),
+        allocate_workspace(num_requests, num_drafts, num_tiles, device),
+        Sizes(num_requests, num_drafts, inputs.vocab_size, num_tiles),
+        outputs,
+        METHODS.index(inputs.method),
+        inputs.draft_logits is not None,
+        -(-num_requests // plan.block_requests),
+    )
+    if plan.small_grid:
+        _launch_small_grid(call)
+    else:
+        _launch_passes(call, inputs)
+    return outputs
+
+
+class _Call(NamedTuple):
+    """What every launch of one call takes."""
+
+    plan: LaunchPlan
+    logits: Logits
+    inputs: Inputs
+    work: Workspace
+    sizes: Sizes
+    outputs: Outputs
+    method: int  # METHODS index
+    has_draft: bool
+    num_blocks: int  # request blocks of BLOCK_R requests
+
+    def size_arguments(self) -> tuple[int, int, VocabSizes]:
+        """The kernels' ``num_requests``, ``num_drafts`` and ``vocab_sizes``."""
+        sizes = self.sizes
+        return sizes.num_requests, sizes.num_drafts, VocabSizes(sizes.vocab, sizes.num_tiles)
+
+
+def _logits(inputs: VerifyInputs, rows: RowTable | None) -> Logits:
+    """The ``Logits`` group: rows at the tensors' strides, or (``rows``) through the row table."""
     from triton.language import constexpr  # (imported with the kernels, on first use)
 
+    target, draft = inputs.target_logits, inputs.draft_logits
     if rows is None:
-        logits = Logits(
-            target,
-            draft if draft is not None else target,
+        strides = (
             target.stride(0),
             target.stride(1),
             draft.stride(0) if draft is not None else 0,
             draft.stride(1) if draft is not None else 0,
-            inputs.seed,
-            inputs.seed,
-            constexpr(False),
         )
+        tables = (inputs.seed, inputs.seed)  # never read
     else:
-        logits = Logits(
-            target,
-            draft if draft is not None else target,
-            0,
-            0,
-            0,
-            0,
-            rows.target,
-            rows.draft if rows.draft is not None else rows.target,
-            constexpr(True),
-        )
+        strides = (0, 0, 0, 0)
+        tables = (rows.target, rows.draft if rows.draft is not None else rows.target)
+    return Logits(target, draft if draft is not None else target, *strides, *tables, constexpr(rows is not None))
+
+
+def _kernel_inputs(inputs: VerifyInputs) -> Inputs:
     rates = inputs.synthetic_conditional_rates
     temperature = inputs.temperature.contiguous()
-    kernel_inputs = Inputs(
+    return Inputs(
         inputs.draft_tokens.contiguous(),
         temperature,
         inputs.seed.contiguous(),
         rates.contiguous() if rates is not None else temperature,
     )
-    sizes = Sizes(num_requests, num_drafts, inputs.vocab_size, num_tiles)
-    work = allocate_workspace(num_requests, num_drafts, num_tiles, device)
-    method = METHODS.index(inputs.method)
-    num_blocks = -(-num_requests // plan.block_requests)
+
+
+def _launch_passes(call: _Call, inputs: VerifyInputs) -> None:
+    """Pass A and the decision, and with draft logits pass B and the residual decision."""
+    plan, sizes, has_draft = call.plan, call.sizes, call.has_draft
+    verify_module, decision_module, _, _ = _kernel_modules()
     common = dict(TILE=plan.tile, BLOCK_R=plan.block_requests)
     padding = dict(ROWS_PAD=plan.rows_pad, TILES_PAD=plan.tiles_pad)
-    verify_module, decision_module, residual_module, small_module = _kernel_modules()
-    if plan.small_grid:
-        _launch_small_grid(
-            small_module, plan, logits, kernel_inputs, work, sizes, outputs, method, has_draft, num_blocks
-        )
-        return outputs
-    target_desc, draft_desc = _descriptors(target, draft, plan)
-    pass_a_rows = num_drafts + 1 + (num_drafts if has_draft else 0)  # draft rows are programs of their own
+    target_desc, draft_desc = _descriptors(inputs.target_logits, inputs.draft_logits, plan)
+    pass_a_rows = sizes.num_drafts + 1 + (sizes.num_drafts if has_draft else 0)  # draft rows: programs of their own
     capped = plan.pass_a_registers is not None and not plan.interpreting
-    verify_module._verify_kernel[(num_blocks, pass_a_rows, -(-num_tiles // plan.pass_a_tiles))](
-        logits,
+    verify_module._verify_kernel[(call.num_blocks, pass_a_rows, -(-sizes.num_tiles // plan.pass_a_tiles))](
+        call.logits,
         target_desc,
         draft_desc,
-        kernel_inputs,
-        work,
-        sizes,
+        call.inputs,
+        call.work,
+        *call.size_arguments(),
         HAS_DRAFT=has_draft,
         TILES_PER_PROGRAM=plan.pass_a_tiles,
         STAGES=plan.stages,
@@ -197,76 +222,73 @@ def launch(
         **common,
         **({"maxnreg": plan.pass_a_registers} if capped else {}),
     )
-    decision_module._decide_kernel[(num_blocks,)](
-        logits,
-        kernel_inputs,
-        work,
-        sizes,
-        outputs,
-        METHOD=method,
+    decision_module._decide_kernel[(call.num_blocks,)](
+        call.logits,
+        call.inputs,
+        call.work,
+        *call.size_arguments(),
+        call.outputs,
+        METHOD=call.method,
         HAS_DRAFT=has_draft,
         num_warps=plan.decide_warps,
         **common,
         **padding,
     )
-    if has_draft and num_drafts > 0:
-        slots = num_drafts if inputs.method == "block" else 1
-        residual_module._residual_kernel[(num_blocks, slots, -(-num_tiles // plan.residual_tiles))](
-            logits,
-            kernel_inputs,
-            work,
-            sizes,
-            SLOTS=slots,
-            ROWS_PAD=plan.rows_pad,
-            TILES_PER_PROGRAM=plan.residual_tiles,
-            num_warps=plan.direct_warps,
-            **common,
-        )
-        residual_module._decide_residual_kernel[(num_blocks,)](
-            logits,
-            kernel_inputs,
-            work,
-            sizes,
-            outputs,
-            METHOD=method,
-            num_warps=plan.direct_warps,
-            **common,
-            **padding,
-        )
-    return outputs
+    if has_draft and sizes.num_drafts > 0:
+        _launch_residuals(call, inputs.method == "block", common, padding)
 
 
-def _launch_small_grid(
-    module: ModuleType,
-    plan: LaunchPlan,
-    logits: Logits,
-    kernel_inputs: Inputs,
-    work: Workspace,
-    sizes: Sizes,
-    outputs: Outputs,
-    method: int,
-    has_draft: bool,
-    num_blocks: int,
-) -> None:
+def _launch_residuals(call: _Call, block: bool, common: dict[str, int], padding: dict[str, int]) -> None:
+    """Pass B and the residual decision (draft logits): K slots for block verification, else one."""
+    plan, sizes = call.plan, call.sizes
+    residual_module = _kernel_modules()[2]
+    slots = sizes.num_drafts if block else 1
+    residual_module._residual_kernel[(call.num_blocks, slots, -(-sizes.num_tiles // plan.residual_tiles))](
+        call.logits,
+        call.inputs,
+        call.work,
+        *call.size_arguments(),
+        SLOTS=slots,
+        ROWS_PAD=plan.rows_pad,
+        TILES_PER_PROGRAM=plan.residual_tiles,
+        num_warps=plan.direct_warps,
+        **common,
+    )
+    residual_module._decide_residual_kernel[(call.num_blocks,)](
+        call.logits,
+        call.inputs,
+        call.work,
+        *call.size_arguments(),
+        call.outputs,
+        METHOD=call.method,
+        num_warps=plan.direct_warps,
+        **common,
+        **padding,
+    )
+
+
+def _launch_small_grid(call: _Call) -> None:
     """The whole call as one launch of ``_small_grid_kernel`` (with draft logits, two around the
     barrier where it cannot be used: under the interpreter, or a grid forced past two programs an SM)."""
-    device = logits.target.device
+    plan, sizes, has_draft = call.plan, call.sizes, call.has_draft
+    device = call.logits.target.device
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    counters = _counters(device, 4 * num_blocks)
+    counters = _counters(device, 4 * call.num_blocks)
     # The barrier needs every program resident: two 8-warp programs an SM under the register cap, and
     # a cooperative launch, which the driver refuses rather than leaving a program waiting for ever.
     barrier = plan.barrier and has_draft
     options = {} if plan.interpreting else {"maxnreg": _plan.SMALL_GRID_REGISTERS, "launch_cooperative_grid": barrier}
+    module = _kernel_modules()[3]
     for stage in (1, 2) if has_draft and not barrier else (0,):
-        module._small_grid_kernel[(num_blocks, sizes.num_drafts + 1, sizes.num_tiles)](
-            logits,
-            kernel_inputs,
-            work,
+        module._small_grid_kernel[(call.num_blocks, sizes.num_drafts + 1, sizes.num_tiles)](
+            call.logits,
+            call.inputs,
+            call.work,
             counters,
-            sizes,
-            outputs,
-            METHOD=method,
+            *call.size_arguments(),
+            call.outputs,
+            METHOD=call.method,
             HAS_DRAFT=has_draft,
             STAGE=stage,
             TILE=plan.tile,

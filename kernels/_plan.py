@@ -12,7 +12,8 @@ a warp count or a register cap), so each distinct plan is a distinct set of kern
 equals R: R moves a plan only between a few buckets (small grid; pass A's tiles a program, 1 up
 to T; bulk copies; the first decision's warps past one wave; pass B's tiles a program), so over
 R = 1..512 a shape (K, V, dtype, draft logits, method) compiles at most six plans
-(``tests/kernels/test_plan.py``). Triton also specialises R = 1 and R divisible by 16 on its own.
+(``tests/kernels/test_plan.py``). R and K reach the kernels as plain runtime arguments, so Triton adds
+no variant of its own for them (``_arguments.VocabSizes``; ``tests/kernels/test_variants.py``).
 """
 
 from __future__ import annotations

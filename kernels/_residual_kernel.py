@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from . import _contract as contract
+from ._arguments import Sizes
 from ._decision import TargetRows, _emit_from_target, _load_row_info, _planned_tiles, _row_normalisers
 from ._sampling import (
     RACE_CHUNK,
@@ -34,18 +35,21 @@ from ._sampling import (
 )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_requests", "num_drafts"])
 def _residual_kernel(
     logits,
     inputs,
     work,
-    sizes,
+    num_requests,
+    num_drafts,
+    vocab_sizes,
     TILE: tl.constexpr,
     BLOCK_R: tl.constexpr,
     ROWS_PAD: tl.constexpr,
     SLOTS: tl.constexpr,
     TILES_PER_PROGRAM: tl.constexpr,
 ):
+    sizes = Sizes(num_requests, num_drafts, vocab_sizes.vocab, vocab_sizes.num_tiles)
     block = tl.program_id(0)
     slot = tl.program_id(1)  # rows lo + slot, lo + slot + SLOTS, ... (block verification plans several)
     chunk = tl.program_id(2)  # tiles chunk * TILES_PER_PROGRAM.. of each of those rows
@@ -101,12 +105,14 @@ def _residual_weights(
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_requests", "num_drafts"])
 def _decide_residual_kernel(
     logits,
     inputs,
     work,
-    sizes,
+    num_requests,
+    num_drafts,
+    vocab_sizes,
     outputs,
     METHOD: tl.constexpr,
     TILE: tl.constexpr,
@@ -115,6 +121,7 @@ def _decide_residual_kernel(
     TILES_PAD: tl.constexpr,
 ):
     """The residual decision as its own launch (grid: request blocks)."""
+    sizes = Sizes(num_requests, num_drafts, vocab_sizes.vocab, vocab_sizes.num_tiles)
     block = tl.program_id(0)
     requests = (block * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     lo = tl.load(work.plan + requests * 2, mask=requests < sizes.num_requests, other=-1)

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from . import _contract as contract
+from ._arguments import Sizes
 from ._decision import _acceptance, _load_row_info, _log2_mass, _planned_tiles, _store_row_info
 from ._sampling import (
     detached,
@@ -45,13 +46,15 @@ from ._sampling import (
 from ._verify_kernel import _draft_tile_statistics, _tile_mass_checked, _tile_max
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_requests", "num_drafts"])
 def _small_grid_kernel(
     logits,
     inputs,
     work,
     counter_ptr,
-    sizes,
+    num_requests,
+    num_drafts,
+    vocab_sizes,
     outputs,
     METHOD: tl.constexpr,
     HAS_DRAFT: tl.constexpr,
@@ -63,6 +66,7 @@ def _small_grid_kernel(
 ):
     """STAGE 0: the whole call. With draft logits under the interpreter, STAGE 1 runs up to the
     barrier (statistics) and STAGE 2 after it (the tile read again; residuals and the decision)."""
+    sizes = Sizes(num_requests, num_drafts, vocab_sizes.vocab, vocab_sizes.num_tiles)
     block = tl.program_id(0)
     row = tl.program_id(1)
     tile = tl.program_id(2)

@@ -22,6 +22,8 @@ reference for the kernel.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -44,6 +46,18 @@ MEMBER_FIELDS = (
     "draft_offset",
     "temperature_offset",
 )
+
+
+class StepOutputs(NamedTuple):
+    """What the step writer writes: the rejection-sampling call's inputs."""
+
+    target_rows: torch.Tensor  # int64 [R, K+1]: element offsets
+    draft_rows: torch.Tensor  # int64 [R, K] (HAS_DRAFT; otherwise target_rows again, never written)
+    tokens: torch.Tensor  # int64 [R, K]
+    temperature: torch.Tensor  # float32 [R]
+    seeds: torch.Tensor  # int64 [R]: the kernels' seeds
+
+
 _STEP_MIX = tl.constexpr(STEP_MIX_INT64)
 _BLOCK = 128
 
@@ -61,11 +75,7 @@ def _write_step_kernel(
     temperature_index,  # int64 [N]
     float_base,  # float32: target, draft and temperature offsets count from here
     int_base,  # int64: slot and token offsets count from here
-    target_rows,  # int64 [R, K+1] out: element offsets
-    draft_rows,  # int64 [R, K] out (HAS_DRAFT)
-    tokens,  # int64 [R, K] out
-    temperature,  # float32 [R] out
-    seeds,  # int64 [R] out: the kernels' seeds
+    out,  # StepOutputs
     num_rows,
     num_members,
     vocab,
@@ -91,7 +101,7 @@ def _write_step_kernel(
     temperature_offset = tl.load(members + 8 * num_members + m, mask=valid, other=0)
 
     seed = _mix_seed(tl.load(seed_bases + request, mask=live, other=0), steps_done)
-    tl.store(seeds + r, seed, mask=live)
+    tl.store(out.seeds + r, seed, mask=live)
 
     # A row past the batch may hold a stale request of another simulation, whose temperature could
     # index past this member's tables: it reads temperature 0.
@@ -107,17 +117,17 @@ def _write_step_kernel(
         # Rows past the batch read the bank's row 0, which stays in the GPU's cache, greedily and
         # with placeholder drafts: the kernels then skip their draft rows and sample nothing.
         element = bank_row * vocab * in_batch
-        tl.store(target_rows + r * (num_drafts + 1) + j, element + target_offset, mask=live)
+        tl.store(out.target_rows + r * (num_drafts + 1) + j, element + target_offset, mask=live)
         if j == 0:
             row_t = tl.load(float_base + temperature_offset + bank_row, mask=valid & (in_batch != 0), other=0.0)
-            tl.store(temperature + r, row_t, mask=live)
+            tl.store(out.temperature + r, row_t, mask=live)
         if j < num_drafts:
             if HAS_DRAFT:
-                tl.store(draft_rows + r * num_drafts + j, element + draft_offset, mask=live)
+                tl.store(out.draft_rows + r * num_drafts + j, element + draft_offset, mask=live)
             column = (w1 % samples_of).to(tl.int64)
             drafted = valid & (j < k) & (in_batch != 0)
             token = tl.load(int_base + token_offset + bank_row * token_stride + column, mask=drafted, other=-1)
-            tl.store(tokens + r * num_drafts + j, token, mask=live)
+            tl.store(out.tokens + r * num_drafts + j, token, mask=live)
 
 
 @triton.jit
@@ -153,11 +163,7 @@ def write_step(
         temperature_index,
         float_base,
         int_base,
-        target_rows,
-        draft_rows if draft_rows is not None else target_rows,
-        tokens,
-        temperature,
-        seeds,
+        StepOutputs(target_rows, draft_rows if draft_rows is not None else target_rows, tokens, temperature, seeds),
         num_rows,
         num_members,
         vocab,

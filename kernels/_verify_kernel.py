@@ -14,6 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._arguments import Sizes
 from ._sampling import draft_row_start, sanitize, target_row_start, temperature_scale
 
 
@@ -24,14 +25,16 @@ def _tile_mass(logits, tile_max, scale):
     return tl.exp2((logits - reference[:, None]) * scale[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_requests", "num_drafts"])
 def _verify_kernel(
     logits,
     target_desc,
     draft_desc,
     inputs,
     work,
-    sizes,
+    num_requests,
+    num_drafts,
+    vocab_sizes,
     HAS_DRAFT: tl.constexpr,
     TILE: tl.constexpr,
     BLOCK_R: tl.constexpr,
@@ -41,6 +44,7 @@ def _verify_kernel(
 ):
     """Grid rows 0..K are the target rows; with draft logits rows K+1.. are the draft rows, each
     read by programs of its own (greedy requests never read draft logits)."""
+    sizes = Sizes(num_requests, num_drafts, vocab_sizes.vocab, vocab_sizes.num_tiles)
     block = tl.program_id(0)
     row = tl.program_id(1)
     chunk = tl.program_id(2)
@@ -127,9 +131,7 @@ def _row_statistics(
             descriptors,
             work,
             sizes,
-            block,
-            row,
-            chunk,
+            (block, row, chunk),
             requests,
             sampled,
             scale,
@@ -152,9 +154,7 @@ def _row_statistics(
                 descriptors,
                 work,
                 sizes,
-                block,
-                row,
-                tile,
+                (block, row, tile),
                 requests,
                 sampled,
                 scale,
@@ -228,9 +228,7 @@ def _tile_statistics(
     descriptors,
     work,
     sizes,
-    block,
-    row,
-    tile,
+    where,
     requests,
     sampled,
     scale,
@@ -242,7 +240,8 @@ def _tile_statistics(
     BLOCK_R: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
-    """Statistics of one tile of one row: see the module docstring."""
+    """Statistics of one tile of one row (``where``: its request block, row and tile); see the module docstring."""
+    block, row, tile = where
     target_desc, draft_desc = descriptors
     live = requests < sizes.num_requests
     vocab_ids = tile * TILE + tl.arange(0, TILE)

@@ -22,7 +22,6 @@ from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
-    from spectune._spawn import StartedWorkers
     from spectune.config import StudyDocument
     from spectune.study import StudyOutcome, StudyProgress, StudySpace
 
@@ -170,24 +169,18 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
-    from spectune._spawn import started_workers
-
     document = _load_study(study, n_trials, workers)
-    # The workers import torch, Triton and Optuna and open the GPU while this process does the same; those
-    # the entry point spawned already (``spectune._launch``) are handed the device and this environment now.
-    with started_workers(workers, document.simulation.device) as processes:
-        plan = _plan_run(document, study, storage=storage, out=out, sampler=sampler, workers=workers)
-        console = _console()
-        _print_plan(console, document, plan)
-        _search_and_report(
-            console,
-            document,
-            plan,
-            n_trials=n_trials if n_trials is not None else document.trials.n_trials,
-            workers=workers,
-            progress=sys.stderr.isatty() if progress is None else progress,
-            processes=processes,
-        )
+    plan = _plan_run(document, study, storage=storage, out=out, sampler=sampler, workers=workers)
+    console = _console()
+    _print_plan(console, document, plan)
+    _search_and_report(
+        console,
+        document,
+        plan,
+        n_trials=n_trials if n_trials is not None else document.trials.n_trials,
+        workers=workers,
+        progress=sys.stderr.isatty() if progress is None else progress,
+    )
 
 
 @dataclass(frozen=True)
@@ -267,7 +260,6 @@ def _search_and_report(
     n_trials: int | None,
     workers: int,
     progress: bool,
-    processes: StartedWorkers | None,
 ) -> None:
     """Run the trials, then report and write the artefacts; a first Ctrl-C still reports, exiting 130."""
     import optuna
@@ -282,7 +274,7 @@ def _search_and_report(
         finished = run_study(
             plan.space, SimulationEvaluator(document, workers), document_fingerprint(document),
             storage=plan.storage_url, strategy=plan.sampler, n_trials=n_trials, workers=workers, seed=document.seed,
-            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, started=processes,
+            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, device=document.simulation.device,
             **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
         )  # fmt: skip
         close()

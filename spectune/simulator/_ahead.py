@@ -23,18 +23,16 @@ overshoot, steps past its end that no loop reads.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 import torch
 
 from spectune.simulator._drive import EngineMember
-from spectune.simulator._kernels import KernelVerifier
-from spectune.simulator._loop import LoopSteps, VerifyRequest
+from spectune.simulator._kernels import KernelVerifier, RowLane
+from spectune.simulator._loop import VerifyRequest
 from spectune.workload import LogitSynthesizer
 
 __all__ = ["AHEAD_LANES", "AheadVerifier", "ahead_call_rows"]
@@ -101,39 +99,29 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(offsets - starts, lengths)
 
 
-def _lane_synthesizer(synthesizers: list[LogitSynthesizer | None], lane: int, batch_size: int) -> LogitSynthesizer:
-    """A lane's synthesizer in the call being staged, whatever its row count."""
-    synthesizer = synthesizers[lane]
-    assert synthesizer is not None
-    return synthesizer
+@dataclass(eq=False)  # slots are told apart by identity
+class _Slot:
+    """One lane's slice of a call: ``concurrency`` rows over the engine's request tables (``SlotTables``)."""
+
+    concurrency: int
+    request_seeds: np.ndarray
+    temperature_index: torch.Tensor
 
 
-class _Call:
+class _CallSize:
     """One call size: ``AHEAD_LANES`` lanes of ``lane_rows`` rows through a ``KernelVerifier`` (one
-    graph), each lane an engine member that only stages rows, over the engine's request tables."""
+    graph), each lane one (synthesizer, k) over every simulation's request tables."""
 
     def __init__(
         self,
         rows: int,
-        template: EngineMember,
+        tables: tuple[np.ndarray, torch.Tensor],
         verifier_args: tuple[torch.device, int, str, torch.Tensor | None, int, bool, bool],
     ) -> None:
         self.lane_rows = rows // AHEAD_LANES
         self.rows = rows
-        self.synthesizers: list[LogitSynthesizer | None] = [None] * AHEAD_LANES
-        self.lanes = [
-            EngineMember(
-                loop=cast(LoopSteps, None),  # a lane runs no loop
-                synthesizer=functools.partial(_lane_synthesizer, self.synthesizers, lane),  # no cycle
-                temperature_index=template.temperature_index,
-                request_seeds=template.request_seeds,
-                generator=template.generator,
-                concurrency=self.lane_rows,
-                num_drafts=template.num_drafts,
-            )
-            for lane in range(AHEAD_LANES)
-        ]
-        self.verifier = KernelVerifier(self.lanes, *verifier_args)
+        slots = [_Slot(self.lane_rows, *tables) for _ in range(AHEAD_LANES)]
+        self.verifier = KernelVerifier(slots, *verifier_args)
 
 
 @dataclass
@@ -171,17 +159,9 @@ class AheadVerifier:
                 seeds.append(member.request_seeds)
                 temperatures.append(member.temperature_index)
         self.first = {id(m): firsts[id(m.request_seeds)] for m in members}
-        template = EngineMember(
-            loop=cast(LoopSteps, None),
-            synthesizer=None,
-            temperature_index=torch.cat(temperatures),
-            request_seeds=np.concatenate(seeds),
-            generator=members[0].generator,
-            concurrency=1,
-            num_drafts=num_drafts,
-        )
+        tables = (np.concatenate(seeds), torch.cat(temperatures))
         arguments = (device, num_drafts, method, synthetic_rates, vocab, has_draft, True)  # counter draws
-        self.small, self.large = (_Call(rows, template, arguments) for rows in ahead_call_rows(device))
+        self.small, self.large = (_CallSize(rows, tables, arguments) for rows in ahead_call_rows(device))
         self.tables: dict[tuple[int, int, int], _Table] = {}  # (id(member), id(synthesizer), k) -> counts
         self.produced = {id(m): np.zeros(len(m.request_seeds), dtype=np.int64) for m in members}
         self.admitted = {id(m): 0 for m in members}  # local request ids below this have been verified for
@@ -294,26 +274,22 @@ class AheadVerifier:
             rows.append((np.repeat(want.gids + self.first[id(want.member)], length), _ranges(want.starts, length)))
         out = [np.zeros(int(length.sum()), dtype=np.int8) for length in lengths]
         left, index, begin = sum(len(requests) for requests, _ in rows), 0, 0
-        empty = np.zeros(0, dtype=np.int64)
         while left:
             call = self.large if left >= self.large.rows // 2 else self.small
-            staged: dict[EngineMember, VerifyRequest] = {}
+            lanes: list[RowLane | None] = []
             taken = []  # (lane, want index, first flat row, rows)
-            for number, lane in enumerate(call.lanes):  # every lane staged (an idle one empty): valid fields
+            for number in range(AHEAD_LANES):
                 if index == len(rows):
-                    staged[lane] = (empty, empty, staged[call.lanes[0]][2])
-                    call.synthesizers[number] = call.synthesizers[0]
+                    lanes.append(None)
                     continue
                 (requests, steps), table = rows[index], wants[index].table
                 end = min(begin + call.lane_rows, len(requests))
-                staged[lane] = (requests[begin:end], steps[begin:end], table.k)
-                call.synthesizers[number] = table.synthesizer
-                taken.append((lane, index, begin, end - begin))
+                lanes.append((requests[begin:end], steps[begin:end], table.synthesizer, table.k))
+                taken.append((number, index, begin, end - begin))
                 left -= end - begin
                 index, begin = (index + 1, 0) if end == len(requests) else (index, end)
-            call.verifier.start(staged)
-            counts = call.verifier.finish()
+            counts = call.verifier.verify_rows(lanes)
             self.calls += 1
-            for lane, want_index, first, size in taken:
-                out[want_index][first : first + size] = counts[id(lane)]
+            for number, want_index, first, size in taken:
+                out[want_index][first : first + size] = counts[number]
         return out

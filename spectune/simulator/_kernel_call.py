@@ -25,8 +25,8 @@ from spectune.workload import LogitSynthesizer
 
 __all__ = ["KernelCall", "call_inputs", "give_back", "host_buffer", "pooled_buffers", "slot_rows", "step_tables"]
 
-# On CUDA a member's slice of R is its concurrency rounded up to this (Triton specialises integer
-# arguments on divisibility by 16; the launch policy changes with the grid only at such steps).
+# On CUDA a member's slice of R is its concurrency rounded up to this: the launch policy then changes
+# with the grid only at such steps, so nearby batch sizes share their kernels' plan.
 _ROW_QUANTUM = 16
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -22,7 +23,21 @@ from spectune.simulator._kernel_call import KernelCall, call_inputs, give_back, 
 from spectune.simulator._loop import VerifyRequest
 from spectune.workload import LogitSynthesizer
 
-__all__ = ["KernelVerifier"]
+__all__ = ["KernelVerifier", "RowLane", "SlotTables"]
+
+
+class SlotTables(Protocol):
+    """What a slice of a call's rows is made for: the most rows it holds (``concurrency``) and the
+    request tables its rows' ids index (an ``EngineMember``'s, or every simulation's side by side)."""
+
+    concurrency: int
+    request_seeds: np.ndarray  # int64 [N]
+    temperature_index: torch.Tensor  # int64 [N] on the device
+
+
+RowLane = tuple[np.ndarray, np.ndarray, LogitSynthesizer, int]
+"""The rows ``verify_rows`` stages in one slot: request ids (int64, into the slot's tables), steps
+done (int64), the synthesizer they are drawn from and their k."""
 
 
 def _padded_rows(rows: torch.Tensor, num_drafts: int) -> torch.Tensor:
@@ -60,7 +75,7 @@ class KernelVerifier:
 
     def __init__(
         self,
-        members: Sequence[EngineMember],
+        members: Sequence[SlotTables],
         device: torch.device,
         num_drafts: int,
         method: str,
@@ -198,9 +213,9 @@ class KernelVerifier:
             offsets.append(offset)
             synthesizers.append(synthesizer)
         if self.host_members is not None:
-            for member in self.members:  # a member without a step this time reads no logits for it
-                if member not in requests:
-                    offset, slot = self.slots[id(member)]
+            for idle in self.members:  # a member without a step this time reads no logits for it
+                if idle not in requests:
+                    offset, slot = self.slots[id(idle)]
                     host[2, offset : offset + slot] = 0
         else:
             self.staged.copy_(self.host)
@@ -212,6 +227,34 @@ class KernelVerifier:
         if self.read is not None:
             self.read.record(self.stream)
         self.begun = BegunStep(requests, sizes, offsets, started, generated, time.perf_counter())
+
+    def verify_rows(self, lanes: Sequence[RowLane | None]) -> list[np.ndarray]:
+        """Verify rows of any requests and steps, lane i in slot i (at most its ``concurrency`` rows;
+        None: the slot verifies nothing, with lane 0's tables), and wait: each lane's emitted counts
+        (int64). Counter draws only, as a step's draws must then depend on the row alone."""
+        assert self.host_members is not None, "verify_rows draws from counter-based streams"
+        host, empty = self.host_rows, np.zeros(0, dtype=np.int64)
+        first = next(lane for lane in lanes if lane is not None)
+        sizes = []
+        for index, (slot, lane) in enumerate(zip(self.members, lanes, strict=True)):
+            ids, steps_done, synthesizer, k = lane if lane is not None else (empty, empty, first[2], first[3])
+            (offset, rows), size = self.slots[id(slot)], len(ids)
+            host[0, offset : offset + size] = ids + self.request_base[id(slot)]
+            host[1, offset : offset + size] = steps_done
+            host[2, offset : offset + size] = 1
+            host[2, offset + size : offset + rows] = 0
+            self.host_members[:, index] = self._member_fields(synthesizer, k)
+            sizes.append(size)
+        assert self.call is not None
+        self.call.run()
+        if self.read is not None:
+            self.read.record(self.stream)
+            self.read.synchronize()
+        counts = self.counts.numpy()
+        return [
+            counts[offset : offset + size].astype(np.int64)
+            for (offset, _), size in zip((self.slots[id(slot)] for slot in self.members), sizes)
+        ]
 
     def finish(self) -> dict[int, np.ndarray]:
         """The emitted counts of the step begun by ``start``, keyed by id(member)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from spectune.config import (
     FIELDS_ADDED_FOR_VLLM_0_33,
@@ -25,7 +25,6 @@ from spectune.study._space import Candidate, Combo, Point, StudySpace
 __all__ = ["SimulationEvaluator", "document_fingerprint", "simulation_document", "space_from_document"]
 
 _BASE_EXCLUDE = {"num_speculative_tokens", "rejection_sample_method", "draft_sample_method"}
-_PREPARE_STEPS = 64  # a preparing simulation's steps: enough to launch every call it makes
 
 
 def space_from_document(document: StudyDocument) -> StudySpace:
@@ -138,75 +137,14 @@ class SimulationEvaluator:
     def __init__(self, document: StudyDocument, processes: int = 1) -> None:
         self.document = document
         self.processes = processes
-        self._prepared: set[tuple[str, str]] = set()  # (rule, draft sampling) this process has simulated
 
     def __call__(self, point: Point) -> StudyMetrics:
         return self.evaluate_many([point])[0]
-
-    def compiles_kernels(self) -> bool:
-        """Whether the simulations run compiled Triton kernels (a CUDA device and the kernel backend)."""
-        from spectune.simulator._backend import resolve_device
-
-        simulation = self.document.simulation
-        return resolve_device(simulation.device).type == "cuda" and simulation.kernel_backend != "reference"
-
-    def warm_up(
-        self, max_members: int, share: tuple[int, int] = (0, 1), keep_going: Callable[[], bool] = lambda: True
-    ) -> int:
-        """Compile every kernel variant the study's engines (up to ``max_members`` points each) can launch
-        into Triton's cache (``spectune.simulator._warmup``; ``share`` (i, n): the i-th of every n, for n
-        processes; ``keep_going`` asked before each launch; launches an earlier run's warm-up finished are
-        skipped: ``marks_dir``); return the launches made (0 off CUDA)."""
-        if not self.compiles_kernels():
-            return 0
-        from spectune.simulator._backend import on_device, resolve_device
-        from spectune.simulator._kernel_call import slot_rows
-        from spectune.simulator._warmup import engine_rows, marks_dir, study_shapes, warm_up
-
-        document = self.document
-        device = resolve_device(document.simulation.device)
-        ks = document.search.num_speculative_tokens
-        verified = [(rule, sampling) for _, rule, sampling in document.combinations() if rule in ("standard", "block")]
-        shapes = study_shapes(verified, range(ks.min, ks.max + 1))
-        max_rows = max_members * slot_rows(max(document.schedule.batch_sizes), device)
-        rows = engine_rows(device, max_rows, document.simulation.engine)
-        with on_device(device):
-            return warm_up(device, document.workload.vocab_size, shapes, rows, share, keep_going, marks_dir())
-
-    def prepare(self, keep_going: Callable[[], bool] = lambda: True) -> bool:
-        """Pay this process's one-time costs of simulating while it has nothing else to do (a worker
-        waiting for a round's last results): a short simulation of each (rule, draft sampling) the
-        study verifies with that it has not simulated yet, at the representative batch size -- its
-        first kernel launches (Triton reading the kernels and loading them from its cache, the CUDA
-        graphs), the base noise and the calibration of the rates there, which would otherwise make a
-        worker's first simulation of a combination the slow one of a round that waits for it.
-        ``keep_going`` is asked before each; return True once none is left (at once where no
-        compiled kernel runs: the CPU's costs are small)."""
-        if not self.compiles_kernels():
-            return True
-        from spectune.simulator import simulate_many
-
-        space = space_from_document(self.document)
-        batch_size = space.batch_sizes[space.representative_bucket()]
-        for combo in space.combos:
-            kind = (combo.rejection_sample_method, combo.draft_sample_method)
-            if kind in self._prepared or kind[0] not in ("standard", "block"):
-                continue
-            if not keep_going():
-                return False
-            document = simulation_document(self.document, Point(batch_size, combo, space.middle_k))
-            short = document.simulation.model_copy(update={"max_steps": _PREPARE_STEPS})
-            simulate_many([document.model_copy(update={"simulation": short})], baseline=False, processes=self.processes)
-            self._prepared.add(kind)
-        return True
 
     def evaluate_many(self, points: Sequence[Point]) -> list[StudyMetrics]:
         """The points' metrics, simulated side by side where they can share a call (lockstep)."""
         from spectune.simulator import simulate_many
 
-        self._prepared.update(
-            (p.combo.rejection_sample_method, p.combo.draft_sample_method) for p in points if p.combo is not None
-        )
         documents = [simulation_document(self.document, point) for point in points]
         results = simulate_many(documents, baseline=False, processes=self.processes)
         return [StudyMetrics.from_mapping(result.to_dict()) for result in results]

@@ -24,7 +24,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers, workers_error
+from spectune._spawn import start_workers, workers_error
 from spectune.errors import SpectuneError
 from spectune.study._batch import BatchCollector
 from spectune.study._objective import Evaluator, StudyObjective
@@ -117,7 +117,7 @@ def run_study(
     refine_budget: float = REFINE_BUDGET,
     progress: Callable[[StudyProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
-    started: StartedWorkers | None = None,
+    device: str = "cpu",
 ) -> StudyRun:
     """Create or resume the study and run it to its end.
 
@@ -125,8 +125,8 @@ def run_study(
     only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
     space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
     between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
-    running trial and stops. ``started``: the ``workers`` processes, already started (``_spawn``; the
-    caller closes them); None: started here. ``storage``: a journal path or database URL, or a storage
+    running trial and stops. ``device``: the device each worker process opens before its first trial
+    (a document's ``simulation.device``; ``_spawn``). ``storage``: a journal path or database URL, or a storage
     already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
     = 1) and which the caller closes.
     """
@@ -137,8 +137,6 @@ def run_study(
         raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials}")
     if not isinstance(storage, str) and workers != 1:
         raise ValueError("a storage object runs the study in this process only: give its path or URL for workers > 1")
-    if started is not None and len(started.processes) != workers:
-        raise ValueError(f"started holds {len(started.processes)} worker processes, not workers={workers}")
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
@@ -164,11 +162,10 @@ def run_study(
         study = prepare_study(opened, space, fingerprint, storage_label=label)
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
-        with kernel_warm_up(evaluator, BATCH_POINTS, workers):
-            if workers == 1:
-                completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
-            else:
-                completed = _run_processes(spec, started, on_poll=report, should_stop=should_stop)
+        if workers == 1:
+            completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
+        else:
+            completed = _run_processes(spec, device, on_poll=report, should_stop=should_stop)
         report()
     finally:
         if isinstance(storage, str):
@@ -224,7 +221,6 @@ def _worker_loop(
         refine_budget=spec.refine_budget,
     )
     objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
-    prepare: Callable[[Callable[[], bool]], bool] | None = getattr(spec.evaluator, "prepare", None)
     completed = 0
     idle_prunes = 0
     waiting_on: tuple[tuple[int, TrialState, int], ...] | None = None  # the trials' progress when told to wait
@@ -246,16 +242,6 @@ def _worker_loop(
         if decision == "wait" or idle_prunes >= 3:
             idle_prunes = 0
             waiting_on, decide_again_at = _progress(trials), time.monotonic() + _POLL_S
-            if prepare is not None and spec.workers > 1:
-                # Nothing to take until the others' results come: pay this process's one-time costs of
-                # simulating now, stopping once a trial moves (``prepare`` goes on at the next wait).
-                moved = waiting_on
-                try:
-                    if prepare(lambda: keep_going() and _progress(study.get_trials(deepcopy=False)) == moved):
-                        prepare = None
-                except Exception:  # noqa: BLE001 -- a head start only: a trial that meets the same reports it
-                    prepare = None
-                continue
             time.sleep(idle_poll)
             continue
         waiting_on = None
@@ -397,17 +383,15 @@ def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, 
 
 def _run_processes(
     spec: _WorkerSpec,
-    started: StartedWorkers | None,
+    device: str,
     on_poll: Callable[[], None],
     should_stop: Callable[[], bool],
 ) -> int:
-    workers = started if started is not None else start_workers(spec.workers)
-    workers.begin(functools.partial(_worker_main, spec))
+    workers = start_workers(spec.workers, device, functools.partial(_worker_main, spec))
     processes, results = workers.processes, workers.results
     finished: dict[int, tuple[str, object]] = {}
     try:
         while len(finished) < len(processes):
-            workers.check()
             if should_stop():
                 workers.stop.set()  # each worker ends its running trial, reports and exits
             try:
@@ -432,5 +416,4 @@ def _run_processes(
                         )
         return sum(int(payload) for _, payload in finished.values())  # type: ignore[call-overload]
     finally:
-        if started is None:
-            workers.close()
+        workers.close()

@@ -1,129 +1,71 @@
-"""The entry point starts the study's workers, or their fork server, before the command-line libraries load."""
+"""The entry point: the app, a plain exit, and one clear line for a Ctrl-C or a refused --workers."""
 
 import os
-import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-from spectune import _launch
+# Runs the entry point in a fresh interpreter and reports, after it returns, how it ended and which
+# processes it started: an entry point that left by os._exit would report nothing.
+_RUN_AND_REPORT = textwrap.dedent(
+    """
+    import multiprocessing.process, sys
 
+    started = []
+    start = multiprocessing.process.BaseProcess.start
 
-@pytest.mark.parametrize(
-    ("args", "workers"),
-    [
-        (["study", "run", "s.yaml", "--workers", "8"], 8),
-        (["study", "run", "--workers=3", "s.yaml"], 3),
-        (["study", "run", "s.yaml"], 1),
-        (["study", "run", "s.yaml", "--workers", "many"], 1),  # the app reports it
-        (["study", "export", "s.yaml", "--workers", "8"], 1),
-        (["validate", "--workers", "8"], 1),
-    ],
+    def recorded(self):
+        started.append(self.name)
+        start(self)
+
+    multiprocessing.process.BaseProcess.start = recorded
+    sys.argv = ["spectune", *sys.argv[1:]]
+    from spectune._launch import main
+
+    try:
+        main()
+    except SystemExit as ended:
+        print("exit", ended.code, "started", len(started), file=sys.stderr)
+    """
 )
-def test_the_workers_of_a_study_run_are_read_from_the_command_line(args, workers):
-    assert _launch._study_run_workers(args) == workers
 
 
-@pytest.mark.parametrize(
-    ("args", "pays", "starts"),
-    [
-        (["study", "run", "s.yaml", "--workers", "2"], True, ["server"]),
-        (["study", "run", "s.yaml", "--workers", "2"], False, ["2 workers"]),  # a core each: spawned now
-        (["study", "run", "s.yaml"], False, []),  # the parent is the worker
-        (["--help"], True, []),
-        (["--help"], False, []),
-    ],
-)
-def test_the_fork_server_or_the_workers_start_before_the_app_for_study_runs(monkeypatch, args, pays, starts):
-    events: list[str] = []
-    monkeypatch.setattr(sys, "argv", ["spectune", *args])
-    monkeypatch.setattr("spectune._spawn.fork_server_pays", lambda workers: pays)
-    monkeypatch.setattr("spectune._spawn.start_fork_server", lambda: events.append("server"))
-    monkeypatch.setattr("spectune._spawn.start_early_workers", lambda count: events.append(f"{count} workers"))
-    monkeypatch.setattr("spectune.cli.main", lambda: events.append("app"))
-    monkeypatch.setattr(_launch, "_leave", lambda code: events.append(f"exit {code}"))
-    _launch.main()
-    assert events == [*starts, "app", "exit 0"]
+def _run_and_report(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _RUN_AND_REPORT, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize(("ended", "status"), [(None, 0), (0, 0), (2, 2), ("a message", 1)])
-def test_the_entry_point_leaves_with_the_status_the_app_exited_with(monkeypatch, capsys, ended, status):
-    def app():
-        raise SystemExit(ended)
-
-    left = []
-    monkeypatch.setattr(sys, "argv", ["spectune", "validate"])
-    monkeypatch.setattr("spectune.cli.main", app)
-    monkeypatch.setattr(_launch, "_leave", left.append)
-    _launch.main()
-    assert left == [status]
-    assert capsys.readouterr().err == ("a message\n" if status == 1 else "")
+def test_a_study_run_that_fails_before_its_study_starts_no_worker_and_leaves_through_system_exit(tmp_path):
+    ran = _run_and_report("study", "run", "missing.yaml", "--workers", "2", cwd=tmp_path)
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == 0 and len(lines) == 2 and "missing.yaml" in lines[0], ran.stderr
+    assert lines[1] == "exit 1 started 0"  # no process spawned for a study that never began
 
 
-def test_the_command_leaves_without_teardown_but_with_its_output_written(tmp_path):
-    # Into a pipe, stdout is block-buffered: leaving by os._exit without a flush would lose it. The study's
-    # workers' queues are multiprocessing objects: their semaphores must be freed, not reported as leaked.
+def test_every_command_returns_its_status_through_system_exit_with_its_output_written(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: simulation\nworkload: {}\n")
-    checked = subprocess.run([sys.executable, "-m", "spectune", "validate", str(bad)], capture_output=True, text=True)
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout into a pipe: block-buffered
+    checked = subprocess.run(
+        [sys.executable, "-m", "spectune", "validate", str(bad)], capture_output=True, text=True, env=buffered
+    )
     assert checked.returncode == 1
     assert "bad.yaml" in checked.stdout + checked.stderr and "1 invalid" in checked.stdout
     usage = subprocess.run([sys.executable, "-m", "spectune", "study", "run"], capture_output=True, text=True)
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
-    code = "from spectune import _launch; print('written'); _launch._leave(3)"
-    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    left = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=buffered)
-    assert left.returncode == 3 and left.stdout == "written\n"
-    code = "import multiprocessing as mp; from spectune import _launch; mp.get_context('spawn').Queue().put(1); _launch._leave(0)"
-    left = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert left.returncode == 0 and "leaked" not in left.stderr, left.stderr
+    helped = _run_and_report("--help", cwd=tmp_path)
+    assert helped.stderr.strip().splitlines()[-1] == "exit 0 started 0", helped.stderr
+    assert "Usage" in helped.stdout
 
 
-def test_the_fork_server_pays_only_with_fewer_cores_than_importing_processes(monkeypatch):
-    from spectune._spawn import fork_server_pays
-
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert fork_server_pays(2) and fork_server_pays(8) and not fork_server_pays(1)
-    monkeypatch.setattr("os.cpu_count", lambda: 16)
-    assert not fork_server_pays(8) and fork_server_pays(16)
-
-
-def test_the_entry_point_loads_no_command_line_library_before_it_decides():
+def test_the_entry_point_loads_no_command_line_library_at_import():
     code = (
         "import sys; import spectune._launch as l; "
         "assert not {'typer', 'rich', 'pydantic', 'torch'} & set(sys.modules), sorted(sys.modules)"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_the_fork_servers_preload_defines_no_kernel():
-    # Triton reads TRITON_INTERPRET when a kernel is defined; the server's children take their
-    # starter's environment after the fork, so no kernel may be defined before it.
-    repo = Path(__file__).resolve().parents[2]
-    defining = [
-        f"spectune.kernels.{path.stem}"
-        for path in (repo / "kernels").glob("*.py")
-        if re.search(r"^@triton\.jit", path.read_text(), re.MULTILINE)
-    ] + [
-        f"spectune.simulator.{path.stem}"
-        for path in (repo / "spectune" / "simulator").glob("*.py")
-        if re.search(r"^@triton\.jit", path.read_text(), re.MULTILINE)
-    ]
-    assert "spectune.kernels._verify_kernel" in defining and "spectune.kernels._step_writer" in defining
-    code = f"import sys; import spectune._preload; loaded = set({defining!r}) & set(sys.modules); assert not loaded, loaded"
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_a_worker_computes_tritons_cache_key_on_a_thread_beside_its_imports_where_kernels_run_compiled():
-    # In a fresh interpreter: the key is computed once, on the thread, and cached for the first kernel launch.
-    code = (
-        "import sys; from spectune._spawn import triton_head_start; "
-        "assert triton_head_start(False) is None and 'triton' not in sys.modules; "
-        "thread = triton_head_start(True); thread.join(); "
-        "from triton.runtime.cache import triton_key; "
-        "assert triton_key.cache_info().currsize == 1 and 'torch' not in sys.modules, triton_key.cache_info()"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -154,7 +96,7 @@ def test_the_workers_cap_is_four_a_usable_core_and_never_below_eight(monkeypatch
     monkeypatch.setattr(_spawn, "usable_cores", lambda: 1)
     assert _spawn.max_workers() == 8 and _spawn.workers_error(8) is None and _spawn.workers_error(9) is not None
     monkeypatch.setattr(_spawn, "usable_cores", lambda: 16)
-    assert _spawn.max_workers() == 64 and _launch._study_run_workers(["study", "run", "s", "--workers", "65"]) == 1
+    assert _spawn.max_workers() == 64 and _spawn.workers_error(64) is None and _spawn.workers_error(65) is not None
 
 
 # Runs the entry point with a Ctrl-C delivered while the named module is being imported: the moment is

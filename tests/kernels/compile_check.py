@@ -29,12 +29,14 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from spectune.kernels import _decision, _plan, _residual_kernel, _small_grid, _verify_kernel  # noqa: E402
-from spectune.kernels._arguments import Inputs, Logits, Outputs, Sizes, Workspace  # noqa: E402
+from spectune.kernels._arguments import Inputs, Logits, Outputs, Sizes, VocabSizes, Workspace  # noqa: E402
 from spectune.kernels._contract import DEFAULT_TILE  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 # The kernels' named-tuple arguments and their fields' types (others: *fp32 pointers).
-GROUPS = {"logits": Logits, "inputs": Inputs, "work": Workspace, "sizes": Sizes, "outputs": Outputs}
+GROUPS = {"logits": Logits, "inputs": Inputs, "work": Workspace, "vocab_sizes": VocabSizes, "outputs": Outputs}
+# Plain runtime sizes (``do_not_specialize``): neither specialised on 1 nor known divisible by 16.
+RUNTIME_SIZES = ("num_requests", "num_drafts")
 FIELD_TYPES = {
     "target": "*fp32",
     "draft": "*bf16",
@@ -83,6 +85,8 @@ def signature(fn, constexprs, logits=None, row_table=0):
                     continue
                 if sig[name][j].startswith("*") or "stride" in field or field == "vocab":
                     aligned[(i, j)] = [["tt.divisibility", 16]]
+        elif name in RUNTIME_SIZES:
+            sig[name] = "i32"
         elif name.endswith("_desc"):  # bulk-copy descriptors, or unused pointers without them
             dtype = field_type("target" if name == "target_desc" else "draft", logits)
             sig[name] = f"tensordesc<{dtype[1:]}[1, 1, {constexprs['TILE']}]>" if constexprs.get("USE_TMA") else dtype

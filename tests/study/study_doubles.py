@@ -13,9 +13,7 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from spectune.study import Point, StudySpace
 from spectune.study._space import Candidate, Combo, Constraint
@@ -181,26 +179,6 @@ def journal(tmp_path: Path) -> str:
     return str(tmp_path / "study.journal")
 
 
-class WarmingEvaluator(SyntheticEvaluator):
-    """A ``SyntheticEvaluator`` that says it compiles kernels; each warm-up process writes ``started``
-    into ``log``.i (i its share) and then sleeps ``warm_s`` (so a test sees whether they ran and whether
-    they were stopped)."""
-
-    def __init__(self, log: str, warm_s: float) -> None:
-        super().__init__(noise=0.0)
-        self.log, self.warm_s = log, warm_s
-
-    def compiles_kernels(self) -> bool:
-        return True
-
-    def warm_up(self, max_members: int, share: tuple[int, int] = (0, 1), keep_going=lambda: True) -> int:
-        log = Path(f"{self.log}.{share[0]}")
-        log.write_text(f"started {max_members} {share[1]} {os.getpid()}")
-        time.sleep(self.warm_s)
-        log.write_text("finished")
-        return 1
-
-
 class EnvironmentEvaluator(SyntheticEvaluator):
     """A ``SyntheticEvaluator`` that raises unless SPECTUNE_TEST_STARTER is set where it runs."""
 
@@ -208,32 +186,3 @@ class EnvironmentEvaluator(SyntheticEvaluator):
         if "SPECTUNE_TEST_STARTER" not in os.environ:
             raise RuntimeError("SPECTUNE_TEST_STARTER is not set in this worker")
         return super().__call__(point)
-
-
-def report_setup(index: int, results: Any, keep_going: Callable[[], bool]) -> None:
-    """A worker's work (``StartedWorkers.begin``) that reports what the worker runs with: its
-    SPECTUNE_TEST_STARTER and torch's CPU threads."""
-    import torch
-
-    results.put((index, "ok", (os.environ.get("SPECTUNE_TEST_STARTER"), torch.get_num_threads())))
-
-
-class PreparingEvaluator(SyntheticEvaluator):
-    """A slow ``SyntheticEvaluator`` with a ``prepare`` that waits until ``keep_going`` turns False (at
-    most 30 s), then writes '<pid> prepared' or '<pid> deadline' into ``call_log``."""
-
-    def prepare(self, keep_going) -> bool:
-        assert self.call_log is not None
-        deadline = time.monotonic() + 30
-        while keep_going() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        with open(self.call_log, "a") as log:
-            log.write(f"{os.getpid()} {'prepared' if not keep_going() else 'deadline'}\n")
-        return True
-
-
-class FailingPreparation(SyntheticEvaluator):
-    """A slow ``SyntheticEvaluator`` whose ``prepare`` raises."""
-
-    def prepare(self, keep_going) -> bool:
-        raise RuntimeError("out of memory while preparing")

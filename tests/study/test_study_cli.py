@@ -97,9 +97,8 @@ def test_a_changed_document_is_refused_with_a_clear_message(ran, tmp_path):
     assert "Traceback" not in result.output
 
 
-def test_two_workers_started_before_the_study_is_prepared_run_it_and_leave_no_process(tmp_path, tiny_study):
-    # The CLI starts its workers right after reading the document (their imports overlap its own), and
-    # hands them their work once the storage is ready; the same recommendation as one worker's.
+def test_two_workers_run_the_study_to_the_recommendation_of_one_and_leave_no_process(tmp_path, tiny_study):
+    # The study starts its workers once its storage is ready: the same recommendation as one worker's.
     document = tmp_path / "tiny.yaml"
     document.write_text(tiny_study(max_k=2))
     before = set(multiprocessing.active_children())  # another test's may still be ending

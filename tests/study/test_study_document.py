@@ -2,7 +2,6 @@
 
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -246,40 +245,6 @@ def test_a_study_of_several_replicas_is_refused_at_num_gpus(tmp_path):
     assert text != textwrap.dedent(STUDY)
     problems, path = _problems(tmp_path, text)
     assert any("hardware.num_gpus: a study tunes one engine" in p and "got 2" in p for p in problems), problems
-
-
-def test_a_worker_prepares_one_short_simulation_of_each_verification_kind_it_has_not_simulated(tmp_path, monkeypatch):
-    from spectune.study import SimulationEvaluator
-    from spectune.study._space import Point
-
-    document = _load(tmp_path)[1].model
-    space = space_from_document(document)
-    simulated = []
-    result = SimpleNamespace(to_dict=dict)
-    monkeypatch.setattr(
-        "spectune.simulator.simulate_many",
-        lambda documents, **_: simulated.extend(documents) or [result] * len(documents),
-    )
-    evaluator = SimulationEvaluator(document, processes=2)
-    monkeypatch.setattr(SimulationEvaluator, "compiles_kernels", lambda self: False)
-    assert evaluator.prepare() and not simulated  # no compiled kernel: nothing to pay for
-    monkeypatch.setattr(SimulationEvaluator, "compiles_kernels", lambda self: True)
-    monkeypatch.setattr("spectune.study._document.StudyMetrics.from_mapping", lambda mapping: mapping)
-    block_greedy = next(
-        c for c in space.combos if (c.rejection_sample_method, c.draft_sample_method) == ("block", "greedy")
-    )
-    evaluator.evaluate_many([Point(8, block_greedy, 2)])  # simulated for real: nothing left to prepare for it
-    simulated.clear()
-    calls = iter([True, True, False])
-    assert not evaluator.prepare(lambda: next(calls))  # told to stop before the third
-    assert evaluator.prepare()  # goes on with what is left
-    kinds = [(d.speculative.rejection_sample_method, d.speculative.draft_sample_method) for d in simulated]
-    assert sorted(kinds) == [("block", "probabilistic"), ("standard", "greedy"), ("standard", "probabilistic")]
-    rep = space.batch_sizes[space.representative_bucket()]
-    assert all(d.simulation.max_steps == 64 and d.workload.concurrency == rep for d in simulated)
-    assert all(d.speculative.num_speculative_tokens == 2 for d in simulated)  # the middle of K 1-3
-    simulated.clear()
-    assert evaluator.prepare() and not simulated  # once each
 
 
 def test_the_fp8_rate_enters_the_hash_only_where_a_model_has_one_byte_weights(tmp_path):

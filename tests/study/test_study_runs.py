@@ -5,7 +5,6 @@ The evaluator is the closed-form test double (``study_doubles``): these tests ar
 sampler mechanics, not about simulation.
 """
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -19,7 +18,6 @@ import optuna
 import pytest
 from study_doubles import EnvironmentEvaluator, SyntheticEvaluator, fingerprint, make_space
 
-from spectune._spawn import started_workers
 from spectune.errors import SpectuneError
 from spectune.study import load_outcome, run_study
 from spectune.study._records import ATTR_OWNER
@@ -151,30 +149,6 @@ def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
     simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
     assert max(simulated.values()) == 1
     assert len({t.worker for t in outcome.trials if t.state == "COMPLETE"}) == 2
-
-
-def test_workers_started_early_wait_for_their_work_and_are_closed_with_or_without_it(tmp_path):
-    space = make_space(batch_sizes=(1, 32), max_k=3)
-    storage = str(tmp_path / "s.journal")
-    with started_workers(2, "cpu") as started:
-        assert started is not None
-        started.wait_started()  # started on a thread, from the fork server
-        assert all(p.is_alive() for p in started.processes)
-        run = run_study(
-            space, SyntheticEvaluator(delay_s=0.02), fingerprint(), storage=storage, strategy="exhaustive",
-            workers=2, started=started,
-        )  # fmt: skip
-        assert run.completed_trials == space.size
-        workers = {t.worker.split(":")[1] for t in load_outcome(storage, space.name).trials if t.worker}
-        assert workers and workers <= {str(p.pid) for p in started.processes}  # the started ones did the work
-        with pytest.raises(ValueError, match="not workers=3"):
-            run_study(space, SyntheticEvaluator(), fingerprint(), storage=storage, workers=3, started=started)
-    assert not any(p.is_alive() for p in started.processes)
-    with started_workers(3, "cpu") as idle:  # a study that fails before it begins: no process is left
-        assert idle is not None
-    assert not any(p.is_alive() for p in idle.processes)
-    with started_workers(1, "cpu") as none:
-        assert none is None  # one worker is the parent itself
 
 
 def test_workers_racing_for_the_last_budget_slots_end_with_the_exact_budget(tmp_path):
@@ -462,173 +436,15 @@ def test_each_local_worker_takes_its_share_of_the_points_free_now():
     assert _batch_size(exhaustive, state) == min(-(-bucket // 3), BATCH_POINTS)
 
 
-def test_a_kernel_compiling_evaluator_warms_up_in_processes_of_its_own_stopped_at_the_end(tmp_path, monkeypatch):
-    import multiprocessing
-
-    from study_doubles import WarmingEvaluator
-
-    from spectune._spawn import kernel_warm_up
-
-    monkeypatch.setattr(os, "cpu_count", lambda: 27)  # 27 cores, 3 workers: the 24 left make 3 warm-up processes
-    log = tmp_path / "warm.log"
-    with kernel_warm_up(WarmingEvaluator(str(log), warm_s=120), BATCH_POINTS, workers=3):
-        deadline = time.monotonic() + 60
-        while not all(log.with_name(f"warm.log.{i}").exists() for i in range(3)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    assert not log.with_name("warm.log.3").exists()
-    pids = set()
-    for i in range(3):
-        started, members, shares, pid = log.with_name(f"warm.log.{i}").read_text().split()
-        assert (started, int(members), int(shares)) == ("started", BATCH_POINTS, 3)
-        pids.add(int(pid))
-    assert len(pids) == 3 and os.getpid() not in pids
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):  # stopped at the end, not left to finish their two minutes
-            os.kill(pid, 0)
-    before = set(multiprocessing.active_children())
-    with kernel_warm_up(SyntheticEvaluator(), BATCH_POINTS):  # simulates nothing compiled: no process
-        assert set(multiprocessing.active_children()) == before
-
-
-def test_a_worker_with_nothing_to_take_prepares_until_a_trial_moves(tmp_path):
-    """While a worker waits for the others' results it pays its one-time costs (``prepare``), and stops
-    preparing when a trial moves: the study ends as it would have, each point simulated once."""
-    from study_doubles import PreparingEvaluator
-
-    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
-    calls = tmp_path / "calls.log"
-    storage = str(tmp_path / "s.journal")
-    evaluator = PreparingEvaluator(delay_s=0.3, call_log=str(calls))
-    run_study(space, evaluator, fingerprint(), storage=storage, strategy="structured", keep_combos=1, workers=2)
-    lines = [line.split() for line in calls.read_text().splitlines()]
-    prepared = [pid for pid, what in lines if what in ("prepared", "deadline")]
-    simulated = [what for _, what in lines if what not in ("prepared", "deadline")]
-    assert prepared and len(prepared) == len(set(prepared))  # once a worker: this prepare has nothing left after
-    assert ["deadline"] not in [[what] for _, what in lines]  # stopped when a trial moved, not at its 30 s
-    assert set(prepared) <= {pid for pid, what in lines if what not in ("prepared", "deadline")}
-    assert len(simulated) == len(set(simulated))
-    alone = str(tmp_path / "one.journal")
-    run_study(space, SyntheticEvaluator(), fingerprint(), storage=alone, strategy="structured", keep_combos=1)
-    assert (
-        load_outcome(storage, space.name).recommendation.schedule
-        == load_outcome(alone, space.name).recommendation.schedule
-    )
-
-
-def test_a_preparation_that_fails_leaves_the_study_to_its_trials(tmp_path):
-    from study_doubles import FailingPreparation
-
-    space = make_space(batch_sizes=(1, 8), max_k=3)
-    storage = str(tmp_path / "s.journal")
-    run_study(space, FailingPreparation(delay_s=0.2), fingerprint(), storage=storage, strategy="structured", workers=2)
-    alone = str(tmp_path / "one.journal")
-    run_study(space, SyntheticEvaluator(), fingerprint(), storage=alone, strategy="structured")
-    assert (
-        load_outcome(storage, space.name).recommendation.schedule
-        == load_outcome(alone, space.name).recommendation.schedule
-    )
-
-
-@pytest.mark.parametrize("fork_server", [True, False])
-def test_processes_run_with_their_starters_environment(tmp_path, monkeypatch, fork_server):
-    """The fork server keeps the environment it started with; a worker, forked or spawned, takes its
-    starter's (a child that imports Triton reads TRITON_INTERPRET from it)."""
-    from spectune._spawn import start_fork_server
-
-    start_fork_server()  # started (or running) before the variable below exists
-    monkeypatch.setattr("spectune._spawn.fork_server_pays", lambda workers: fork_server)
+def test_worker_processes_run_with_the_environment_their_parent_set_before_the_study(tmp_path, monkeypatch):
+    # A child that imports Triton reads TRITON_INTERPRET from its environment, which the CLI sets
+    # after reading the document and before the study starts its workers.
     monkeypatch.setenv("SPECTUNE_TEST_STARTER", str(tmp_path))
     space = make_space(batch_sizes=(1,), max_k=1, methods=("eagle3",))
     storage = str(tmp_path / "s.journal")
-    with started_workers(2, "cpu") as started:
-        run_study(
-            space,
-            EnvironmentEvaluator(),
-            fingerprint(),
-            storage=storage,
-            strategy="exhaustive",
-            workers=2,
-            started=started,
-        )
-        started.wait_started()
-        pids = {str(p.pid) for p in started.processes}
-    seen = {t.worker.split(":")[1] for t in load_outcome(storage, space.name).trials if t.state == "COMPLETE"}
-    assert seen and seen <= pids  # the started processes simulated, with the variable set (else they raise)
-
-
-def test_early_workers_run_with_the_setup_they_are_handed_not_the_one_at_their_start(monkeypatch):
-    """Spawned before the study is read, a worker takes the environment (TRITON_INTERPRET may be set
-    meanwhile) and torch's threads as they are when ``started_workers`` hands them over."""
-    from study_doubles import report_setup
-
-    from spectune import _spawn
-
-    monkeypatch.setattr(_spawn, "_early", None)  # and back to none after the test
-    monkeypatch.delenv("SPECTUNE_TEST_STARTER", raising=False)
-    _spawn.start_early_workers(2)
-    early = _spawn._early
-    monkeypatch.setenv("SPECTUNE_TEST_STARTER", "handed over")
-    monkeypatch.setattr(os, "cpu_count", lambda: 6)  # three threads each: not torch's default here
-    with started_workers(2, "cpu") as started:
-        assert started is early and _spawn._early is None
-        started.begin(report_setup)
-        seen = sorted(started.results.get(timeout=120) for _ in started.processes)
-    assert seen == [(0, "ok", ("handed over", 3)), (1, "ok", ("handed over", 3))]
-    assert not any(p.is_alive() for p in started.processes)
-
-
-@pytest.mark.parametrize("count", [1, 3])
-def test_early_workers_started_for_another_count_are_closed_and_the_study_gets_its_own(monkeypatch, count):
-    from spectune import _spawn
-
-    monkeypatch.setattr(_spawn, "_early", None)
-    monkeypatch.setattr(_spawn, "fork_server_pays", lambda workers: False)  # spawned: no server to wait for
-    _spawn.start_early_workers(2)
-    early = _spawn._early.processes
-    with started_workers(count, "cpu") as started:
-        assert not any(p.is_alive() for p in early) and _spawn._early is None
-        if count == 1:
-            assert started is None
-        else:
-            assert len(started.processes) == count and not set(started.processes) & set(early)
-
-
-def test_early_workers_no_study_takes_end_with_the_command_quietly(tmp_path):
-    """A command that fails before its study begins (here: no such document) exits with its error
-    alone, and its early workers end with it."""
-    code = textwrap.dedent(
-        """
-        import sys
-        from spectune import _launch, _spawn
-
-        _spawn.fork_server_pays = lambda workers: False
-        start = _spawn.start_early_workers
-
-        def start_and_show(count):
-            start(count)
-            print(*(p.pid for p in _spawn._early.processes), flush=True)
-
-        _spawn.start_early_workers = start_and_show
-        sys.argv = ["spectune", "study", "run", "missing.yaml", "--workers", "2"]
-        _launch.main()
-        """
-    )
-    ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    pids = [int(pid) for pid in ran.stdout.split()]
-    assert ran.returncode == 1 and len(pids) == 2, ran
-    assert len(ran.stderr.splitlines()) == 1 and "missing.yaml" in ran.stderr, ran.stderr  # no traceback, no warning
-    deadline = time.monotonic() + 5
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_running(pid) for pid in pids)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    run = run_study(space, EnvironmentEvaluator(), fingerprint(), storage=storage, strategy="exhaustive", workers=2)
+    assert run.completed_trials == space.size  # every trial ran in a worker with the variable set (else it raises)
+    assert len({t.worker for t in load_outcome(storage, space.name).trials}) >= 1
 
 
 def test_a_completed_trials_evaluation_is_read_once_and_never_taken_for_another_trials():
@@ -664,37 +480,3 @@ def test_a_completed_trials_evaluation_is_read_once_and_never_taken_for_another_
     assert SearchState.from_trials(space, [first]).completed[point].throughput == 100.0
     bound = replace(space, constraints=())  # another space object: read anew
     assert SearchState.from_trials(bound, [first]).completed[point].throughput == 100.0
-
-
-def test_a_worker_that_cannot_start_fails_the_study_with_the_reason(tmp_path, monkeypatch):
-    from spectune._spawn import StartedWorkers, _Starter
-
-    class Unstartable:
-        pid = None
-        exitcode = None
-
-        def start(self) -> None:
-            raise OSError("no more processes")
-
-        def is_alive(self) -> bool:
-            return False
-
-        def join(self, timeout: float | None = None) -> None:
-            pass
-
-    starter = _Starter(multiprocessing.get_context("spawn"), [Unstartable()])  # type: ignore[list-item]
-    with pytest.raises(RuntimeError, match="starting the study's processes failed: no more processes"):
-        starter.check()
-    monkeypatch.setattr("spectune._spawn.fork_server_pays", lambda workers: True)  # started on the thread
-    context = multiprocessing.get_context("forkserver")
-    processes = [Unstartable(), Unstartable()]
-    starter = _Starter(context, processes)  # type: ignore[arg-type]
-    starter.join()
-    with pytest.raises(RuntimeError, match="no more processes"):
-        starter.check()
-    started = StartedWorkers(processes, context.Queue(), context.Queue(), context.Event(), starter)  # type: ignore[arg-type]
-    space = make_space(batch_sizes=(1,), max_k=1, methods=("eagle3",))
-    with pytest.raises(RuntimeError, match="starting the study's processes failed: no more processes"):
-        run_study(
-            space, SyntheticEvaluator(), fingerprint(), storage=str(tmp_path / "s.journal"), workers=2, started=started
-        )
