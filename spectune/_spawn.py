@@ -199,13 +199,12 @@ MAX_WARM_UP_PROCESSES = 4
 
 
 @contextlib.contextmanager
-def kernel_warm_up(evaluator: object, max_members: int, workers: int = 1) -> Iterator[None]:
+def kernel_warm_up(evaluator: Any, max_members: int, workers: int = 1) -> Iterator[None]:
     """While the block runs, processes of their own compile the kernel variants the study's simulations
     can launch (``evaluator.warm_up(max_members, share)``, where ``evaluator.compiles_kernels()``): off
     the critical path, at low priority, on the cores ``workers`` leave (at least one process); stopped
     at the end, whatever they have compiled stays in Triton's cache."""
-    compiles = getattr(evaluator, "compiles_kernels", None)
-    if compiles is None or not compiles():
+    if not evaluator.compiles_kernels():
         yield
         return
     count = max(1, min(MAX_WARM_UP_PROCESSES, ((os.cpu_count() or 1) - workers) // CORES_PER_WARM_UP_PROCESS))

@@ -7,7 +7,7 @@ interruption and many workers can share it.
 """
 
 from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
-from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._objective import Evaluator
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._pareto import pareto_front
 from spectune.study._provenance import (
@@ -77,7 +77,6 @@ __all__ = [
     "SimulationEvaluator",
     "SpectuneSampler",
     "Strategy",
-    "StudyObjective",
     "StudyOutcome",
     "StudyProgress",
     "StudyRun",

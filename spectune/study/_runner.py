@@ -10,11 +10,9 @@ processes are failed and their points proposed again; completed points are never
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import multiprocessing
 import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,10 +24,10 @@ from optuna.trial import TrialState
 
 from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers, workers_error
 from spectune.errors import SpectuneError
-from spectune.study._batch import BatchCollector
-from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._batch import BatchRun, run_batch
+from spectune.study._objective import Evaluator
 from spectune.study._records import SearchState
-from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strategy
+from spectune.study._sampler import SpectuneSampler, Strategy
 from spectune.study._space import StudySpace
 from spectune.study._storage import (
     StudyFingerprint,
@@ -142,7 +140,6 @@ def run_study(
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
-    _user_errors_without_traceback()
     spec = _WorkerSpec(
         space,
         evaluator,
@@ -176,24 +173,6 @@ def run_study(
     return StudyRun(resolved, completed)
 
 
-class _NoUserErrorTraceback(logging.Filter):
-    """Optuna logs a trial that raised with the exception's traceback. A ``SpectuneError`` is a located
-    message for the user, raised to the caller as well, so its record keeps the one-line notice."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info is not None and isinstance(record.exc_info[1], SpectuneError):
-            record.exc_info, record.exc_text = None, None
-        return True
-
-
-def _user_errors_without_traceback() -> None:
-    """Put ``_NoUserErrorTraceback`` on the handlers of Optuna's library logger (once each)."""
-    optuna.logging.get_verbosity()  # makes Optuna set its handler up
-    for handler in logging.getLogger("optuna").handlers:
-        if not any(isinstance(f, _NoUserErrorTraceback) for f in handler.filters):
-            handler.addFilter(_NoUserErrorTraceback())
-
-
 def _progress_reporter(
     study: optuna.Study, total: int | None, progress: Callable[[StudyProgress], None] | None
 ) -> Callable[[], None]:
@@ -223,8 +202,7 @@ def _worker_loop(
         keep_combos=spec.keep_combos,
         refine_budget=spec.refine_budget,
     )
-    objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
-    prepare: Callable[[Callable[[], bool]], bool] | None = getattr(spec.evaluator, "prepare", None)
+    prepare: Callable[[Callable[[], bool]], bool] | None = spec.evaluator.prepare
     completed = 0
     idle_prunes = 0
     waiting_on: tuple[tuple[int, TrialState, int], ...] | None = None  # the trials' progress when told to wait
@@ -259,14 +237,11 @@ def _worker_loop(
             time.sleep(idle_poll)
             continue
         waiting_on = None
-        ran: list[optuna.trial.FrozenTrial] = []
-        batch = _batch_size(spec, state)
-        _run_trials(study, objective, batch, callbacks=[lambda _study, trial: ran.append(trial)])
-        finished = sum(1 for t in ran if t.state == TrialState.COMPLETE)
-        if finished:
-            completed += finished
+        batch = _run_batch(study, spec, _batch_size(spec, state))
+        completed += batch.completed
+        if batch.completed:
             idle_prunes = 0
-        elif any(t.user_attrs.get(ATTR_NO_POINT_LEFT) for t in ran):
+        elif batch.no_point_left:
             idle_prunes += 1
         if on_trial is not None:
             on_trial()
@@ -299,14 +274,11 @@ def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
     return max(size, 1)
 
 
-def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
-    """``size`` trials, their points evaluated in one call (see ``_batch``); one trial the plain way.
-
-    A ``SpectuneError`` from the storage (an unreadable journal record, a full disk) is raised as
-    itself: Optuna's trial loop, re-reading the trial after a failed write, fails again and raises
-    an error of its own (``UnboundLocalError``, ``AssertionError``) with ours as its context."""
+def _run_batch(study: optuna.Study, spec: _WorkerSpec, size: int) -> BatchRun:
+    """``run_batch``, a ``SpectuneError`` from the storage (an unreadable journal record, a full disk)
+    raised as itself wherever Optuna wrapped it in an error of its own."""
     try:
-        _run_trials_unwrapped(study, objective, size, callbacks)
+        return run_batch(study, spec.space, spec.evaluator, size, budget=spec.n_trials)
     except Exception as err:
         cause: BaseException | None = err
         while cause is not None and not isinstance(cause, SpectuneError):
@@ -314,45 +286,6 @@ def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callb
         if cause is None or cause is err:
             raise
         raise SpectuneError(str(cause)) from None
-
-
-def _run_trials_unwrapped(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
-    if size == 1:
-        study.optimize(objective, n_trials=1, callbacks=callbacks)
-        return
-    collector = BatchCollector(size, objective.evaluator)
-    batched = objective.with_evaluator(collector)
-    errors: list[BaseException] = []
-
-    def run(trial: optuna.Trial) -> list[float]:
-        try:
-            return batched(trial)
-        finally:
-            collector.leave()
-
-    def one_trial() -> None:
-        try:
-            study.optimize(run, n_trials=1, callbacks=callbacks)
-        except BaseException as err:  # noqa: BLE001 -- raised again in the calling thread
-            errors.append(err)
-            # A trial that failed before handing its point in (a storage write refused: a full disk)
-            # would leave the batch waiting for it forever.
-            collector.abandon()
-
-    # Daemon threads rather than Optuna's n_jobs pool, whose shutdown joins its threads: a Ctrl-C that
-    # lands before every trial has started would leave the started ones waiting for a batch that never
-    # fills, and the pool's shutdown (and the interpreter's exit) waiting for them.
-    threads = [threading.Thread(target=one_trial, name=f"spectune-trial-{i}", daemon=True) for i in range(size)]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    except BaseException:
-        collector.abandon()
-        raise
-    if errors:
-        raise errors[0]
 
 
 def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:
@@ -381,7 +314,6 @@ def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, 
     connection with its own sampler (seeded seed + index) until the study is done or ``keep_going``
     says stop (it ends its running trial first)."""
     optuna.logging.set_verbosity(spec.optuna_verbosity)
-    _user_errors_without_traceback()
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
         try:

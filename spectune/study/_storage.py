@@ -28,6 +28,7 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +49,7 @@ __all__ = [
     "close_storage",
     "default_out_dir",
     "describe_storage",
+    "disown_trials",
     "fail_abandoned_trials",
     "locate_study",
     "open_storage",
@@ -119,8 +121,17 @@ def describe_storage(storage: str) -> str:
     return storage
 
 
-def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStorage:
-    """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage."""
+def open_storage(
+    storage: str,
+    *,
+    retry_failed_trials: bool = False,
+    heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
+    grace_period_s: int = GRACE_PERIOD_S,
+) -> BaseStorage:
+    """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage.
+
+    On a database, a RUNNING trial whose heartbeat (recorded every ``heartbeat_interval_s``) is older
+    than ``grace_period_s`` is taken as dead; a journal's trials are told dead by their owner."""
     if not _is_url(storage):
         path = Path(storage)
         if path.exists() and not path.is_file():
@@ -140,7 +151,7 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
     last_error: Exception | None = None
     for attempt in range(_CREATE_ATTEMPTS):
         try:
-            return _rdb_storage(storage, retry_failed_trials)
+            return _rdb_storage(storage, retry_failed_trials, heartbeat_interval_s, grace_period_s)
         except ImportError as err:
             raise SpectuneError(
                 f"--storage {describe_storage(storage)}: no database driver ({err}); for PostgreSQL install "
@@ -154,14 +165,14 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
     raise SpectuneError(f"--storage {describe_storage(storage)}: cannot open the database: {message}")
 
 
-def _rdb_storage(storage: str, retry_failed_trials: bool) -> RDBStorage:
+def _rdb_storage(storage: str, retry_failed_trials: bool, heartbeat_interval_s: int, grace_period_s: int) -> RDBStorage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat arguments
         return OwnedRDBStorage(
             storage,
             engine_kwargs={"pool_pre_ping": True},
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=GRACE_PERIOD_S,
+            heartbeat_interval=heartbeat_interval_s,
+            grace_period=grace_period_s,
             failed_trial_callback=RetryFailedTrialCallback(max_retry=MAX_RETRY) if retry_failed_trials else None,
         )
 
@@ -361,14 +372,30 @@ def study_space(study: optuna.Study) -> StudySpace:
     return StudySpace.from_json(data)
 
 
+# Trials this process created and could not end (their FAIL refused too: a full disk), by study name,
+# number and start (another storage may hold a study of that name). Their owner is alive -- this
+# process -- so no other run would ever fail them; the next run here does.
+_DISOWNED: set[tuple[str, int, datetime | None]] = set()
+
+
+def disown_trials(study: optuna.Study, trial_ids: list[int]) -> None:
+    """Leave the trials ``trial_ids``, RUNNING in storage, to the next ``fail_abandoned_trials``."""
+    for trial_id in trial_ids:
+        trial = study._storage.get_trial(trial_id)
+        _DISOWNED.add((study.study_name, trial.number, trial.datetime_start))
+
+
 def fail_abandoned_trials(study: optuna.Study) -> int:
-    """Mark RUNNING trials of dead processes FAIL (their points are proposed again); return how many."""
+    """Mark RUNNING trials of dead processes FAIL (their points are proposed again), and the ones this
+    process disowned; return how many."""
     failed = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if is_abandoned(trial):
+        key = (study.study_name, trial.number, trial.datetime_start)
+        if is_abandoned(trial) or key in _DISOWNED:
             try:
                 study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             except RuntimeError:
                 continue  # finished meanwhile
+            _DISOWNED.discard(key)
             failed += 1
     return failed

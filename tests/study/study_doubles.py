@@ -13,11 +13,11 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from spectune.study import Candidate, Combo, Constraint, Point, StudySpace
+from spectune.study import Candidate, Combo, Constraint, Evaluator, Point, StudySpace
 
 ACCEPTANCE = {"eagle3": 0.78, "ngram": 0.45, "draft_model": 0.7}
 DRAFT_MS_PER_TOKEN = {"eagle3": 0.35, "ngram": 0.0, "draft_model": 1.2}
@@ -92,7 +92,17 @@ def true_metrics(point: Point) -> dict[str, float]:
     }
 
 
-class SyntheticEvaluator:
+class PointByPoint(Evaluator):
+    """An evaluator of one point at a time (``__call__``); a batch is its points one after another."""
+
+    def __call__(self, point: Point) -> dict[str, object]:
+        raise NotImplementedError
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        return [self(point) for point in points]
+
+
+class SyntheticEvaluator(PointByPoint):
     """Closed-form metrics with +-``noise`` relative pseudo-noise; optionally slow, optionally logging calls."""
 
     def __init__(
@@ -120,7 +130,7 @@ class SyntheticEvaluator:
         return metrics
 
 
-class PlantedEvaluator:
+class PlantedEvaluator(PointByPoint):
     """Exact throughput from planted curves ``{(combo label, batch size): {K: tokens/s}}`` (K = 0 is read
     from any curve of the bucket), reported with a relative standard error of ``noise`` that halves with
     every refinement (4x the requests): a decision's noise without a random draw. The (combo, batch size)
