@@ -22,8 +22,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import optuna
-from optuna.exceptions import ExperimentalWarning
-from optuna.storages import fail_stale_trials
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
@@ -44,11 +42,9 @@ class BatchRun:
 
 
 def run_batch(study: optuna.Study, space: StudySpace, evaluator: Evaluator, size: int, *, budget: int | None) -> BatchRun:
-    """Ask ``size`` trials, evaluate their points in one ``evaluate_many`` call, tell their results."""
-    if is_heartbeat_enabled(study._storage):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ExperimentalWarning)
-            fail_stale_trials(study)  # as ``optimize`` does before each ask: a dead worker's trials are retried
+    """Ask ``size`` trials, evaluate their points in one ``evaluate_many`` call, tell their results.
+
+    The caller fails dead workers' trials first (``fail_abandoned_trials``, stale heartbeats included)."""
     asked: list[tuple[optuna.Trial, Settled]] = []
     untold: dict[int, optuna.Trial] = {}
     completed = no_point = 0
@@ -56,7 +52,7 @@ def run_batch(study: optuna.Study, space: StudySpace, evaluator: Evaluator, size
         try:
             held: dict[Point, int] = {}  # point -> the first trial of the batch that simulates it
             for _ in range(size):
-                trial = study.ask()
+                trial = _ask(study)
                 untold[trial.number] = trial
                 beat(trial._trial_id)
                 settled = settle_trial(space, trial, budget=budget, held=held)
@@ -84,6 +80,13 @@ def run_batch(study: optuna.Study, space: StudySpace, evaluator: Evaluator, size
             _fail_untold(study, list(untold.values()))
             raise
     return BatchRun(completed, no_point_left=no_point == size)
+
+
+def _ask(study: optuna.Study) -> optuna.Trial:
+    with warnings.catch_warnings():
+        # Optuna warns that heartbeats are meant for ``optimize``: this batch records them itself.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used", category=UserWarning)
+        return study.ask()
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, values: list[float] | None, untold: dict[int, optuna.Trial]) -> None:

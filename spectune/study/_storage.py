@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
-from optuna.storages import BaseStorage, RDBStorage, RetryFailedTrialCallback
+from optuna.storages import BaseStorage, RDBStorage, RetryFailedTrialCallback, fail_stale_trials
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.storages.journal._storage import JournalStorageReplayResult  # replays one record, to find bad ones
 from optuna.trial import TrialState
 
@@ -56,6 +57,7 @@ __all__ = [
     "open_study",
     "prepare_study",
     "reads_are_cheap",
+    "record_search",
     "repair_journal",
     "resolve_storage",
     "study_space",
@@ -65,6 +67,10 @@ ATTR_SPACE = "spectune.space"
 ATTR_DOCUMENT_SHA256 = "spectune.document_sha256"
 ATTR_SIMULATOR_VERSION = "spectune.simulator_version"
 ATTR_SPECTUNE_VERSION = "spectune.version"
+# The search settings of the study's latest run ({"strategy", "keep_combos", "refine_budget"}): from the
+# storage alone, export then tells whether the search had points left to ask for when it stopped.
+# Studies run before it was recorded lack it, and are not judged.
+ATTR_SEARCH = "spectune.search"
 
 HEARTBEAT_INTERVAL_S = 60
 GRACE_PERIOD_S = 180
@@ -360,6 +366,13 @@ def prepare_study(
     return study
 
 
+def record_search(study: optuna.Study, strategy: str, *, keep_combos: int, refine_budget: float) -> None:
+    """Keep the settings this run searches with in the study (``ATTR_SEARCH``), written when they change."""
+    settings = {"strategy": strategy, "keep_combos": keep_combos, "refine_budget": refine_budget}
+    if study.user_attrs.get(ATTR_SEARCH) != settings:
+        study.set_user_attr(ATTR_SEARCH, settings)
+
+
 def _metric_names(space: StudySpace) -> list[str]:
     return [OBJECTIVE_METRICS[objective] for objective in space.objectives]
 
@@ -387,7 +400,13 @@ def disown_trials(study: optuna.Study, trial_ids: list[int]) -> None:
 
 def fail_abandoned_trials(study: optuna.Study) -> int:
     """Mark RUNNING trials of dead processes FAIL (their points are proposed again), and the ones this
-    process disowned; return how many."""
+    process disowned; on a database, Optuna's stale-heartbeat check too (which retries where asked:
+    ``retry_failed_trials``), as ``optimize`` runs it before each trial. Return how many (not counting
+    the stale ones)."""
+    if is_heartbeat_enabled(study._storage):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            fail_stale_trials(study)
     failed = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         key = (study.study_name, trial.number, trial.datetime_start)
