@@ -38,6 +38,7 @@ from spectune.study._storage import (
     open_study,
     prepare_study,
     reads_are_cheap,
+    record_search,
 )
 from spectune.study._structured import (
     REFINE_BUDGET,
@@ -159,6 +160,7 @@ def run_study(
         opened, label = storage, "the given storage"
     try:
         study = prepare_study(opened, space, fingerprint, storage_label=label)
+        record_search(study, resolved, keep_combos=keep_combos, refine_budget=refine_budget)
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
         with kernel_warm_up(evaluator, BATCH_POINTS, workers):
