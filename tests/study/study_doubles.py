@@ -246,3 +246,21 @@ class FailingPreparation(SyntheticEvaluator):
 
     def prepare(self, keep_going) -> bool:
         raise RuntimeError("out of memory while preparing")
+
+
+class MeetingEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` whose first batch in each process waits until ``parties`` processes have
+    each begun one (their pids in ``folder``): a study run by that many workers then has each of them
+    evaluate points, however late one starts (it waits for an event, never for a time)."""
+
+    def __init__(self, folder: str, parties: int) -> None:
+        super().__init__()
+        self.folder, self.parties, self._met = folder, parties, False
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        if not self._met:
+            Path(self.folder, str(os.getpid())).touch()
+            while len(list(Path(self.folder).iterdir())) < self.parties:
+                time.sleep(0.01)
+            self._met = True
+        return super().evaluate_many(points)

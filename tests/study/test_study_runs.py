@@ -17,7 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from study_doubles import EnvironmentEvaluator, SyntheticEvaluator, fingerprint, make_space
+from study_doubles import EnvironmentEvaluator, MeetingEvaluator, SyntheticEvaluator, fingerprint, make_space
 
 from spectune._spawn import started_workers
 from spectune.errors import SpectuneError
@@ -134,9 +134,13 @@ def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
     space = make_space(batch_sizes=(1, 32), max_k=3)
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
+    # Each worker's first batch is its share of the first bucket's 16 points, so both have one to evaluate.
+    (tmp_path / "met").mkdir()
+    evaluator = MeetingEvaluator(str(tmp_path / "met"), parties=2)
+    evaluator.call_log = str(calls)
     run = run_study(
         space,
-        SyntheticEvaluator(delay_s=0.05, call_log=str(calls)),
+        evaluator,
         fingerprint(),
         storage=storage,
         strategy="exhaustive",
