@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import optuna
-from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
 from spectune.study._objective import NO_POINT_LEFT, Evaluator, Settled, record_result, settle_trial
@@ -41,7 +41,9 @@ class BatchRun:
     no_point_left: bool
 
 
-def run_batch(study: optuna.Study, space: StudySpace, evaluator: Evaluator, size: int, *, budget: int | None) -> BatchRun:
+def run_batch(
+    study: optuna.Study, space: StudySpace, evaluator: Evaluator, size: int, *, budget: int | None
+) -> BatchRun:
     """Ask ``size`` trials, evaluate their points in one ``evaluate_many`` call, tell their results.
 
     The caller fails dead workers' trials first (``fail_abandoned_trials``, stale heartbeats included)."""
@@ -89,7 +91,9 @@ def _ask(study: optuna.Study) -> optuna.Trial:
         return study.ask()
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, values: list[float] | None, untold: dict[int, optuna.Trial]) -> None:
+def _tell(
+    study: optuna.Study, trial: optuna.Trial, values: list[float] | None, untold: dict[int, optuna.Trial]
+) -> None:
     """Tell a trial COMPLETE with ``values`` (None: PRUNED), logged as ``optimize`` logs it."""
     if values is None:
         study.tell(trial, state=TrialState.PRUNED)
@@ -118,11 +122,10 @@ def _heartbeats(study: optuna.Study) -> Iterator[Callable[[int], None]]:
     """A function that starts recording a trial's heartbeat (at once, then every interval) until the
     block ends; it does nothing where the storage keeps no heartbeats (a journal)."""
     storage = study._storage
-    if not is_heartbeat_enabled(storage):
+    interval = storage.get_heartbeat_interval() if isinstance(storage, BaseHeartbeat) else None
+    if not isinstance(storage, BaseHeartbeat) or interval is None:
         yield lambda trial_id: None
         return
-    interval = storage.get_heartbeat_interval()
-    assert interval is not None  # is_heartbeat_enabled says it is set
     trial_ids: list[int] = []
     lock, stop = threading.Lock(), threading.Event()
 

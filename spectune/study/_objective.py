@@ -144,7 +144,9 @@ def settle_trial(
     return Settled(point, known)
 
 
-def record_result(space: StudySpace, trial: optuna.Trial, metrics: StudyMetrics, duplicate_of: int | None) -> list[float]:
+def record_result(
+    space: StudySpace, trial: optuna.Trial, metrics: StudyMetrics, duplicate_of: int | None
+) -> list[float]:
     """Write the trial's result and constraints into storage; return its objective values (for ``tell``)."""
     if duplicate_of is not None:
         trial.set_user_attr(ATTR_DUPLICATE_OF, duplicate_of)
