@@ -264,3 +264,19 @@ class MeetingEvaluator(SyntheticEvaluator):
                 time.sleep(0.01)
             self._met = True
         return super().evaluate_many(points)
+
+
+class GatedEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` that, in each process, evaluates its first batch at once and every later
+    one only once the file ``gate`` exists (a test opens it when it has seen what it waits for)."""
+
+    def __init__(self, gate: str, call_log: str) -> None:
+        super().__init__(call_log=call_log)
+        self.gate, self._batches = gate, 0
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        if self._batches:
+            while not os.path.exists(self.gate):
+                time.sleep(0.01)
+        self._batches += 1
+        return super().evaluate_many(points)

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import optuna
 import pytest
-from study_doubles import EnvironmentEvaluator, MeetingEvaluator, SyntheticEvaluator, fingerprint, make_space
+from study_doubles import (
+    EnvironmentEvaluator,
+    GatedEvaluator,
+    MeetingEvaluator,
+    SyntheticEvaluator,
+    fingerprint,
+    make_space,
+)
 
 from spectune._spawn import started_workers
 from spectune.errors import SpectuneError
@@ -418,14 +425,26 @@ def test_tpe_with_many_workers_simulates_each_point_once(tmp_path):
 def test_a_graceful_stop_lets_every_worker_finish_its_running_trial(tmp_path):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))
     storage = str(tmp_path / "s.journal")
-    calls = tmp_path / "calls.log"  # a line when a simulation ends; the stop comes while the next ones run
+    calls = tmp_path / "calls.log"  # a line per simulation
+    gate = tmp_path / "stopped"  # a worker's second batch waits for it: the stop comes while batches run
+
+    asked: list[bool] = []
+
+    def stop() -> bool:  # asked by the parent at every poll; once it says stop, the workers are told at once
+        if asked:
+            gate.touch()  # the workers were told to stop at the ask before: a gated batch is their last
+        elif calls.exists() and len(calls.read_text().splitlines()) >= 2:
+            asked.append(True)
+        return bool(asked)
+
     stopped = run_study(
-        space, SyntheticEvaluator(delay_s=0.5, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive",
-        workers=2, should_stop=lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2,
+        space, GatedEvaluator(str(gate), call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive",
+        workers=2, should_stop=stop,
     )  # fmt: skip
     trials = load_outcome(storage, space.name).trials
     assert Counter(t.state for t in trials) == {"COMPLETE": stopped.completed_trials}  # none killed mid-trial
-    assert 2 <= stopped.completed_trials < space.size
+    share = -(-sum(1 for p in space.points() if p.batch_size == 1) // 2)  # a batch: a worker's half of a bucket
+    assert 2 <= stopped.completed_trials <= 2 * 2 * share < space.size  # at most two batches a worker
 
 
 def test_a_trial_stores_every_kept_metric_in_the_records_order(tmp_path):
