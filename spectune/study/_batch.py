@@ -35,7 +35,7 @@ __all__ = ["BatchRun", "run_batch"]
 
 @dataclass(frozen=True)
 class BatchRun:
-    """What a batch did: the trials it completed, and whether every one found no point left to take."""
+    """What a batch did: the trials it completed, and whether any found no point left to take."""
 
     completed: int
     no_point_left: bool
@@ -81,7 +81,7 @@ def run_batch(
         except BaseException:
             _fail_untold(study, list(untold.values()))
             raise
-    return BatchRun(completed, no_point_left=no_point == size)
+    return BatchRun(completed, no_point_left=no_point > 0)
 
 
 def _ask(study: optuna.Study) -> optuna.Trial:
