@@ -1,7 +1,7 @@
 """Running a study: one or many worker processes on one storage, until the budget or the search ends.
 
 A worker loops: read the study's state from storage, stop if the budget is filled or the strategy
-has nothing left to do, else run one trial. ``workers=N`` starts N such processes on this machine;
+has nothing left to do, else run a batch of trials (``_batch``: asked, evaluated in one call, told). ``workers=N`` starts N such processes on this machine;
 on many machines, start ``spectune study run`` on each with the same ``--storage`` URL. Whatever
 stops a run (Ctrl-C, SIGKILL, a crash), running it again resumes: trials left RUNNING by dead
 processes are failed and their points proposed again; completed points are never simulated again.
@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers, workers_error
 from spectune.errors import SpectuneError
-from spectune.study._batch import BatchRun, run_batch
+from spectune.study._batch import run_batch
 from spectune.study._objective import Evaluator
 from spectune.study._records import SearchState
 from spectune.study._sampler import SpectuneSampler, Strategy
@@ -239,7 +239,7 @@ def _worker_loop(
             time.sleep(idle_poll)
             continue
         waiting_on = None
-        batch = _run_batch(study, spec, _batch_size(spec, state))
+        batch = run_batch(study, spec.space, spec.evaluator, _batch_size(spec, state), budget=spec.n_trials)
         completed += batch.completed
         if batch.completed:
             idle_prunes = 0
@@ -274,20 +274,6 @@ def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
     if spec.n_trials is not None:
         size = min(size, spec.n_trials - state.num_complete_trials - state.num_live_trials)
     return max(size, 1)
-
-
-def _run_batch(study: optuna.Study, spec: _WorkerSpec, size: int) -> BatchRun:
-    """``run_batch``, a ``SpectuneError`` from the storage (an unreadable journal record, a full disk)
-    raised as itself wherever Optuna wrapped it in an error of its own."""
-    try:
-        return run_batch(study, spec.space, spec.evaluator, size, budget=spec.n_trials)
-    except Exception as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, SpectuneError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None or cause is err:
-            raise
-        raise SpectuneError(str(cause)) from None
 
 
 def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:
