@@ -25,10 +25,10 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
+from spectune.study._abandoned import disown_trials
 from spectune.study._objective import NO_POINT_LEFT, Evaluator, Settled, record_result, settle_trial
 from spectune.study._records import as_metrics
 from spectune.study._space import Point, StudySpace
-from spectune.study._storage import disown_trials
 
 __all__ = ["BatchRun", "run_batch"]
 

@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 from spectune._spawn import StartedWorkers, kernel_warm_up, start_workers, workers_error
 from spectune.errors import SpectuneError
+from spectune.study._abandoned import fail_abandoned_trials
 from spectune.study._batch import run_batch
 from spectune.study._objective import Evaluator
 from spectune.study._records import SearchState
@@ -33,7 +34,6 @@ from spectune.study._storage import (
     StudyFingerprint,
     close_storage,
     describe_storage,
-    fail_abandoned_trials,
     open_storage,
     open_study,
     prepare_study,

@@ -28,20 +28,16 @@ import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import optuna
-from optuna.storages import BaseStorage, RDBStorage, RetryFailedTrialCallback, fail_stale_trials
-from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.storages import BaseStorage, RDBStorage, RetryFailedTrialCallback
 from optuna.storages.journal._storage import JournalStorageReplayResult  # replays one record, to find bad ones
-from optuna.trial import TrialState
 
 from spectune.config import OBJECTIVE_METRICS, load_document
 from spectune.errors import SpectuneError
 from spectune.study._backends import FlockJournalLock, OwnedJournalStorage, OwnedRDBStorage, study_creation_lock
-from spectune.study._records import is_abandoned
 from spectune.study._space import StudySpace
 
 __all__ = [
@@ -50,8 +46,6 @@ __all__ = [
     "close_storage",
     "default_out_dir",
     "describe_storage",
-    "disown_trials",
-    "fail_abandoned_trials",
     "locate_study",
     "open_storage",
     "open_study",
@@ -383,38 +377,3 @@ def study_space(study: optuna.Study) -> StudySpace:
     if not isinstance(data, dict):
         raise SpectuneError(f"study {study.study_name!r} was not made by spectune (it has no {ATTR_SPACE} attribute)")
     return StudySpace.from_json(data)
-
-
-# Trials this process created and could not end (their FAIL refused too: a full disk), by study name,
-# number and start (another storage may hold a study of that name). Their owner is alive -- this
-# process -- so no other run would ever fail them; the next run here does.
-_DISOWNED: set[tuple[str, int, datetime | None]] = set()
-
-
-def disown_trials(study: optuna.Study, trial_ids: list[int]) -> None:
-    """Leave the trials ``trial_ids``, RUNNING in storage, to the next ``fail_abandoned_trials``."""
-    for trial_id in trial_ids:
-        trial = study._storage.get_trial(trial_id)
-        _DISOWNED.add((study.study_name, trial.number, trial.datetime_start))
-
-
-def fail_abandoned_trials(study: optuna.Study) -> int:
-    """Mark RUNNING trials of dead processes FAIL (their points are proposed again), and the ones this
-    process disowned; on a database, Optuna's stale-heartbeat check too (which retries where asked:
-    ``retry_failed_trials``), as ``optimize`` runs it before each trial. Return how many (not counting
-    the stale ones)."""
-    if is_heartbeat_enabled(study._storage):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            fail_stale_trials(study)
-    failed = 0
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        key = (study.study_name, trial.number, trial.datetime_start)
-        if is_abandoned(trial) or key in _DISOWNED:
-            try:
-                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            except RuntimeError:
-                continue  # finished meanwhile
-            _DISOWNED.discard(key)
-            failed += 1
-    return failed
