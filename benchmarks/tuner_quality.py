@@ -47,7 +47,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ import torch
 from spectune.config import StudyDocument, StudyMetrics, load_document
 from spectune.study import (
     Evaluation,
+    Evaluator,
     Point,
     SearchState,
     SimulationEvaluator,
@@ -76,7 +77,7 @@ from spectune.study import (
 REPO = Path(__file__).resolve().parents[1]
 
 
-class TableEvaluator:
+class TableEvaluator(Evaluator):
     """Answers a point from an exhaustive table of simulations; simulates refined points (picklable)."""
 
     def __init__(self, table: Mapping[str, Mapping[str, Any]], simulate: SimulationEvaluator) -> None:
@@ -87,6 +88,9 @@ class TableEvaluator:
         if point.key not in self.table:
             self.table[point.key] = self.simulate(point).to_attr()
         return self.table[point.key]
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[Mapping[str, Any]]:
+        return [self(point) for point in points]
 
 
 def aggregate(space: StudySpace, table: Mapping[str, Mapping[str, Any]], combo: str, ks: list[int]) -> float:

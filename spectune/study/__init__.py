@@ -7,6 +7,7 @@ interruption and many workers can share it.
 """
 
 from spectune.study._document import SimulationEvaluator, document_fingerprint, space_from_document
+from spectune.study._objective import Evaluator
 from spectune.study._outcome import StudyOutcome, load_outcome
 from spectune.study._pareto import pareto_front
 from spectune.study._provenance import provenance_notes, recommendation_provenance
@@ -19,6 +20,7 @@ from spectune.study._structured import structured_converged, structured_next_poi
 
 __all__ = [
     "BucketChoice",
+    "Evaluator",
     "Evaluation",
     "OFF",
     "Point",

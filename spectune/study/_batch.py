@@ -1,93 +1,151 @@
-"""Evaluating several trials' points in one call (the simulator runs them in lockstep).
+"""One batch of trials, by Optuna's ask and tell: ask each trial in turn and settle its point, evaluate
+every point that needs a simulation in one call (the simulator runs them side by side), tell each result.
 
-A worker that has several points to evaluate runs that many trials at once, each in its own thread
-(``study.optimize(n_trials=1)`` in each): each trial is asked, picks and holds its point and
-is told its result as usual (so resume, heartbeats, budgets and the no-duplicate order between workers
-are what they are for one trial), but the objective's evaluator is a ``BatchCollector``: a trial that
-needs a simulation hands its point in and waits; once every trial of the batch has either handed a
-point in or finished without one, the last to arrive evaluates all the points in one call and wakes
-the others with their results.
+The trials are asked one after another in one thread, so each picks its point after the one before
+it holds its own (the no-duplicate order ``_sampler`` keeps between workers holds within a batch
+too). A trial answered without a simulation (pruned, or a point already evaluated) is told at once.
+On a database with heartbeats, the batch records its trials' heartbeats itself (Optuna's ``optimize``
+does this around its objective; ask/tell leaves it to the caller), so a worker that dies mid-batch has
+its trials failed by the others after the grace period, and retried.
+
+A batch that cannot finish (the evaluator raised, a storage write was refused, Ctrl-C) ends every
+trial it has not told FAIL and raises; where even that write is refused (a full disk), the trials
+are left to ``disown_trials``, so that the next run in this process fails them, never waits on them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
-from spectune.config import StudyMetrics
-from spectune.errors import SpectuneError
-from spectune.study._space import Point
+import optuna
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.trial import TrialState
 
-__all__ = ["BatchCollector", "BatchEvaluator", "evaluate_batch"]
+from spectune.study._abandoned import disown_trials
+from spectune.study._objective import NO_POINT_LEFT, Evaluator, Settled, record_result, settle_trial
+from spectune.study._records import as_metrics
+from spectune.study._space import Point, StudySpace
 
-Metrics = StudyMetrics | Mapping[str, Any]  # what an evaluator returns (see ``_objective.Evaluator``)
-BatchEvaluator = Callable[[Sequence[Point]], Sequence[Metrics]]
-
-
-def evaluate_batch(evaluator: Callable[[Point], Metrics], points: Sequence[Point]) -> list[Metrics]:
-    """``evaluator.evaluate_many(points)`` where the evaluator has it (one lockstep call), else one by one."""
-    many = getattr(evaluator, "evaluate_many", None)
-    if many is not None:
-        return list(many(points))
-    return [evaluator(point) for point in points]
+__all__ = ["BatchRun", "run_batch"]
 
 
-class BatchCollector:
-    """Collects the points of ``size`` concurrent trials and evaluates them together.
+@dataclass(frozen=True)
+class BatchRun:
+    """What a batch did: the trials it completed, and whether any found no point left to take."""
 
-    Every trial thread must end with ``leave()`` (in a ``finally``); ``__call__(point)`` is the
-    evaluator the objective calls, and blocks until the batch is evaluated.
-    """
+    completed: int
+    no_point_left: bool
 
-    def __init__(self, size: int, evaluator: Callable[[Point], Metrics]) -> None:
-        self.size = size
-        self.evaluator = evaluator
-        self._lock = threading.Condition()
-        self._arrived = 0
-        self._points: list[Point] = []
-        self._results: list[Metrics] | None = None
-        self._error: BaseException | None = None
-        self._local = threading.local()
 
-    def __call__(self, point: Point) -> Metrics:
-        with self._lock:
-            index = len(self._points)
-            self._points.append(point)
-            self._local.submitted = True
-            self._arrive()
-            while self._results is None and self._error is None:
-                self._lock.wait()
-            if isinstance(self._error, SpectuneError):  # the user's to fix (a located message), not a bug
-                raise SpectuneError(str(self._error)) from self._error
-            if self._error is not None:
-                raise RuntimeError(
-                    f"evaluating a batch of {len(self._points)} points failed: {self._error}"
-                ) from self._error
-            assert self._results is not None  # the wait above ends on results or an error
-            return self._results[index]
+def run_batch(
+    study: optuna.Study, space: StudySpace, evaluator: Evaluator, size: int, *, budget: int | None
+) -> BatchRun:
+    """Ask ``size`` trials, evaluate their points in one ``evaluate_many`` call, tell their results.
 
-    def leave(self) -> None:
-        """This trial's thread is done with the batch (whether or not it handed a point in)."""
-        with self._lock:
-            if getattr(self._local, "submitted", False):
-                return
-            self._arrive()
-
-    def abandon(self) -> None:
-        """The batch will not fill (the run is being interrupted): the trials waiting for it fail now."""
-        with self._lock:
-            if self._results is None and self._error is None:
-                self._error = RuntimeError("the run was interrupted before the batch filled")
-                self._lock.notify_all()
-
-    def _arrive(self) -> None:
-        """Count an arrival (lock held); the last one evaluates the batch."""
-        self._arrived += 1
-        if self._arrived < self.size or self._error is not None:
-            return
+    The caller fails dead workers' trials first (``fail_abandoned_trials``, stale heartbeats included)."""
+    asked: list[tuple[optuna.Trial, Settled]] = []
+    untold: dict[int, optuna.Trial] = {}
+    completed = no_point = 0
+    with _heartbeats(study) as beat:
         try:
-            self._results = evaluate_batch(self.evaluator, self._points) if self._points else []
-        except BaseException as err:  # noqa: BLE001 -- every waiting trial fails with it
-            self._error = err
-        self._lock.notify_all()
+            held: dict[Point, int] = {}  # point -> the first trial of the batch that simulates it
+            for _ in range(size):
+                trial = _ask(study)
+                untold[trial.number] = trial
+                beat(trial._trial_id)
+                settled = settle_trial(space, trial, budget=budget, held=held)
+                if settled.pruned is not None:
+                    no_point += settled.pruned == NO_POINT_LEFT
+                    _tell(study, trial, None, untold)
+                elif settled.known is not None:
+                    known = settled.known
+                    _tell(study, trial, record_result(space, trial, known.metrics, known.trial_number), untold)
+                    completed += 1
+                else:
+                    held.setdefault(settled.point, trial.number)
+                    asked.append((trial, settled))
+            points = list(held)
+            metrics = list(evaluator.evaluate_many(points)) if points else []
+            if len(metrics) != len(points):
+                raise RuntimeError(f"the evaluator returned {len(metrics)} results for {len(points)} points")
+            results = {point: as_metrics(m) for point, m in zip(points, metrics, strict=True)}
+            for trial, settled in asked:
+                holder = held[settled.point]
+                duplicate_of = None if holder == trial.number else holder
+                _tell(study, trial, record_result(space, trial, results[settled.point], duplicate_of), untold)
+                completed += 1
+        except BaseException:
+            _fail_untold(study, list(untold.values()))
+            raise
+    return BatchRun(completed, no_point_left=no_point > 0)
+
+
+def _ask(study: optuna.Study) -> optuna.Trial:
+    with warnings.catch_warnings():
+        # Optuna warns that heartbeats are meant for ``optimize``: this batch records them itself.
+        warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used", category=UserWarning)
+        return study.ask()
+
+
+def _tell(
+    study: optuna.Study, trial: optuna.Trial, values: list[float] | None, untold: dict[int, optuna.Trial]
+) -> None:
+    """Tell a trial COMPLETE with ``values`` (None: PRUNED), logged as ``optimize`` logs it."""
+    if values is None:
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, values)
+        study._log_completed_trial(values, trial.number, trial.params)
+    del untold[trial.number]
+
+
+def _fail_untold(study: optuna.Study, trials: list[optuna.Trial]) -> None:
+    """End the trials a batch that cannot finish has not told, FAIL; hand the ones whose write is refused
+    too to ``disown_trials`` (their owner, this process, is alive, so nothing else would fail them)."""
+    refused = []
+    for trial in trials:
+        try:
+            study.tell(trial, state=TrialState.FAIL)
+        except Exception:  # noqa: BLE001 -- the batch's own error is the one raised
+            refused.append(trial._trial_id)
+    if refused:
+        with contextlib.suppress(Exception):  # as above: the batch's own error is the one raised
+            disown_trials(study, refused)
+
+
+@contextlib.contextmanager
+def _heartbeats(study: optuna.Study) -> Iterator[Callable[[int], None]]:
+    """A function that starts recording a trial's heartbeat (at once, then every interval) until the
+    block ends; it does nothing where the storage keeps no heartbeats (a journal)."""
+    storage = study._storage
+    interval = storage.get_heartbeat_interval() if isinstance(storage, BaseHeartbeat) else None
+    if not isinstance(storage, BaseHeartbeat) or interval is None:
+        yield lambda trial_id: None
+        return
+    trial_ids: list[int] = []
+    lock, stop = threading.Lock(), threading.Event()
+
+    def beat(trial_id: int) -> None:
+        storage.record_heartbeat(trial_id)
+        with lock:
+            trial_ids.append(trial_id)
+
+    def keep_beating() -> None:
+        while not stop.wait(interval):
+            with lock:
+                ids = list(trial_ids)
+            for trial_id in ids:
+                with contextlib.suppress(Exception):  # a lapse the next beat makes up; the batch reports real errors
+                    storage.record_heartbeat(trial_id)
+
+    thread = threading.Thread(target=keep_beating, name="spectune-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield beat
+    finally:
+        stop.set()
+        thread.join()

@@ -19,6 +19,7 @@ from spectune.config import (
     StudyMetrics,
     default_num_speculative_tokens,
 )
+from spectune.study._objective import Evaluator
 from spectune.study._provenance import study_context
 from spectune.study._space import Candidate, Combo, Point, StudySpace
 
@@ -130,7 +131,7 @@ def _plain_decoding(document: StudyDocument) -> SimulationDocument:
     )
 
 
-class SimulationEvaluator:
+class SimulationEvaluator(Evaluator):
     """Simulates a point of a study document (picklable, so worker processes can run it); ``processes``:
     the study's worker processes on this machine, which share its device's memory."""
 

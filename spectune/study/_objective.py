@@ -1,9 +1,11 @@
-"""One trial: take the sampler's point, check the budget, simulate (or reuse), record the result.
+"""What a study evaluates, and what one asked trial needs before it is evaluated.
 
-The budget is the number of COMPLETE trials the study should end with. Workers check it before they
-ask for a trial; two that ask at the same moment are sorted out here, in trial-number order: a trial
-that finds the budget already filled by the trials numbered below it is pruned without simulating.
-So N workers on a budget of B end with exactly B complete trials.
+The ``Evaluator`` is the study's one extension point: it turns points into metrics. Before a trial's
+point is evaluated the trial is *settled* against the study (``settle_trial``): the budget is the
+number of COMPLETE trials the study should end with; workers check it before they ask for trials,
+and two that ask at the same moment are sorted out here, in trial-number order: a trial that finds
+the budget already filled by the trials numbered below it is pruned without simulating. So N
+workers on a budget of B end with exactly B complete trials.
 
 A point already evaluated is answered from storage; one that a live earlier trial holds (TPE proposes
 repeats, and with many workers the first may still be running) waits for that trial's result. Either
@@ -12,8 +14,10 @@ way each point is simulated once.
 
 from __future__ import annotations
 
+import abc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -29,20 +33,40 @@ from spectune.study._records import (
     PARAM_K,
     Evaluation,
     SearchState,
-    as_metrics,
     is_abandoned,
 )
 from spectune.study._sampler import ATTR_NO_POINT_LEFT, wait_for_earlier_trials
 from spectune.study._space import Point, StudySpace
 
-__all__ = ["ATTR_SURPLUS", "Evaluator", "StudyObjective", "objective_values", "suggest_point"]
+__all__ = [
+    "ATTR_SURPLUS",
+    "Evaluator",
+    "Metrics",
+    "NO_POINT_LEFT",
+    "Settled",
+    "objective_values",
+    "record_result",
+    "settle_trial",
+    "suggest_point",
+]
 
-Evaluator = Callable[[Point], StudyMetrics | Mapping[str, Any]]
-"""Simulates one point; returns its ``StudyMetrics`` (or a mapping of their names, read through it)."""
-
+Metrics = StudyMetrics | Mapping[str, Any]  # a mapping is read through ``StudyMetrics.from_mapping``
 ATTR_SURPLUS = "spectune.surplus"
+NO_POINT_LEFT = "every point of the space is evaluated or held by a running trial"
 _HOLDER_POLL_S = 0.1
 _CONSTRAINT_CAP = 1e12  # Optuna wants finite constraint values; a missing metric violates "infinitely"
+
+
+class Evaluator(abc.ABC):
+    """Turns a study's points into metrics. ``run_study`` gives each worker its own copy (so an
+    evaluator must be picklable when ``workers > 1``) and, for every batch of trials the worker asks,
+    calls ``evaluate_many(points)`` once with the points that need a simulation (never one already
+    evaluated), so that a simulator can run them side by side. That is the whole interface.
+    """
+
+    @abc.abstractmethod
+    def evaluate_many(self, points: Sequence[Point]) -> Sequence[Metrics]:
+        """The metrics of each of ``points``, in their order."""
 
 
 def suggest_point(space: StudySpace, trial: optuna.Trial) -> Point:
@@ -61,43 +85,53 @@ def objective_values(space: StudySpace, metrics: StudyMetrics) -> list[float]:
     return [metrics.value(OBJECTIVE_METRICS[objective]) for objective in space.objectives]
 
 
-class StudyObjective:
-    """The objective every worker runs; ``budget`` None means no limit (the strategy decides when to stop)."""
+@dataclass(frozen=True)
+class Settled:
+    """What an asked trial needs: ``pruned`` (why it ends without a result), else its ``point`` and
+    ``known`` (the earlier evaluation that answers it; None: simulate the point)."""
 
-    def __init__(self, space: StudySpace, evaluator: Evaluator, *, budget: int | None) -> None:
-        self.space = space
-        self.evaluator = evaluator
-        self.budget = budget
+    point: Point
+    known: Evaluation | None = None
+    pruned: str | None = None
 
-    def with_evaluator(self, evaluator: Evaluator) -> StudyObjective:
-        """The same objective with another evaluator (a batch collector)."""
-        return StudyObjective(self.space, evaluator, budget=self.budget)
 
-    def __call__(self, trial: optuna.Trial) -> list[float]:
-        storage = trial.study._storage
-        point = suggest_point(self.space, trial)
-        attrs = storage.get_trial_user_attrs(trial._trial_id)
-        point = point.refined(int(attrs.get(ATTR_REFINEMENT, 0)))
-        if attrs.get(ATTR_NO_POINT_LEFT):
-            raise optuna.TrialPruned("every point of the space is evaluated or held by a running trial")
-        earlier = wait_for_earlier_trials(trial.study, trial.number)
-        if self.budget is not None and _filled(earlier) >= self.budget:
-            trial.set_user_attr(ATTR_SURPLUS, True)
-            raise optuna.TrialPruned(f"the budget of {self.budget} complete trials is already taken")
-        state = SearchState.from_trials(self.space, earlier)
-        known = state.completed.get(point)
-        if known is None and point in state.claimed:
-            known = _await_holder(trial.study, self.space, point, trial.number)
-        if known is not None:
-            trial.set_user_attr(ATTR_DUPLICATE_OF, known.trial_number)
-            metrics = known.metrics
-        else:
-            metrics = as_metrics(self.evaluator(point))
-        trial.set_user_attr(ATTR_RESULT, metrics.to_attr())
-        for constraint in self.space.constraints:
-            violation = constraint.violation(metrics.value(constraint.metric))
-            trial.set_constraint(constraint.label, min(violation, _CONSTRAINT_CAP))
-        return objective_values(self.space, metrics)
+def settle_trial(
+    space: StudySpace, trial: optuna.Trial, *, budget: int | None, held: Mapping[Point, int] | None = None
+) -> Settled:
+    """Pick the trial's point (the sampler decides here) and settle it against the trials numbered below it.
+
+    ``held``: points the caller's own earlier trials hold, unevaluated yet (a batch being asked); a
+    trial that meets one of them is answered with that trial's result, not waited on."""
+    storage = trial.study._storage
+    point = suggest_point(space, trial)
+    attrs = storage.get_trial_user_attrs(trial._trial_id)
+    point = point.refined(int(attrs.get(ATTR_REFINEMENT, 0)))
+    if attrs.get(ATTR_NO_POINT_LEFT):
+        return Settled(point, pruned=NO_POINT_LEFT)
+    earlier = wait_for_earlier_trials(trial.study, trial.number)
+    if budget is not None and _filled(earlier) >= budget:
+        trial.set_user_attr(ATTR_SURPLUS, True)
+        return Settled(point, pruned=f"the budget of {budget} complete trials is already taken")
+    if held and point in held:
+        return Settled(point)  # evaluated once, in the same call as the trial that holds it
+    state = SearchState.from_trials(space, earlier)
+    known = state.completed.get(point)
+    if known is None and point in state.claimed:
+        known = _await_holder(trial.study, space, point, trial.number)
+    return Settled(point, known)
+
+
+def record_result(
+    space: StudySpace, trial: optuna.Trial, metrics: StudyMetrics, duplicate_of: int | None
+) -> list[float]:
+    """Write the trial's result and constraints into storage; return its objective values (for ``tell``)."""
+    if duplicate_of is not None:
+        trial.set_user_attr(ATTR_DUPLICATE_OF, duplicate_of)
+    trial.set_user_attr(ATTR_RESULT, metrics.to_attr())
+    for constraint in space.constraints:
+        violation = constraint.violation(metrics.value(constraint.metric))
+        trial.set_constraint(constraint.label, min(violation, _CONSTRAINT_CAP))
+    return objective_values(space, metrics)
 
 
 def _await_holder(study: optuna.Study, space: StudySpace, point: Point, number: int) -> Evaluation | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -21,6 +22,7 @@ from spectune.study._records import ATTR_DUPLICATE_OF, ATTR_OWNER, Evaluation, S
 from spectune.study._space import Point, StudySpace
 from spectune.study._storage import (
     ATTR_DOCUMENT_SHA256,
+    ATTR_SEARCH,
     ATTR_SIMULATOR_VERSION,
     close_storage,
     describe_storage,
@@ -28,6 +30,7 @@ from spectune.study._storage import (
     open_study,
     study_space,
 )
+from spectune.study._structured import structured_converged
 
 __all__ = ["StudyOutcome", "TrialRecord", "load_outcome", "outcome_of"]
 
@@ -58,6 +61,7 @@ class StudyOutcome:
     recommendation: Recommendation | None
     document_sha256: str | None
     simulator_version: str | None
+    search_unfinished: bool = False  # the search still needs points (a budget or a Ctrl-C stopped it)
 
     @property
     def unfinished_trials(self) -> int:
@@ -66,13 +70,19 @@ class StudyOutcome:
 
     @property
     def partial_note(self) -> str | None:
-        """Why the recommendation may still change, or None when every trial in storage has ended."""
-        if not self.unfinished_trials:
-            return None
-        return (
-            f"PARTIAL: the study is unfinished ({self.unfinished_trials} trial(s) running or waiting in its "
-            "storage); this recommendation may change when they end — export again after the run"
-        )
+        """Why the recommendation may still change, or None when every trial has ended and the search is done."""
+        if self.unfinished_trials:
+            return (
+                f"PARTIAL: the study is unfinished ({self.unfinished_trials} trial(s) running or waiting in its "
+                "storage); this recommendation may change when they end — export again after the run"
+            )
+        if self.search_unfinished:
+            return (
+                "PARTIAL: the study is unfinished (its search stopped before it had every point it needs: "
+                "--n-trials ran out or the run was stopped); this recommendation may change — resume it with "
+                "`spectune study run` (no --n-trials, or a larger one), then export again"
+            )
+        return None
 
     @property
     def num_evaluations(self) -> int:
@@ -108,7 +118,21 @@ def outcome_of(study: optuna.Study, *, storage_label: str) -> StudyOutcome:
         recommendation=recommend(space, state.completed),
         document_sha256=study.user_attrs.get(ATTR_DOCUMENT_SHA256),
         simulator_version=study.user_attrs.get(ATTR_SIMULATOR_VERSION),
+        search_unfinished=_search_unfinished(study.user_attrs.get(ATTR_SEARCH), state),
     )
+
+
+def _search_unfinished(settings: Any, state: SearchState) -> bool:
+    """Whether the search would still ask for points; False where the study does not say how it searched
+    (run before ``ATTR_SEARCH`` was recorded) and for TPE, whose budget is its only end."""
+    if not isinstance(settings, dict):
+        return False
+    strategy, keep_combos, refine_budget = (settings.get(k) for k in ("strategy", "keep_combos", "refine_budget"))
+    if strategy == "exhaustive":
+        return bool(state.free_points())
+    if strategy != "structured" or not isinstance(keep_combos, int) or not isinstance(refine_budget, int | float):
+        return False
+    return not structured_converged(state, keep_combos=keep_combos, refine_budget=float(refine_budget))
 
 
 def load_outcome(storage: str, name: str) -> StudyOutcome:

@@ -1,7 +1,7 @@
 """Running a study: one or many worker processes on one storage, until the budget or the search ends.
 
 A worker loops: read the study's state from storage, stop if the budget is filled or the strategy
-has nothing left to do, else run one trial. ``workers=N`` starts N such processes on this machine;
+has nothing left to do, else run a batch of trials (``_batch``: asked, evaluated in one call, told). ``workers=N`` starts N such processes on this machine;
 on many machines, start ``spectune study run`` on each with the same ``--storage`` URL. Whatever
 stops a run (Ctrl-C, SIGKILL, a crash), running it again resumes: trials left RUNNING by dead
 processes are failed and their points proposed again; completed points are never simulated again.
@@ -10,11 +10,9 @@ processes are failed and their points proposed again; completed points are never
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import multiprocessing
 import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,20 +24,21 @@ from optuna.trial import TrialState
 
 from spectune._spawn import start_workers, workers_error
 from spectune.errors import SpectuneError
-from spectune.study._batch import BatchCollector
-from spectune.study._objective import Evaluator, StudyObjective
+from spectune.study._abandoned import fail_abandoned_trials
+from spectune.study._batch import run_batch
+from spectune.study._objective import Evaluator
 from spectune.study._records import SearchState
-from spectune.study._sampler import ATTR_NO_POINT_LEFT, SpectuneSampler, Strategy
+from spectune.study._sampler import SpectuneSampler, Strategy
 from spectune.study._space import StudySpace
 from spectune.study._storage import (
     StudyFingerprint,
     close_storage,
     describe_storage,
-    fail_abandoned_trials,
     open_storage,
     open_study,
     prepare_study,
     reads_are_cheap,
+    record_search,
 )
 from spectune.study._structured import (
     REFINE_BUDGET,
@@ -140,7 +139,6 @@ def run_study(
     resolved = resolve_strategy(space, strategy)
     if resolved == "tpe" and n_trials is None:
         n_trials = max(1, math.ceil(TPE_DEFAULT_SHARE * space.size))
-    _user_errors_without_traceback()
     spec = _WorkerSpec(
         space,
         evaluator,
@@ -160,6 +158,7 @@ def run_study(
         opened, label = storage, "the given storage"
     try:
         study = prepare_study(opened, space, fingerprint, storage_label=label)
+        record_search(study, resolved, keep_combos=keep_combos, refine_budget=refine_budget)
         fail_abandoned_trials(study)
         report = _progress_reporter(study, total, progress)
         if workers == 1:
@@ -171,24 +170,6 @@ def run_study(
         if isinstance(storage, str):
             close_storage(opened)
     return StudyRun(resolved, completed)
-
-
-class _NoUserErrorTraceback(logging.Filter):
-    """Optuna logs a trial that raised with the exception's traceback. A ``SpectuneError`` is a located
-    message for the user, raised to the caller as well, so its record keeps the one-line notice."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info is not None and isinstance(record.exc_info[1], SpectuneError):
-            record.exc_info, record.exc_text = None, None
-        return True
-
-
-def _user_errors_without_traceback() -> None:
-    """Put ``_NoUserErrorTraceback`` on the handlers of Optuna's library logger (once each)."""
-    optuna.logging.get_verbosity()  # makes Optuna set its handler up
-    for handler in logging.getLogger("optuna").handlers:
-        if not any(isinstance(f, _NoUserErrorTraceback) for f in handler.filters):
-            handler.addFilter(_NoUserErrorTraceback())
 
 
 def _progress_reporter(
@@ -220,7 +201,6 @@ def _worker_loop(
         keep_combos=spec.keep_combos,
         refine_budget=spec.refine_budget,
     )
-    objective = StudyObjective(spec.space, spec.evaluator, budget=spec.n_trials)
     completed = 0
     idle_prunes = 0
     waiting_on: tuple[tuple[int, TrialState, int], ...] | None = None  # the trials' progress when told to wait
@@ -245,14 +225,11 @@ def _worker_loop(
             time.sleep(idle_poll)
             continue
         waiting_on = None
-        ran: list[optuna.trial.FrozenTrial] = []
-        batch = _batch_size(spec, state)
-        _run_trials(study, objective, batch, callbacks=[lambda _study, trial: ran.append(trial)])
-        finished = sum(1 for t in ran if t.state == TrialState.COMPLETE)
-        if finished:
-            completed += finished
+        batch = run_batch(study, spec.space, spec.evaluator, _batch_size(spec, state), budget=spec.n_trials)
+        completed += batch.completed
+        if batch.completed:
             idle_prunes = 0
-        elif any(t.user_attrs.get(ATTR_NO_POINT_LEFT) for t in ran):
+        elif batch.no_point_left:
             idle_prunes += 1
         if on_trial is not None:
             on_trial()
@@ -285,62 +262,6 @@ def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
     return max(size, 1)
 
 
-def _run_trials(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
-    """``size`` trials, their points evaluated in one call (see ``_batch``); one trial the plain way.
-
-    A ``SpectuneError`` from the storage (an unreadable journal record, a full disk) is raised as
-    itself: Optuna's trial loop, re-reading the trial after a failed write, fails again and raises
-    an error of its own (``UnboundLocalError``, ``AssertionError``) with ours as its context."""
-    try:
-        _run_trials_unwrapped(study, objective, size, callbacks)
-    except Exception as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, SpectuneError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None or cause is err:
-            raise
-        raise SpectuneError(str(cause)) from None
-
-
-def _run_trials_unwrapped(study: optuna.Study, objective: StudyObjective, size: int, callbacks: list) -> None:  # type: ignore[type-arg]
-    if size == 1:
-        study.optimize(objective, n_trials=1, callbacks=callbacks)
-        return
-    collector = BatchCollector(size, objective.evaluator)
-    batched = objective.with_evaluator(collector)
-    errors: list[BaseException] = []
-
-    def run(trial: optuna.Trial) -> list[float]:
-        try:
-            return batched(trial)
-        finally:
-            collector.leave()
-
-    def one_trial() -> None:
-        try:
-            study.optimize(run, n_trials=1, callbacks=callbacks)
-        except BaseException as err:  # noqa: BLE001 -- raised again in the calling thread
-            errors.append(err)
-            # A trial that failed before handing its point in (a storage write refused: a full disk)
-            # would leave the batch waiting for it forever.
-            collector.abandon()
-
-    # Daemon threads rather than Optuna's n_jobs pool, whose shutdown joins its threads: a Ctrl-C that
-    # lands before every trial has started would leave the started ones waiting for a batch that never
-    # fills, and the pool's shutdown (and the interpreter's exit) waiting for them.
-    threads = [threading.Thread(target=one_trial, name=f"spectune-trial-{i}", daemon=True) for i in range(size)]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    except BaseException:
-        collector.abandon()
-        raise
-    if errors:
-        raise errors[0]
-
-
 def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:
     if spec.n_trials is not None:
         if state.num_complete_trials >= spec.n_trials:
@@ -367,7 +288,6 @@ def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, 
     connection with its own sampler (seeded seed + index) until the study is done or ``keep_going``
     says stop (it ends its running trial first)."""
     optuna.logging.set_verbosity(spec.optuna_verbosity)
-    _user_errors_without_traceback()
     try:
         opened = open_storage(spec.storage, retry_failed_trials=spec.strategy == "tpe")
         try:

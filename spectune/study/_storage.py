@@ -34,12 +34,10 @@ from typing import Any, Literal
 import optuna
 from optuna.storages import BaseStorage, RDBStorage, RetryFailedTrialCallback
 from optuna.storages.journal._storage import JournalStorageReplayResult  # replays one record, to find bad ones
-from optuna.trial import TrialState
 
 from spectune.config import OBJECTIVE_METRICS, load_document
 from spectune.errors import SpectuneError
 from spectune.study._backends import FlockJournalLock, OwnedJournalStorage, OwnedRDBStorage, study_creation_lock
-from spectune.study._records import is_abandoned
 from spectune.study._space import StudySpace
 
 __all__ = [
@@ -48,12 +46,12 @@ __all__ = [
     "close_storage",
     "default_out_dir",
     "describe_storage",
-    "fail_abandoned_trials",
     "locate_study",
     "open_storage",
     "open_study",
     "prepare_study",
     "reads_are_cheap",
+    "record_search",
     "repair_journal",
     "resolve_storage",
     "study_space",
@@ -63,6 +61,10 @@ ATTR_SPACE = "spectune.space"
 ATTR_DOCUMENT_SHA256 = "spectune.document_sha256"
 ATTR_SIMULATOR_VERSION = "spectune.simulator_version"
 ATTR_SPECTUNE_VERSION = "spectune.version"
+# The search settings of the study's latest run ({"strategy", "keep_combos", "refine_budget"}): from the
+# storage alone, export then tells whether the search had points left to ask for when it stopped.
+# Studies run before it was recorded lack it, and are not judged.
+ATTR_SEARCH = "spectune.search"
 
 HEARTBEAT_INTERVAL_S = 60
 GRACE_PERIOD_S = 180
@@ -119,8 +121,17 @@ def describe_storage(storage: str) -> str:
     return storage
 
 
-def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStorage:
-    """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage."""
+def open_storage(
+    storage: str,
+    *,
+    retry_failed_trials: bool = False,
+    heartbeat_interval_s: int = HEARTBEAT_INTERVAL_S,
+    grace_period_s: int = GRACE_PERIOD_S,
+) -> BaseStorage:
+    """Open a journal file (a path) or an SQL database (a URL); ``SpectuneError`` names the storage.
+
+    On a database, a RUNNING trial whose heartbeat (recorded every ``heartbeat_interval_s``) is older
+    than ``grace_period_s`` is taken as dead; a journal's trials are told dead by their owner."""
     if not _is_url(storage):
         path = Path(storage)
         if path.exists() and not path.is_file():
@@ -140,7 +151,7 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
     last_error: Exception | None = None
     for attempt in range(_CREATE_ATTEMPTS):
         try:
-            return _rdb_storage(storage, retry_failed_trials)
+            return _rdb_storage(storage, retry_failed_trials, heartbeat_interval_s, grace_period_s)
         except ImportError as err:
             raise SpectuneError(
                 f"--storage {describe_storage(storage)}: no database driver ({err}); for PostgreSQL install "
@@ -154,14 +165,14 @@ def open_storage(storage: str, *, retry_failed_trials: bool = False) -> BaseStor
     raise SpectuneError(f"--storage {describe_storage(storage)}: cannot open the database: {message}")
 
 
-def _rdb_storage(storage: str, retry_failed_trials: bool) -> RDBStorage:
+def _rdb_storage(storage: str, retry_failed_trials: bool, heartbeat_interval_s: int, grace_period_s: int) -> RDBStorage:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat arguments
         return OwnedRDBStorage(
             storage,
             engine_kwargs={"pool_pre_ping": True},
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=GRACE_PERIOD_S,
+            heartbeat_interval=heartbeat_interval_s,
+            grace_period=grace_period_s,
             failed_trial_callback=RetryFailedTrialCallback(max_retry=MAX_RETRY) if retry_failed_trials else None,
         )
 
@@ -349,6 +360,13 @@ def prepare_study(
     return study
 
 
+def record_search(study: optuna.Study, strategy: str, *, keep_combos: int, refine_budget: float) -> None:
+    """Keep the settings this run searches with in the study (``ATTR_SEARCH``), written when they change."""
+    settings = {"strategy": strategy, "keep_combos": keep_combos, "refine_budget": refine_budget}
+    if study.user_attrs.get(ATTR_SEARCH) != settings:
+        study.set_user_attr(ATTR_SEARCH, settings)
+
+
 def _metric_names(space: StudySpace) -> list[str]:
     return [OBJECTIVE_METRICS[objective] for objective in space.objectives]
 
@@ -359,16 +377,3 @@ def study_space(study: optuna.Study) -> StudySpace:
     if not isinstance(data, dict):
         raise SpectuneError(f"study {study.study_name!r} was not made by spectune (it has no {ATTR_SPACE} attribute)")
     return StudySpace.from_json(data)
-
-
-def fail_abandoned_trials(study: optuna.Study) -> int:
-    """Mark RUNNING trials of dead processes FAIL (their points are proposed again); return how many."""
-    failed = 0
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if is_abandoned(trial):
-            try:
-                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            except RuntimeError:
-                continue  # finished meanwhile
-            failed += 1
-    return failed

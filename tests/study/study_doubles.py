@@ -13,9 +13,10 @@ import hashlib
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from spectune.study import Point, StudySpace
+from spectune.study import Evaluator, Point, StudySpace
 from spectune.study._space import Candidate, Combo, Constraint
 
 ACCEPTANCE = {"eagle3": 0.78, "ngram": 0.45, "draft_model": 0.7}
@@ -91,7 +92,17 @@ def true_metrics(point: Point) -> dict[str, float]:
     }
 
 
-class SyntheticEvaluator:
+class PointByPoint(Evaluator):
+    """An evaluator of one point at a time (``__call__``); a batch is its points one after another."""
+
+    def __call__(self, point: Point) -> dict[str, object]:
+        raise NotImplementedError
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        return [self(point) for point in points]
+
+
+class SyntheticEvaluator(PointByPoint):
     """Closed-form metrics with +-``noise`` relative pseudo-noise; optionally slow, optionally logging calls."""
 
     def __init__(
@@ -119,7 +130,7 @@ class SyntheticEvaluator:
         return metrics
 
 
-class PlantedEvaluator:
+class PlantedEvaluator(PointByPoint):
     """Exact throughput from planted curves ``{(combo label, batch size): {K: tokens/s}}`` (K = 0 is read
     from any curve of the bucket), reported with a relative standard error of ``noise`` that halves with
     every refinement (4x the requests): a decision's noise without a random draw. The (combo, batch size)
@@ -186,3 +197,37 @@ class EnvironmentEvaluator(SyntheticEvaluator):
         if "SPECTUNE_TEST_STARTER" not in os.environ:
             raise RuntimeError("SPECTUNE_TEST_STARTER is not set in this worker")
         return super().__call__(point)
+
+
+class MeetingEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` whose first batch in each process waits until ``parties`` processes have
+    each begun one (their pids in ``folder``): a study run by that many workers then has each of them
+    evaluate points, however late one starts (it waits for an event, never for a time)."""
+
+    def __init__(self, folder: str, parties: int) -> None:
+        super().__init__()
+        self.folder, self.parties, self._met = folder, parties, False
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        if not self._met:
+            Path(self.folder, str(os.getpid())).touch()
+            while len(list(Path(self.folder).iterdir())) < self.parties:
+                time.sleep(0.01)
+            self._met = True
+        return super().evaluate_many(points)
+
+
+class GatedEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` that, in each process, evaluates its first batch at once and every later
+    one only once the file ``gate`` exists (a test opens it when it has seen what it waits for)."""
+
+    def __init__(self, gate: str, call_log: str) -> None:
+        super().__init__(call_log=call_log)
+        self.gate, self._batches = gate, 0
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        if self._batches:
+            while not os.path.exists(self.gate):
+                time.sleep(0.01)
+        self._batches += 1
+        return super().evaluate_many(points)

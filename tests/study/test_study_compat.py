@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from study_doubles import SyntheticEvaluator
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
 
 from spectune.config import StudyMetrics, load_document
 from spectune.export._artefacts import recommended_yaml
@@ -71,3 +71,24 @@ def test_an_earlier_journal_resumes_from_its_document_without_simulating_its_poi
     assert sum(t.state == "COMPLETE" for t in outcome.trials) == 10
     simulated = [line.split(" ", 1)[1] for line in calls.read_text().splitlines()]
     assert len(simulated) == 2 and not {p.key for p in before} & set(simulated)
+
+
+# ``data/structured-14-trials-eef4777.journal``: a structured search of make_space(name="main-eef4777",
+# batch_sizes=(1, 8, 32), max_k=4) on SyntheticEvaluator(), stopped by n_trials=14, written by spectune
+# eef4777 (each batch a thread per trial, before ask/tell); ``...-resumed.yaml`` is what that version
+# recommended once it resumed the journal to the search's end (9 more simulations).
+def test_a_journal_written_before_ask_tell_resumes_to_the_same_recommendation_simulating_only_new_points(tmp_path):
+    journal = tmp_path / "study.journal"
+    shutil.copy(DATA / "structured-14-trials-eef4777.journal", journal)
+    space = make_space(name="main-eef4777", batch_sizes=(1, 8, 32), max_k=4)
+    before = {t.point for t in load_outcome(str(journal), space.name).trials if t.state == "COMPLETE"}
+    assert len(before) == 14
+    calls = tmp_path / "calls.log"
+    run_study(
+        space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=str(journal), strategy="structured"
+    )
+    simulated = [line.split(" ", 1)[1] for line in calls.read_text().splitlines()]
+    assert not {p.key for p in before} & set(simulated)  # its points are never simulated again
+    assert len(simulated) == len(set(simulated)) == 9
+    outcome = load_outcome(str(journal), space.name)
+    assert recommended_yaml(outcome) == (DATA / "structured-14-trials-eef4777-resumed.yaml").read_text()

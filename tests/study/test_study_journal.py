@@ -129,10 +129,6 @@ class _SmallDevice:
         return Limited()
 
 
-@pytest.mark.skip(
-    reason="known defect, open: some runs hang in the single worker's wait (a trial left RUNNING after a "
-    "write refused mid-batch); the root cause is not found yet"
-)
 def test_a_full_disk_under_the_journal_is_named_keeps_every_record_and_resumes(tmp_path, monkeypatch, tiny_study):
     document = tmp_path / "tiny.yaml"
     document.write_text(tiny_study(max_k=2))

@@ -15,14 +15,16 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from race_doubles import accepted_count, race_two_documents
-from study_doubles import make_space
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
 
-from spectune.study import load_outcome
+from spectune.study import load_outcome, run_study
+from spectune.study._storage import close_storage, open_storage
 
 HERE = Path(__file__).resolve().parent
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -162,3 +164,71 @@ def test_two_documents_started_at_one_instant_on_one_postgres_study_one_is_refus
         assert accepted_count(verdicts) == 1, (attempt, verdicts)
         refused = next(v for v in verdicts if v != "accepted")
         assert "was made from a different version of this document" in refused
+
+
+_KILLED_ELSEWHERE = """
+import socket
+import sys
+import threading
+sys.path.insert(0, {here!r})
+import optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Its trials look like another machine's: on this host, a dead owner's pid would free them without heartbeats.
+socket.gethostname = lambda: "another-machine"
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
+from spectune.study import run_study
+
+
+class Stalls(SyntheticEvaluator):
+    def evaluate_many(self, points):
+        print("evaluating", ",".join(p.key for p in points), flush=True)
+        threading.Event().wait()  # until the test kills this process
+
+
+if __name__ == "__main__":
+    run_study(make_space(name={name!r}, batch_sizes=(1, 8, 64), max_k=4), Stalls(), fingerprint(),
+              storage={url!r}, strategy="structured", n_trials=12)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_mid_batch_on_another_machine_has_its_trials_failed_by_heartbeat_and_retried(
+    postgres_url, tmp_path
+):
+    name = f"pg-killed-{os.getpid()}"
+    script = tmp_path / "stalls.py"
+    script.write_text(textwrap.dedent(_KILLED_ELSEWHERE.format(here=str(HERE), name=name, url=postgres_url)))
+    worker = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = worker.stdout.readline()  # printed once every trial of its first batch holds its point
+        assert line.startswith("evaluating "), (line, worker.communicate(timeout=60))
+    finally:
+        worker.kill()
+        worker.communicate()  # reaps it and closes its pipes
+    held = set(line.split(" ", 1)[1].strip().split(","))
+    space = make_space(name=name, batch_sizes=(1, 8, 64), max_k=4)
+    running = [t for t in load_outcome(postgres_url, name).trials if t.state == "RUNNING"]
+    assert {t.point.key for t in running} == held and running
+
+    grace_s = 2
+    opened = open_storage(postgres_url, heartbeat_interval_s=1, grace_period_s=grace_s)
+    try:
+        # Only a heartbeat older than the grace period marks a trial dead: the killed worker's last one
+        # is at least this old once this wait ends (a wait for time itself, not for another process).
+        time.sleep(grace_s + 1)
+        calls = tmp_path / "calls.log"
+        run_study(
+            space,
+            SyntheticEvaluator(call_log=str(calls)),
+            fingerprint(),
+            storage=opened,
+            strategy="structured",
+            n_trials=12,
+        )
+    finally:
+        close_storage(opened)
+    trials = {t.number: t for t in load_outcome(postgres_url, name).trials}
+    assert all(trials[t.number].state == "FAIL" for t in running)  # failed by their stale heartbeats
+    complete = [t for t in trials.values() if t.state == "COMPLETE"]
+    assert len(complete) == 12 and len({t.point for t in complete}) == 12
+    assert held <= {t.point.key for t in complete}  # their points retried (the search still needed them)

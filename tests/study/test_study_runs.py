@@ -12,11 +12,19 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import pytest
-from study_doubles import EnvironmentEvaluator, SyntheticEvaluator, fingerprint, make_space
+from study_doubles import (
+    EnvironmentEvaluator,
+    GatedEvaluator,
+    MeetingEvaluator,
+    SyntheticEvaluator,
+    fingerprint,
+    make_space,
+)
 
 from spectune.errors import SpectuneError
 from spectune.study import load_outcome, run_study
@@ -134,9 +142,13 @@ def test_two_local_workers_share_the_study_without_duplicates(tmp_path):
     space = make_space(batch_sizes=(1, 32), max_k=3)
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
+    # Each worker's first batch is its share of the first bucket's 16 points, so both have one to evaluate.
+    (tmp_path / "met").mkdir()
+    evaluator = MeetingEvaluator(str(tmp_path / "met"), parties=2)
+    evaluator.call_log = str(calls)
     run = run_study(
         space,
-        SyntheticEvaluator(delay_s=0.05, call_log=str(calls)),
+        evaluator,
         fingerprint(),
         storage=storage,
         strategy="exhaustive",
@@ -346,18 +358,30 @@ def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):
     assert done < space.size  # they stopped, not finished the study
 
 
+def _stop_after(simulations: int, calls: Path, gate: Path) -> Callable[[], bool]:
+    """A ``should_stop`` that says stop once ``calls`` logs ``simulations``, and opens the ``GatedEvaluator``'s
+    ``gate`` at the ask after (the parent asks at every poll and tells the workers at once): a batch held
+    at the gate is then its worker's last."""
+    asked: list[bool] = []
+
+    def stop() -> bool:
+        if asked:
+            gate.touch()
+        elif calls.exists() and len(calls.read_text().splitlines()) >= simulations:
+            asked.append(True)
+        return bool(asked)
+
+    return stop
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_graceful_stop_keeps_the_study_resumable(tmp_path, workers):
-    space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))  # 51 points, 0.1 s each
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))  # 51 points
     storage = str(tmp_path / "s.journal")
-    calls = tmp_path / "calls.log"
-
-    def some_simulated() -> bool:  # asked by the parent; the workers may still be starting
-        return calls.exists() and len(calls.read_text().splitlines()) >= 3
-
+    calls, gate = tmp_path / "calls.log", tmp_path / "stopped"
     stopped = run_study(
-        space, SyntheticEvaluator(delay_s=0.1, call_log=str(calls)), fingerprint(), storage=storage,
-        strategy="exhaustive", workers=workers, should_stop=some_simulated,
+        space, GatedEvaluator(str(gate), call_log=str(calls)), fingerprint(), storage=storage,
+        strategy="exhaustive", workers=workers, should_stop=_stop_after(3, calls, gate),
     )  # fmt: skip
     kept = {t.number: t.metrics for t in load_outcome(storage, space.name).trials if t.state == "COMPLETE"}
     assert stopped.completed_trials == len(kept) < space.size
@@ -390,14 +414,17 @@ def test_tpe_with_many_workers_simulates_each_point_once(tmp_path):
 def test_a_graceful_stop_lets_every_worker_finish_its_running_trial(tmp_path):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",))
     storage = str(tmp_path / "s.journal")
-    calls = tmp_path / "calls.log"  # a line when a simulation ends; the stop comes while the next ones run
+    calls = tmp_path / "calls.log"  # a line per simulation
+    gate = tmp_path / "stopped"  # a worker's second batch waits for it: the stop comes while batches run
+
     stopped = run_study(
-        space, SyntheticEvaluator(delay_s=0.5, call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive",
-        workers=2, should_stop=lambda: calls.exists() and len(calls.read_text().splitlines()) >= 2,
+        space, GatedEvaluator(str(gate), call_log=str(calls)), fingerprint(), storage=storage, strategy="exhaustive",
+        workers=2, should_stop=_stop_after(2, calls, gate),
     )  # fmt: skip
     trials = load_outcome(storage, space.name).trials
     assert Counter(t.state for t in trials) == {"COMPLETE": stopped.completed_trials}  # none killed mid-trial
-    assert 2 <= stopped.completed_trials < space.size
+    share = -(-sum(1 for p in space.points() if p.batch_size == 1) // 2)  # a batch: a worker's half of a bucket
+    assert 2 <= stopped.completed_trials <= 2 * 2 * share < space.size  # at most two batches a worker
 
 
 def test_a_trial_stores_every_kept_metric_in_the_records_order(tmp_path):
