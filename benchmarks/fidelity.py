@@ -82,7 +82,8 @@ def missing_ms_per_step(
     if metric not in SPEEDUP_RATE:
         return None
     quantity = SPEEDUP_RATE[metric]
-    tokens_per_step = float(result["mean_acceptance_length"])  # type: ignore[arg-type]
+    accepted = result["mean_acceptance_length"]  # None when nothing was drafted (a K = 0 row): one token a step
+    tokens_per_step = 1.0 if accepted is None else float(accepted)  # type: ignore[arg-type]
     if quantity == "tpot_p50_ms":
         spec_step_ms = tokens_per_step * float(result[quantity])  # type: ignore[arg-type]
     elif concurrency is None:

@@ -99,6 +99,13 @@ def test_the_extra_speculative_step_time_turns_the_simulated_speedup_into_the_me
     assert (extra_ms > 0) == (simulated > measured)
 
 
+def test_a_run_that_drafted_nothing_counts_one_token_a_step() -> None:
+    fidelity = _fidelity_module()
+    result = {"mean_acceptance_length": None, "tpot_p50_ms": 15.0}
+    extra_ms = fidelity.missing_ms_per_step("tpot_speedup_vs_no_spec", 0.8, 0.9, result, None)
+    assert 0.9 * 15.0 / (15.0 + extra_ms) == pytest.approx(0.8, rel=1e-9)
+
+
 def _points(table: Path) -> list[dict[str, str]]:
     with table.open(newline="") as handle:
         return list(csv.DictReader(handle))
