@@ -316,11 +316,26 @@ def _mtp_bytes_per_parameter(target: dict[str, Any], params: float, head_params:
     return (body * target_width + head_params * _HEAD_BYTES_PER_PARAMETER) / params
 
 
+# Parameters an MTP pass reads where the checkpoint's documentation states them (count): DeepSeek-V3's
+# README_WEIGHTS.md gives the MTP module 1.5B activated parameters beside the gathered embedding, 0.9B of them
+# the shared output head ("2.4B including the shared 0.9B Embedding and 0.9B Output Head"). The shape-derived
+# size overstates it: spectune writes MLA as 128 heads of 288 with q/k/v/o projections of that width.
+_PUBLISHED_MTP_PARAMETERS_READ = {"deepseek-v3": 1.5e9}
+
+
+def _published_mtp(target: dict[str, Any], params: float) -> dict[str, Any]:
+    fields: dict[str, Any] = {"num_parameters": params}
+    width = _mtp_bytes_per_parameter(target, params, target["vocab_size"] * target["hidden_size"])
+    return fields | ({"bytes_per_parameter": width} if width is not None else {})
+
+
 def _drafter_presets() -> dict[str, dict[str, Any]]:
     presets: dict[str, dict[str, Any]] = {}
     for target_name, target in TARGET_MODEL_PRESETS.items():
         for method in _HEAD_METHODS:
             presets[f"{method}-{target_name}"] = head_drafter_fields(method, target)
+        if target_name in _PUBLISHED_MTP_PARAMETERS_READ:
+            presets[f"mtp-{target_name}"] |= _published_mtp(target, _PUBLISHED_MTP_PARAMETERS_READ[target_name])
     for name, fields in _DRAFT_LLMS.items():
         presets[name] = {**fields, "method": "draft_model"}
     presets["ngram"] = {"name": "n-gram prompt lookup (CPU)", "method": "ngram", "num_parameters": 0.0}
