@@ -70,20 +70,23 @@ def missing_ms_per_step(
 ) -> float | None:
     """How much time per step the simulation lacks to meet the measurement (ms; negative: it has too much).
 
-    Without speculation (baseline_*) a step emits one token per request: step = TPOT, or concurrency /
-    throughput. For a speedup, the answer is the extra time per speculative step that would bring the
-    simulated speedup to the measured one, the baseline held: T_spec x (simulated / measured - 1), T_spec
-    being the simulated speculative step (tokens per step / per-request token rate). None elsewhere.
+    A step emits, per request, one token without speculation (baseline_*) and the simulated acceptance
+    length with it (the replays take their acceptance from the source). For an absolute TPOT the answer
+    is (measured - simulated) x tokens per step; for an absolute throughput at a closed-loop concurrency
+    B, B x tokens per step x (1 / measured - 1 / simulated). For a speedup it is the extra time per
+    speculative step that would bring the simulated speedup to the measured one, the simulated baseline
+    held: T_spec x (simulated / measured - 1), T_spec the simulated speculative step. None elsewhere.
     """
-    if metric == "baseline_tpot_p50_ms":
-        return measured - simulated
-    if metric == "baseline_throughput_tokens_per_s":
-        return None if concurrency is None else 1e3 * concurrency * (1 / measured - 1 / simulated)
+    baseline = metric.startswith("baseline_")
+    accepted = result["mean_acceptance_length"]  # None when nothing was drafted (a K = 0 row): one token a step
+    tokens_per_step = 1.0 if baseline or accepted is None else float(accepted)  # type: ignore[arg-type]
+    if metric.endswith("tpot_p50_ms"):
+        return tokens_per_step * (measured - simulated)
+    if metric.endswith("throughput_tokens_per_s"):
+        return None if concurrency is None else 1e3 * concurrency * tokens_per_step * (1 / measured - 1 / simulated)
     if metric not in SPEEDUP_RATE:
         return None
     quantity = SPEEDUP_RATE[metric]
-    accepted = result["mean_acceptance_length"]  # None when nothing was drafted (a K = 0 row): one token a step
-    tokens_per_step = 1.0 if accepted is None else float(accepted)  # type: ignore[arg-type]
     if quantity == "tpot_p50_ms":
         spec_step_ms = tokens_per_step * float(result[quantity])  # type: ignore[arg-type]
     elif concurrency is None:
@@ -232,7 +235,8 @@ def shortfall(rows: list[dict[str, str]]) -> list[str]:
     """Markdown: the time per step each replay lacks (or has in excess), by deployment, from the results."""
     known = [row for row in rows if row.get("missing_ms_per_step")]
     plain = [row for row in known if row["metric"].startswith("baseline_")]
-    speculative = [row for row in known if not row["metric"].startswith("baseline_")]
+    absolute = [row for row in known if group(row["metric"]) == GROUPS[1] and row not in plain]
+    speculative = [row for row in known if group(row["metric"]) == GROUPS[0]]
     lines = [
         "Without speculation: measured minus simulated step time (one token per request a step), and that",
         "difference spread over the target's layers and over its all-reduces (2 a layer when TP > 1).",
@@ -250,8 +254,20 @@ def shortfall(rows: list[dict[str, str]]) -> list[str]:
         )
     lines += [
         "",
+        "With speculation, where the source measured it absolutely: measured minus simulated speculative step",
+        "(the simulated acceptance length in tokens per request a step), beside the plain step's shortfall above.",
+        "",
+        "| anchor | point | metric | missing ms / speculative step |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['anchor']} | {row['point']} | {row['metric']} | {float(row['missing_ms_per_step']):+.2f} |"
+        for row in absolute
+    ]
+    lines += [
+        "",
         "With speculation: the extra time per speculative step that would turn the simulated speedup into the",
-        "measured one, the baseline held (negative: the simulated speculative step is too dear).",
+        "measured one, the simulated baseline held (negative: the simulated speculative step is too dear).",
         "",
         "| anchor | point | metric | extra ms / speculative step |",
         "|---|---|---|---|",

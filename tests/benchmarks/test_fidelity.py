@@ -78,7 +78,29 @@ def test_quick_replay_reports_the_time_each_baseline_step_lacks_per_layer_and_al
             docs.read_text()
         )
     assert rows["eagle3 3/1/4 bs1", "speedup_vs_no_spec"]["missing_ms_per_step"]
-    assert rows["eagle3 3/1/4 bs1", "throughput_tokens_per_s"]["missing_ms_per_step"] == ""
+    speculative = rows["eagle3 3/1/4 bs1", "throughput_tokens_per_s"]
+    too_fast = float(speculative["simulated"]) > float(speculative["measured"])
+    assert (float(speculative["missing_ms_per_step"]) > 0) == too_fast
+    assert f"| eagle3 3/1/4 bs1 | throughput_tokens_per_s | {float(speculative['missing_ms_per_step']):+.2f} |" in (
+        docs.read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    ("metric", "measured", "simulated"), [("throughput_tokens_per_s", 100.0, 160.0), ("tpot_p50_ms", 30.0, 12.0)]
+)
+def test_an_absolute_speculative_point_lacks_the_difference_of_its_steps(
+    metric: str, measured: float, simulated: float
+) -> None:
+    fidelity = _fidelity_module()
+    tokens_per_step, batch = 2.0, 4
+    result = {"mean_acceptance_length": tokens_per_step}
+
+    def step_ms(value: float) -> float:  # per request, a step emits tokens_per_step tokens
+        return tokens_per_step * value if metric == "tpot_p50_ms" else 1e3 * batch * tokens_per_step / value
+
+    missing = fidelity.missing_ms_per_step(metric, measured, simulated, result, batch)
+    assert missing == pytest.approx(step_ms(measured) - step_ms(simulated), rel=1e-12)
 
 
 @pytest.mark.parametrize(
