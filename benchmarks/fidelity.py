@@ -34,7 +34,10 @@ QUICK_ANCHOR = "a8-qwen3-moe-h100"
 # Anchors any preset constant or cost-model coefficient was fitted on. Their errors are shown but kept out
 # of the summary; at least three anchors must stay out of every fit.
 FITTED: dict[str, str] = {}
-FIELDS = ["date", "commit", "machine", "anchor", "point", "metric", "measured", "simulated", "error", "source"]
+FIELDS = [
+    "date", "commit", "machine", "anchor", "point", "metric", "measured", "simulated", "error", "source",
+    "missing_ms_per_step", "target_layers", "allreduces_per_pass",
+]  # fmt: skip
 ABSOLUTE = ("throughput_tokens_per_s", "baseline_throughput_tokens_per_s", "tpot_p50_ms", "baseline_tpot_p50_ms")
 GROUPS = ("speedup vs no speculation", "absolute throughput / TPOT", "other ratios")
 
@@ -54,6 +57,55 @@ def _decode_tokens_per_s(result: dict[str, object]) -> float:
 
 
 DERIVED: dict[str, Callable[[dict[str, object]], float]] = {"decode_tokens_per_s": _decode_tokens_per_s}
+# speedup metric -> the quantity whose ratio it is (the per-request token rate of the speculative run)
+SPEEDUP_RATE = {
+    "speedup_vs_no_spec": "throughput_tokens_per_s",
+    "decode_speedup_vs_no_spec": "decode_tokens_per_s",
+    "tpot_speedup_vs_no_spec": "tpot_p50_ms",
+}
+
+
+def missing_ms_per_step(
+    metric: str, measured: float, simulated: float, result: dict[str, object], concurrency: int | None
+) -> float | None:
+    """How much time per step the simulation lacks to meet the measurement (ms; negative: it has too much).
+
+    A step emits, per request, one token without speculation (baseline_*) and the simulated acceptance
+    length with it (the replays take their acceptance from the source). For an absolute TPOT the answer
+    is (measured - simulated) x tokens per step; for an absolute throughput at a closed-loop concurrency
+    B, B x tokens per step x (1 / measured - 1 / simulated). For a speedup it is the extra time per
+    speculative step that would bring the simulated speedup to the measured one, the simulated baseline
+    held: T_spec x (simulated / measured - 1), T_spec the simulated speculative step. None elsewhere.
+    """
+    baseline = metric.startswith("baseline_")
+    accepted = result["mean_acceptance_length"]  # None when nothing was drafted (a K = 0 row): one token a step
+    tokens_per_step = 1.0 if baseline or accepted is None else float(accepted)  # type: ignore[arg-type]
+    if metric.endswith("tpot_p50_ms"):
+        return tokens_per_step * (measured - simulated)
+    if metric.endswith("throughput_tokens_per_s"):
+        return None if concurrency is None else 1e3 * concurrency * tokens_per_step * (1 / measured - 1 / simulated)
+    if metric not in SPEEDUP_RATE:
+        return None
+    quantity = SPEEDUP_RATE[metric]
+    if quantity == "tpot_p50_ms":
+        spec_step_ms = tokens_per_step * float(result[quantity])  # type: ignore[arg-type]
+    elif concurrency is None:
+        return None
+    else:
+        rate = DERIVED[quantity](result) if quantity in DERIVED else float(result[quantity])  # type: ignore[arg-type]
+        spec_step_ms = 1e3 * tokens_per_step * concurrency / rate
+    return spec_step_ms * (simulated / measured - 1)
+
+
+def _deployment(document: Path, overrides: str) -> tuple[int, int, int | None]:
+    """(target layers, all-reduces per target pass, closed-loop concurrency or None) of a replay."""
+    from spectune.config import apply_overrides, read_mapping, validate_source
+
+    model = validate_source(apply_overrides(read_mapping(document), overrides.split())).model
+    target = model.target_model
+    layers = int(target.num_hidden_layers)
+    allreduces = 2 * layers if target.tensor_parallel_size > 1 else 0  # as the roofline counts them
+    return layers, allreduces, model.workload.concurrency
 
 
 class _Simulator:
@@ -100,6 +152,10 @@ def replay(anchors: list[str]) -> list[dict[str, str]]:
                 if point.get("versus"):
                     simulated /= simulate.read(document, point["versus"], quantity)
                 measured = float(point["measured"])
+                layers, allreduces, concurrency = _deployment(document, point["set"])
+                missing = missing_ms_per_step(
+                    point["metric"], measured, simulated, simulate(document, point["set"]), concurrency
+                )
                 rows.append(
                     {
                         **stamp,
@@ -110,6 +166,9 @@ def replay(anchors: list[str]) -> list[dict[str, str]]:
                         "simulated": f"{simulated:.4f}",
                         "error": f"{simulated / measured - 1:+.4f}",
                         "source": point["source"],
+                        "missing_ms_per_step": "" if missing is None else f"{missing:.4f}",
+                        "target_layers": str(layers),
+                        "allreduces_per_pass": str(allreduces),
                     }
                 )
     return rows
@@ -172,6 +231,54 @@ def _summary(rows: list[dict[str, str]]) -> list[str]:
     return lines
 
 
+def shortfall(rows: list[dict[str, str]]) -> list[str]:
+    """Markdown: the time per step each replay lacks (or has in excess), by deployment, from the results."""
+    known = [row for row in rows if row.get("missing_ms_per_step")]
+    plain = [row for row in known if row["metric"].startswith("baseline_")]
+    absolute = [row for row in known if group(row["metric"]) == GROUPS[1] and row not in plain]
+    speculative = [row for row in known if group(row["metric"]) == GROUPS[0]]
+    lines = [
+        "Without speculation: measured minus simulated step time (one token per request a step), and that",
+        "difference spread over the target's layers and over its all-reduces (2 a layer when TP > 1).",
+        "",
+        "| anchor | point | missing ms / step | µs / layer | µs / all-reduce |",
+        "|---|---|---|---|---|",
+    ]
+    for row in plain:
+        missing, layers, allreduces = (
+            float(row[k]) for k in ("missing_ms_per_step", "target_layers", "allreduces_per_pass")
+        )
+        per_allreduce = f"{1e3 * missing / allreduces:.1f}" if allreduces else "– (TP 1)"
+        lines.append(
+            f"| {row['anchor']} | {row['point']} | {missing:+.2f} | {1e3 * missing / layers:.1f} | {per_allreduce} |"
+        )
+    lines += [
+        "",
+        "With speculation, where the source measured it absolutely: measured minus simulated speculative step",
+        "(the simulated acceptance length in tokens per request a step), beside the plain step's shortfall above.",
+        "",
+        "| anchor | point | metric | missing ms / speculative step |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['anchor']} | {row['point']} | {row['metric']} | {float(row['missing_ms_per_step']):+.2f} |"
+        for row in absolute
+    ]
+    lines += [
+        "",
+        "With speculation: the extra time per speculative step that would turn the simulated speedup into the",
+        "measured one, the simulated baseline held (negative: the simulated speculative step is too dear).",
+        "",
+        "| anchor | point | metric | extra ms / speculative step |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['anchor']} | {row['point']} | {row['metric']} | {float(row['missing_ms_per_step']):+.2f} |"
+        for row in speculative
+    ]
+    return lines
+
+
 def headline(rows: list[dict[str, str]]) -> dict[str, tuple[float, float]]:
     """(median, worst) absolute error per summary group over the unfitted anchors."""
     unfitted = [row for row in rows if row["anchor"] not in FITTED]
@@ -202,6 +309,10 @@ def render(rows: list[dict[str, str]]) -> str:
         "## Shape checks",
         "",
         *shape_checks(rows),
+        "",
+        "## Where the simulated time falls short",
+        "",
+        *shortfall(rows),
     ]
     for anchor in dict.fromkeys(row["anchor"] for row in rows):
         lines += ["", f"## {anchor}", "", "| point | metric | measured | simulated | error |", "|---|---|---|---|---|"]

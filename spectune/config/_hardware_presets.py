@@ -7,7 +7,8 @@ are sized from their target's shape:
 
 - EAGLE: one decoder layer + an fc (2h -> h), and the target's LM head (read each pass);
 - EAGLE-3: one decoder layer whose q/k/v take 2h inputs, an fc (3h -> h), its own 32k-token LM head;
-- MTP: one decoder layer + an eh projection (2h -> h), and the target's LM head;
+- MTP: one decoder layer + an eh projection (2h -> h), and the target's LM head; the layer is stored at the
+  target's weight width (it ships in the target's checkpoint), the LM head in BF16;
 - DFlash: five decoder layers at the target's width drafting a block in one pass, an fc over five
   tapped hidden states (5h -> h), and the target's LM head (z-lab's released drafters have 5 layers);
 - DSpark: assumed shaped like DFlash (no public checkpoint shape); give it explicitly when you know it.
@@ -231,6 +232,7 @@ _MODES = {
 _HEAD_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark")
 _EAGLE3_DRAFT_VOCAB = 32000
 _DFLASH_LAYERS = 5
+_HEAD_BYTES_PER_PARAMETER = 2.0  # BF16, as heads are released
 
 
 def drafting_mode(method: str) -> str | None:
@@ -283,6 +285,7 @@ def head_drafter_fields(method: str, target: dict[str, Any]) -> dict[str, Any]:
         layers, head_vocab = 1, vocab
         params = layer_parameters(*shape) + 2 * hidden * hidden + vocab * hidden
     label = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP", "dflash": "DFlash", "dspark": "DSpark"}[method]
+    width = _mtp_bytes_per_parameter(target, params, vocab * hidden) if method == "mtp" else None
     return {
         "name": f"{label} head for {target['name']}",
         "method": method,
@@ -293,7 +296,37 @@ def head_drafter_fields(method: str, target: dict[str, Any]) -> dict[str, Any]:
         "num_key_value_heads": target["num_key_value_heads"],
         "head_dim": target["head_dim"],
         "vocab_size": head_vocab,
+        **({"bytes_per_parameter": width} if width is not None else {}),
     }
+
+
+def _mtp_bytes_per_parameter(target: dict[str, Any], params: float, head_params: float) -> float | None:
+    """Mean weight width of an MTP head whose target is not stored in BF16 (bytes/parameter; None for BF16).
+
+    An MTP layer ships inside the target's checkpoint and is quantized with it: DeepSeek-V3's README_WEIGHTS.md
+    states that model.layers.61 (the MTP module) is "structured the same as the Main Model hidden layers" of
+    its FP8 (128x128 block-scaled) file. The LM head it shares stays BF16 (DeepSeek-V3 inference/model.py
+    builds the head in the default dtype, the other linears in FP8). Separately trained heads (EAGLE, EAGLE-3,
+    DFlash) are their own BF16 checkpoints.
+    """
+    target_width = float(target.get("bytes_per_parameter", _HEAD_BYTES_PER_PARAMETER))
+    if target_width == _HEAD_BYTES_PER_PARAMETER:
+        return None
+    body = params - head_params
+    return (body * target_width + head_params * _HEAD_BYTES_PER_PARAMETER) / params
+
+
+# Parameters an MTP pass reads where the checkpoint's documentation states them (count): DeepSeek-V3's
+# README_WEIGHTS.md gives the MTP module 1.5B activated parameters beside the gathered embedding, 0.9B of them
+# the shared output head ("2.4B including the shared 0.9B Embedding and 0.9B Output Head"). The shape-derived
+# size overstates it: spectune writes MLA as 128 heads of 288 with q/k/v/o projections of that width.
+_PUBLISHED_MTP_PARAMETERS_READ = {"deepseek-v3": 1.5e9}
+
+
+def _published_mtp(target: dict[str, Any], params: float) -> dict[str, Any]:
+    fields: dict[str, Any] = {"num_parameters": params}
+    width = _mtp_bytes_per_parameter(target, params, target["vocab_size"] * target["hidden_size"])
+    return fields | ({"bytes_per_parameter": width} if width is not None else {})
 
 
 def _drafter_presets() -> dict[str, dict[str, Any]]:
@@ -301,6 +334,8 @@ def _drafter_presets() -> dict[str, dict[str, Any]]:
     for target_name, target in TARGET_MODEL_PRESETS.items():
         for method in _HEAD_METHODS:
             presets[f"{method}-{target_name}"] = head_drafter_fields(method, target)
+        if target_name in _PUBLISHED_MTP_PARAMETERS_READ:
+            presets[f"mtp-{target_name}"] |= _published_mtp(target, _PUBLISHED_MTP_PARAMETERS_READ[target_name])
     for name, fields in _DRAFT_LLMS.items():
         presets[name] = {**fields, "method": "draft_model"}
     presets["ngram"] = {"name": "n-gram prompt lookup (CPU)", "method": "ngram", "num_parameters": 0.0}

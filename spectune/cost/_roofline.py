@@ -17,6 +17,9 @@ A forward pass over T = B·q new tokens (B requests, q tokens each, c tokens alr
 - precision: 1-byte weights (FP8) multiply at the GPU's dense FP8 rate where it has FP8 tensor cores
   (vLLM's FP8 checkpoints run W8A8 GEMMs on Hopper and later; an A100 widens them to BF16 first, so the
   BF16 rate holds there); other widths (BF16, 4-bit) multiply at the BF16 rate. Attention stays BF16.
+  A quantized target (under 2 bytes a weight) keeps its LM head in BF16, read and multiplied as such:
+  llm-compressor's documented FP8 recipe quantizes Linear layers with ignore=["lm_head"], and DeepSeek-V3's
+  inference/model.py builds its FP8 model's head in the default dtype.
 
 Everything is per GPU of one replica: weights, heads and KV heads are split tp ways (KV heads are
 replicated when tp exceeds them). One step is
@@ -58,20 +61,22 @@ __all__ = ["RooflineCostModel", "expected_experts_touched"]
 
 _LOGIT_BYTES = 4  # the sampler reads fp32 logits
 _ACTIVATION_BYTES = 2  # bf16 activations in all-reduces
+_BF16_BYTES = 2.0
 
 
 @dataclass(frozen=True)
 class _PassShape:
     """One model's per-GPU cost coefficients for a forward pass."""
 
-    weight_bytes: float  # read once per pass
+    weight_bytes: float  # read once per pass, LM head included
     body_flops_per_token: float  # every layer but the LM head
     head_flops_per_output: float  # LM head, per position that needs logits
     kv_bytes_per_token: float  # per cached token of one request
     attention_flops_per_query_key: float
     num_allreduces: int
     allreduce_bytes_per_token: float
-    fp8_gemms: bool = False  # 1-byte weights: linear layers run at the GPU's FP8 rate
+    fp8_gemms: bool = False  # 1-byte weights: the body's linear layers run at the GPU's FP8 rate
+    bf16_head: bool = False  # the LM head stays BF16 beside a quantized body (multiplies at the BF16 rate)
     num_experts: int = 0  # MoE: routed experts per layer (0 = dense)
     experts_per_token: int = 0
     expert_bytes: float = 0.0  # one routed expert over all MoE layers, read when any token touches it
@@ -97,10 +102,13 @@ def _pass_shape(
     hidden: int,
     kv_bytes_per_element: float,
     tp: int,
+    head_bytes_per_param: float | None = None,
 ) -> _PassShape:
     kv_heads_per_gpu = math.ceil(kv_heads / tp)
+    head_bytes = bytes_per_param if head_bytes_per_param is None else head_bytes_per_param
+    body_params = max(params_read - head_params, 0.0)
     return _PassShape(
-        weight_bytes=params_read * bytes_per_param / tp,
+        weight_bytes=(body_params * bytes_per_param + min(head_params, params_read) * head_bytes) / tp,
         body_flops_per_token=2 * max(params_read - head_params, 0.0) / tp,
         head_flops_per_output=2 * head_params / tp,
         kv_bytes_per_token=2 * layers * kv_heads_per_gpu * head_dim * kv_bytes_per_element,
@@ -108,6 +116,7 @@ def _pass_shape(
         num_allreduces=2 * layers if tp > 1 else 0,
         allreduce_bytes_per_token=2 * (tp - 1) / tp * hidden * _ACTIVATION_BYTES,
         fp8_gemms=bytes_per_param == 1,
+        bf16_head=head_bytes != bytes_per_param,
     )
 
 
@@ -124,6 +133,7 @@ def _target_shape(target: TargetModelSpec) -> _PassShape:
         hidden=target.hidden_size,
         kv_bytes_per_element=target.kv_cache_bytes_per_element,
         tp=tp,
+        head_bytes_per_param=_BF16_BYTES if target.bytes_per_parameter < _BF16_BYTES else None,
     )
     if not target.is_moe:
         return shape
@@ -178,11 +188,13 @@ class _Pass:
         self, model: RooflineCostModel, shape: _PassShape, requests: int, tokens_each: float, outputs: int
     ) -> None:
         tokens = requests * tokens_each
-        linear_flops = model._fp8_flops if shape.fp8_gemms else model._flops
-        self.linear = max(
-            (shape.weight_bytes + _routed_expert_bytes(shape, tokens)) / model._bandwidth,
-            (tokens * shape.body_flops_per_token + outputs * shape.head_flops_per_output) / linear_flops,
-        )
+        body_flops = model._fp8_flops if shape.fp8_gemms else model._flops
+        body_work, head_work = tokens * shape.body_flops_per_token, outputs * shape.head_flops_per_output
+        if shape.bf16_head and body_flops != model._flops:
+            compute = body_work / body_flops + head_work / model._flops
+        else:  # one rate for all: the sum first, so that unquantized targets keep their numbers bit for bit
+            compute = (body_work + head_work) / body_flops
+        self.linear = max((shape.weight_bytes + _routed_expert_bytes(shape, tokens)) / model._bandwidth, compute)
         self.communication = shape.num_allreduces * (
             model._allreduce_latency_s + tokens * shape.allreduce_bytes_per_token / model._link
         )

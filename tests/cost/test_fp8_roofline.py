@@ -25,8 +25,33 @@ def _verification_s(gpu: str, bytes_per_parameter: float, batch: int) -> float:
 
 
 def test_fp8_gemms_take_half_the_bf16_time_when_compute_bound_on_an_h100() -> None:
+    target = TargetModelSpec.model_validate("llama-3.1-8b")
+    head = target.lm_head_parameters
+    body = target.parameters_read_per_pass - head
+    # the body multiplies at the FP8 rate, the LM head (kept in BF16) at the BF16 rate
+    expected = (body * 989 / 1979 + head) / (body + head)
     ratio = _verification_s("h100-sxm", 1.0, 2048) / _verification_s("h100-sxm", 2.0, 2048)
-    assert ratio == pytest.approx(989 / 1979, rel=0.03)
+    assert ratio == pytest.approx(expected, rel=0.03)
+
+
+@pytest.mark.parametrize("bytes_per_parameter", [1.0, 0.5])
+def test_a_quantized_target_reads_its_lm_head_in_bf16(bytes_per_parameter: float) -> None:
+    """llm-compressor's FP8 recipe quantizes Linear layers with ignore=["lm_head"]; GPTQ/AWQ keep it too."""
+    hardware = HardwareConfig.model_validate("h100-sxm")
+    target = TargetModelSpec.model_validate({"preset": "llama-3.1-8b", "bytes_per_parameter": bytes_per_parameter})
+    head = target.lm_head_parameters
+    weight_bytes = (target.parameters_read_per_pass - head) * bytes_per_parameter + head * 2
+    cost = build_cost_model(hardware, target, None, CostModelConfig())
+    expected_s = weight_bytes / hardware.gpu.effective_bandwidth_bytes_per_s
+    assert cost.step_time(1, 0, 0.0).verification_s == pytest.approx(expected_s, rel=0.005)
+
+
+def test_a_bf16_target_reads_every_weight_at_two_bytes() -> None:
+    hardware = HardwareConfig.model_validate("h100-sxm")
+    target = TargetModelSpec.model_validate("llama-3.1-8b")
+    cost = build_cost_model(hardware, target, None, CostModelConfig())
+    expected_s = target.parameters_read_per_pass * 2 / hardware.gpu.effective_bandwidth_bytes_per_s
+    assert cost.step_time(1, 0, 0.0).verification_s == pytest.approx(expected_s, rel=0.005)
 
 
 @pytest.mark.parametrize(("gpu", "bytes_per_parameter"), [("a100-80gb", 1.0), ("h100-sxm", 0.5)])
