@@ -83,7 +83,17 @@ from spectune.config._step_times import (
     StepTimeTable,
     read_step_time_table,
 )
-from spectune.config._study import SpeculativeBase, StudyCandidate, StudyDocument
+from spectune.config._study import (
+    DEFAULT_POLICIES,
+    POLICY_RUNTIMES,
+    RUNTIMES,
+    Policy,
+    Runtime,
+    SpeculativeBase,
+    StudyCandidate,
+    StudyDocument,
+    combo_label,
+)
 from spectune.config._trtllm import (
     TRTLLM_DECODING_TYPES,
     TrtllmSpeculativeConfig,
@@ -146,6 +156,12 @@ __all__ = [
     "StudyMetrics",
     "or_nan",
     "parse_constraint",
+    "DEFAULT_POLICIES",
+    "POLICY_RUNTIMES",
+    "Policy",
+    "RUNTIMES",
+    "Runtime",
+    "combo_label",
     "SpeculativeBase",
     "StudyCandidate",
     "StudyDocument",
