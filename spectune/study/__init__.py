@@ -10,6 +10,7 @@ from spectune.study._document import SimulationEvaluator, document_fingerprint, 
 from spectune.study._objective import Evaluator, StudyObjective
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._pareto import pareto_front
+from spectune.study._policies import POLICY_PREFERENCE, PolicyScore, PolicyVerdict
 from spectune.study._provenance import (
     BucketProvenance,
     Mark,
@@ -21,7 +22,6 @@ from spectune.study._recommend import (
     MAX_REFINEMENT,
     BucketChoice,
     ComboScore,
-    Recommendation,
     TieSet,
     bucket_tie_set,
     choose_in_bucket,
@@ -30,8 +30,8 @@ from spectune.study._recommend import (
     merge_schedule,
     monotone_ks,
     precision_requests,
-    recommend,
 )
+from spectune.study._recommendation import Recommendation, recommend
 from spectune.study._records import Evaluation, SearchState, as_metrics, comparison_noise, evaluate_metrics
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
@@ -72,6 +72,9 @@ __all__ = [
     "JournalRepair",
     "Mark",
     "Point",
+    "POLICY_PREFERENCE",
+    "PolicyScore",
+    "PolicyVerdict",
     "Recommendation",
     "SearchState",
     "SimulationEvaluator",
