@@ -42,6 +42,14 @@ from spectune.config._metrics import (
     parse_constraint,
 )
 from spectune.config._overrides import apply_overrides, parse_override
+from spectune.config._policy import (
+    SGLANG_ADAPTIVE_VERSION,
+    SGLANG_SLOT_PARAMETERS,
+    SglangAdaptive,
+    SglangAdaptiveSlot,
+    SlotParameters,
+    sglang_speculative_capture_sizes,
+)
 from spectune.config._profile import (
     AcceptanceCounts,
     AcceptanceProfile,
@@ -66,6 +74,7 @@ from spectune.config._simulation import (
     drafter_as_configured,
     drafter_override_problems,
     dynamic_speculation_off_notice,
+    sglang_adaptive_problems,
 )
 from spectune.config._speculative import (
     FIELDS_ADDED_FOR_VLLM_0_33,
@@ -119,6 +128,13 @@ __all__ = [
     "AcceptanceSource",
     "SimulationDocument",
     "SimulationOptions",
+    "SGLANG_ADAPTIVE_VERSION",
+    "SGLANG_SLOT_PARAMETERS",
+    "SglangAdaptive",
+    "SglangAdaptiveSlot",
+    "SlotParameters",
+    "sglang_speculative_capture_sizes",
+    "sglang_adaptive_problems",
     "AcceptanceCounts",
     "AcceptanceProfile",
     "AcceptanceRates",

@@ -170,6 +170,7 @@ def _read_profiles(
         data = _replace(data, relative, {
             "measured_with": profile.draft_sample_method,
             "measured_temperature": profile.temperature,
+            "confidence_auc": profile.confidence_auc,
             **mapping,
             "profile": str(file),
             "conditional_rates": profile.conditional(),

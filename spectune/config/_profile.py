@@ -92,6 +92,14 @@ class AcceptanceRates(SpectuneModel):
         description="Conditional rates past the last given position: 'repeat_last' repeats it; 'geometric_decay' "
         "multiplies it by a per-position ratio fitted to the given rates (capped at 1).",
     )
+    confidence_auc: float | None = Field(
+        default=None,
+        ge=0.5,
+        le=1.0,
+        description="How well the drafter's confidence ranks accepted drafts above rejected ones (ROC AUC: "
+        "0.5 chance, 1 perfect); it sets what an acceptance estimate (vLLM's adaptive verification) can know "
+        "where no synthesized logits carry it. Null: the documented default (docs/policies.md).",
+    )
 
     @model_validator(mode="after")
     def _one_form(self, info: ValidationInfo) -> AcceptanceRates:

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from spectune.config._base import RuleViolations, SpectuneModel, check_rules, notify
 from spectune.config._hardware import DrafterSpec, HardwareConfig, TargetModelSpec, default_drafter, deployment_problems
+from spectune.config._policy import SglangAdaptive
 from spectune.config._profile import AcceptanceRates, BatchSizeBin
 from spectune.config._speculative import SpeculativeConfig, SpeculativeFields
 from spectune.config._step_times import CostModelConfig
@@ -23,6 +24,7 @@ __all__ = [
     "drafter_as_configured",
     "drafter_override_problems",
     "dynamic_speculation_off_notice",
+    "sglang_adaptive_problems",
 ]
 
 
@@ -184,6 +186,12 @@ class SimulationDocument(SpectuneModel):
         "with speculative: null.",
     )
     cost_model: CostModelConfig = Field(default_factory=CostModelConfig, description="How step times are computed.")
+    sglang_adaptive: SglangAdaptive | None = Field(
+        default=None,
+        description="SGLang's --speculative-adaptive with this --speculative-adaptive-config: per batch-size key, "
+        "the drafting depths the server picks from at run time (EAGLE/EAGLE3 chains only; the initial depth is "
+        "speculative.num_speculative_tokens). Null: the depth is fixed by the speculative config.",
+    )
     simulation: SimulationOptions = Field(default_factory=SimulationOptions, description="How the simulation runs.")
 
     @model_validator(mode="after")
@@ -217,6 +225,7 @@ class SimulationDocument(SpectuneModel):
                         f"must match speculative.method ('{spec.method}'), got '{self.drafter.method}'",
                     )
                 )
+        problems += sglang_adaptive_problems(spec, self.sglang_adaptive)
         if not problems:
             problems += deployment_problems(self.hardware, self.target_model, self.effective_drafter())
         problems += context_problems(self.workload, self.target_model, [(("speculative",), spec)])
@@ -262,6 +271,42 @@ class SimulationDocument(SpectuneModel):
             self.drafter if self.drafter is not None else default_drafter(self.speculative.method, self.target_model)
         )
         return drafter_as_configured(self.speculative, drafter)
+
+
+def sglang_adaptive_problems(
+    speculative: SpeculativeConfig | None, adaptive: SglangAdaptive | None
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """SGLang 0.5.23's rules for --speculative-adaptive (adaptive_unsupported_reason,
+    sglang/srt/speculative/adaptive_spec_params.py:56-104) and what replaces what in spectune's document.
+
+    spectune drafts chains, so SGLang's topk=1 rule always holds; the K table and vLLM's adaptive
+    verification are other servers' policies that the slots replace."""
+    if adaptive is None:
+        return []
+    field = ("sglang_adaptive",)
+    if speculative is None:
+        return [(field, "given, but speculative is null; SGLang's adaptive steps need an eagle or eagle3 config")]
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    if speculative.method not in ("eagle", "eagle3"):
+        problems.append(
+            (field, f"needs speculative.method eagle or eagle3 (SGLang: only EAGLE/EAGLE3), got '{speculative.method}'")
+        )
+    if speculative.enable_adaptive_verification:
+        problems.append(
+            (
+                field,
+                "not with speculative.enable_adaptive_verification (vLLM's policy, another server); choose one",
+            )
+        )
+    if speculative.num_speculative_tokens_per_batch_size:
+        problems.append(
+            (
+                field,
+                "not with speculative.num_speculative_tokens_per_batch_size: the slots set the depth per batch size "
+                "(SglangAdaptive.pinned turns a table into singleton slots)",
+            )
+        )
+    return problems
 
 
 def drafter_as_configured(speculative: SpeculativeConfig, drafter: DrafterSpec) -> DrafterSpec:
