@@ -24,7 +24,13 @@ from spectune.export._measure import (
     measurement_ks,
 )
 from spectune.export._report import report_html
-from spectune.export._sglang import SGLANG_ALGORITHMS, sglang_flags
+from spectune.export._sglang import (
+    SGLANG_ADAPTIVE_CONFIG_NAME,
+    SGLANG_ALGORITHMS,
+    SglangExport,
+    sglang_export,
+    sglang_flags,
+)
 from spectune.export._svg import Band, Series, chart_svg, nice_ticks
 from spectune.export._tables import TRIAL_COLUMNS, pareto_rows, summary_rows, tie_cell, trials_csv
 from spectune.export._trtllm import TRTLLM_DECODING_TYPE, trtllm_options, trtllm_yaml
@@ -62,6 +68,9 @@ __all__ = [
     "recommended_yaml",
     "report_html",
     "sglang_flags",
+    "sglang_export",
+    "SglangExport",
+    "SGLANG_ADAPTIVE_CONFIG_NAME",
     "simulated_acceptance_rates",
     "summary_rows",
     "tie_cell",

@@ -6,7 +6,13 @@ lives in an Optuna storage (a journal file, or PostgreSQL for many machines), so
 interruption and many workers can share it.
 """
 
-from spectune.study._document import SimulationEvaluator, document_fingerprint, simulation_document, space_from_document
+from spectune.study._document import (
+    SimulationEvaluator,
+    document_fingerprint,
+    sglang_candidate_steps,
+    simulation_document,
+    space_from_document,
+)
 from spectune.study._objective import Evaluator, StudyObjective
 from spectune.study._outcome import StudyOutcome, TrialRecord, load_outcome, outcome_of
 from spectune.study._pareto import pareto_front
@@ -94,6 +100,7 @@ __all__ = [
     "default_out_dir",
     "describe_storage",
     "document_fingerprint",
+    "sglang_candidate_steps",
     "comparison_noise",
     "evaluate_metrics",
     "format_ks",
