@@ -86,6 +86,10 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     data["target_model"].pop("max_model_len_tokens", None)
     for candidate in data["candidates"]:
         candidate["acceptance"].pop("profile", None)
+        acceptance = candidate["acceptance"]
+        for rates in [acceptance, *(acceptance.get("bins") or [])]:
+            if rates.get("confidence_auc") is None:  # unset, it leaves a study's hash as it was before it
+                rates.pop("confidence_auc", None)
         # Studies made before a candidate's base lost its K hashed vLLM's default K (suffix, mtp): so does this.
         speculative = candidate["speculative"]
         for name in FIELDS_ADDED_FOR_VLLM_0_33:  # unset, they leave a study's hash as it was before them
