@@ -186,6 +186,16 @@ class SearchSpace(SpectuneModel):
             values = getattr(self, name)
             if len(set(values)) != len(values):
                 problems.append(((name,), f"must not repeat a value, got {values}"))
+        if self.policies == ["sglang_adaptive"]:
+            # The recommendation, vllm.json and measure.sh are vLLM's; SGLang's policy is compared with one.
+            problems.append(
+                (
+                    ("policies",),
+                    "must hold a vLLM policy too (static, k_table, adaptive_verification or "
+                    "adaptive_verification_table): sglang_adaptive is compared with the vLLM recommendation, "
+                    "got ['sglang_adaptive']",
+                )
+            )
         check_rules(problems)
         return self
 
