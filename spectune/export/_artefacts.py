@@ -25,7 +25,7 @@ from spectune.errors import SpectuneError
 from spectune.export._measure import measure_script
 from spectune.export._report import report_html
 from spectune.export._sglang import SGLANG_ADAPTIVE_CONFIG_NAME, sglang_export
-from spectune.export._tables import trials_csv
+from spectune.export._tables import policy_rows, trials_csv
 from spectune.export._trtllm import trtllm_yaml
 from spectune.export._vllm import (
     SyntheticForm,
@@ -35,7 +35,15 @@ from spectune.export._vllm import (
 )
 from spectune.study import Recommendation, StudyOutcome, provenance_notes, recommendation_provenance
 
-__all__ = ["ARTEFACT_NAMES", "bucket_comments", "check_output_dir", "json_text", "recommended_yaml", "write_artefacts"]
+__all__ = [
+    "ARTEFACT_NAMES",
+    "bucket_comments",
+    "policy_comments",
+    "check_output_dir",
+    "json_text",
+    "recommended_yaml",
+    "write_artefacts",
+]
 
 ARTEFACT_NAMES = (
     "recommended.yaml",
@@ -72,6 +80,7 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
         "(weighted geometric mean over batch-size buckets).",
         *([f"# {outcome.partial_note}"] if outcome.partial_note is not None else []),
         *bucket_comments(recommendation),
+        *policy_comments(recommendation),
         *(f"# note: {note}" for note in recommendation.notes),
         *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),
     ]
@@ -83,6 +92,17 @@ def _policy_head(recommendation: Recommendation) -> str:
     if len(recommendation.space.policies) < 2 or recommendation.verdict is None:
         return ""
     return f"{recommendation.verdict.winner.describe()}: "
+
+
+def policy_comments(recommendation: Recommendation) -> list[str]:
+    """Where policies were compared: per bucket, what each gives (``policy_rows``)."""
+    return [
+        "# policies at batch sizes "
+        + row["batch sizes"]
+        + ": "
+        + "; ".join(f"{k} {v}" for k, v in row.items() if k != "batch sizes")
+        for row in policy_rows(recommendation)
+    ]
 
 
 def bucket_comments(recommendation: Recommendation) -> list[str]:
