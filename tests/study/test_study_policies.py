@@ -70,7 +70,7 @@ def test_a_static_k_is_the_best_single_k_over_every_bucket_found_by_brute_force(
         values = [outcome.completed[space.point(b, label, k)].throughput for b in space.batch_sizes]
         return math.exp(sum(math.log(v) for v in values) / len(values))
 
-    best = max(((aggregate(c.label, k), c.label, k) for c in space.combos for k in space.k_values[1:]))
+    best = max((aggregate(c.label, k), c.label, k) for c in space.combos for k in space.k_values[1:])
     chosen = aggregate(recommendation.combo.label, recommendation.schedule[0][2])
     assert chosen >= best[0] * (1 - 0.005)  # the best, or a smaller K / earlier combo within the tie rule
     assert recommendation.schedule[0][2] <= best[2] or recommendation.combo.label != best[1]

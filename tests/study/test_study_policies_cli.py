@@ -2,6 +2,8 @@
 for vLLM and SGLang, ``spectune export`` of an adaptive winner, resuming, and located errors."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from study_doubles import SyntheticEvaluator
@@ -168,3 +170,25 @@ def test_a_candidate_cannot_pin_adaptive_verification_the_study_searches(tmp_pat
         f"{bad}:14: candidates[0].speculative.enable_adaptive_verification: searched by the study: add "
         "'adaptive_verification' to search.policies instead, got True"
     )
+
+
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+
+
+@pytest.mark.parametrize("name", ["quickstart.yaml", "quickstart-measured.yaml", "tuner-quality.yaml"])
+def test_a_study_in_studies_without_policies_hashes_and_searches_as_with_policies_k_table(tmp_path, monkeypatch, name):
+    text = (STUDIES / name).read_text()
+    assert "policies:" not in text
+    # beside the original (its relative paths, which the hash may hold, read the same), in a copy of the repo
+    for folder in ("studies", "configs", "examples"):
+        shutil.copytree(STUDIES.parent / folder, tmp_path / folder)
+    explicit = tmp_path / "studies" / f"pinned-{name}"
+    explicit.write_text(text.replace("\nsearch:\n", "\nsearch:\n  policies: [k_table]\n", 1))
+    monkeypatch.chdir(tmp_path)  # a step-time table's path is hashed as given: give both the same one
+    original = load_document(Path("studies") / name, expect="study").model
+    pinned = load_document(Path("studies") / explicit.name, expect="study").model
+    assert pinned.search.policies == ["k_table"]
+    assert document_fingerprint(pinned) == document_fingerprint(original)
+    labels = [c.label for c in space_from_document(original).combos]
+    assert labels == [c.label for c in space_from_document(pinned).combos]
+    assert all(label.count("/") == 2 for label in labels)  # 'candidate/rule/sampling', as before runtimes
