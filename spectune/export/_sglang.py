@@ -25,7 +25,7 @@ import shlex
 from dataclasses import dataclass
 
 from spectune.config import SglangAdaptive, SglangAdaptiveSlot
-from spectune.study import Recommendation, merge_schedule, sglang_candidate_steps
+from spectune.study import PolicyScore, Recommendation, merge_schedule, sglang_candidate_steps
 
 __all__ = ["SGLANG_ADAPTIVE_CONFIG_NAME", "SGLANG_ALGORITHMS", "SglangExport", "sglang_export", "sglang_flags"]
 
@@ -60,6 +60,10 @@ def sglang_flags(recommendation: Recommendation) -> str:
 def sglang_export(recommendation: Recommendation) -> SglangExport:
     """The flags and the adaptive config for the recommendation (``sglang.txt`` and its file)."""
     space = recommendation.space
+    if recommendation.sglang is not None and recommendation.sglang_preferred:
+        exported = _simulated(recommendation, recommendation.sglang)
+        if exported is not None:
+            return exported
     candidate = space.candidate(recommendation.combo.candidate)
     algorithm = SGLANG_ALGORITHMS.get(candidate.method)
     lines = [f"# spectune study {space.name!r}: {recommendation.combo.label}"]
@@ -131,46 +135,59 @@ def _single_k(recommendation: Recommendation, algorithm: str, lines: list[str]) 
     return SglangExport(_text(lines), None)
 
 
+def _simulated(recommendation: Recommendation, simulated: PolicyScore) -> SglangExport | None:
+    """The simulated sglang_adaptive policy: its slots (candidates 1..K max per bucket, [0] where the
+    bucket's best is off); None when it is off everywhere."""
+    space = recommendation.space
+    rows = merge_schedule(
+        [(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in simulated.score.choices]
+    )
+    if all(k == 0 for _, _, k in rows):
+        return None
+    config = SglangAdaptive(
+        slots={
+            start: SglangAdaptiveSlot(candidate_steps=sglang_candidate_steps(k) if k else [0]) for start, _, k in rows
+        }
+    )
+    lines = [
+        f"# spectune study {space.name!r}: {simulated.combo.label}",
+        f"# {simulated.describe()}, as simulated: {simulated.aggregate_throughput_tokens_per_s:,.0f} output "
+        f"tokens/s (vLLM's recommendation: {recommendation.combo.label})",
+        "# slots (batch size from -> candidate steps): "
+        + "; ".join(f"{start} -> {list(config.slots[start].candidate_steps)}" for start, _, _ in rows),
+    ]
+    algorithm = SGLANG_ALGORITHMS[space.candidate(simulated.combo.candidate).method]
+    return _adaptive_flags(recommendation, simulated.combo.candidate, algorithm, rows, config, lines)
+
+
 def _adaptive(recommendation: Recommendation, lines: list[str]) -> SglangExport | None:
-    """Adaptive steps: the simulated sglang_adaptive policy, else the K table pinned; None for one K."""
+    """The recommended K table pinned as singleton candidate steps; None for one K (or off everywhere)."""
     space = recommendation.space
     algorithm = SGLANG_ALGORITHMS[space.candidate(recommendation.combo.candidate).method]
     max_num_seqs = int(space.context.get("max_num_seqs", space.max_batch_size))
-    simulated = recommendation.sglang
-    if simulated is not None:
-        rows = merge_schedule(
-            [(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in simulated.score.choices]
-        )
-        if all(k == 0 for _, _, k in rows):
-            return None
-        config = SglangAdaptive(
-            slots={
-                start: SglangAdaptiveSlot(candidate_steps=sglang_candidate_steps(k) if k else [0])
-                for start, _, k in rows
-            }
-        )
-        lines = [
-            f"# spectune study {space.name!r}: {simulated.combo.label}",
-            f"# {simulated.describe()}, as simulated: {simulated.aggregate_throughput_tokens_per_s:,.0f} output "
-            f"tokens/s (vLLM's recommendation: {recommendation.combo.label})",
-            "# slots (batch size from -> candidate steps): "
-            + "; ".join(f"{start} -> {list(config.slots[start].candidate_steps)}" for start, _, _ in rows),
-        ]
-        combo = simulated.combo
-    else:
-        rows = list(recommendation.schedule)
-        if len({k for _, _, k in rows}) == 1 or all(k == 0 for _, _, k in rows):
-            return None
-        config = SglangAdaptive.pinned(rows)
-        lines.append(
-            f"# the K table {[list(row) for row in rows]} as singleton candidate steps (one SGLang slot per row, "
-            "pinned to its K)"
-        )
-        lines += _routing_warnings(config, rows, max_num_seqs)
-        lines += _verification_comments(recommendation)
-        combo = recommendation.combo
+    rows = list(recommendation.schedule)
+    if len({k for _, _, k in rows}) == 1 or all(k == 0 for _, _, k in rows):
+        return None
+    config = SglangAdaptive.pinned(rows)
+    lines.append(
+        f"# the K table {[list(row) for row in rows]} as singleton candidate steps (one SGLang slot per row, "
+        "pinned to its K)"
+    )
+    lines += _routing_warnings(config, rows, max_num_seqs)
+    lines += _verification_comments(recommendation)
+    return _adaptive_flags(recommendation, recommendation.combo.candidate, algorithm, rows, config, lines)
+
+
+def _adaptive_flags(
+    recommendation: Recommendation,
+    candidate_name: str,
+    algorithm: str,
+    rows: list[tuple[int, int, int]],
+    config: SglangAdaptive,
+    lines: list[str],
+) -> SglangExport:
     k_max = max(k for _, _, k in rows)
-    flags = _chain_flags(recommendation, combo.candidate, algorithm, k_max)
+    flags = _chain_flags(recommendation, candidate_name, algorithm, k_max)
     flags += ["--speculative-adaptive", "--speculative-adaptive-config", SGLANG_ADAPTIVE_CONFIG_NAME]
     lines.append(
         f"# {SGLANG_ADAPTIVE_CONFIG_NAME} (written beside this file) holds the slots; SGLang starts each slot at "

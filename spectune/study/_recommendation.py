@@ -55,6 +55,7 @@ class Recommendation:
     policies: tuple[PolicyScore, ...] = ()
     sglang: PolicyScore | None = None
     verdict: PolicyVerdict | None = None
+    sglang_preferred: bool = False  # sglang.txt serves ``sglang`` (not behind the recommendation outside noise)
 
     @property
     def speculation_off_everywhere(self) -> bool:
@@ -107,8 +108,10 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
     sglang = next((s for s in scores if s.policy == "sglang_adaptive"), None)
     if len(space.policies) > 1:
         notes.append(verdict.sentence())
+    sglang_preferred = False
     if sglang is not None:
-        notes.append(_sglang_note(space, sglang, chosen, completed))
+        note, sglang_preferred = _sglang_note(space, sglang, chosen, completed)
+        notes.append(note)
     if winner is not top:
         gap, stderr, _ = combo_gap(space, top, winner, completed)
         notes.append(
@@ -151,21 +154,27 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
         policy=chosen.policy,
         policies=tuple(scores),
         sglang=sglang,
+        sglang_preferred=sglang_preferred,
         verdict=verdict,
     )
 
 
 def _sglang_note(
     space: StudySpace, sglang: PolicyScore, chosen: PolicyScore, completed: Mapping[Point, Evaluation]
-) -> str:
+) -> tuple[str, bool]:
     """How SGLang's adaptive steps compare with the vLLM policy recommended (different servers: compared,
-    not chosen between)."""
+    not chosen between), and whether sglang.txt serves them: unless they fall behind outside the noise
+    (then it serves the recommended table, pinned)."""
     gap, stderr, _ = combo_gap(space, sglang.score, chosen.score, completed)
-    within = " (within the noise)" if combo_tie(abs(gap), stderr) else ""
+    tied = combo_tie(abs(gap), stderr)
+    within = " (within the noise)" if tied else ""
     ratio = sglang.aggregate_throughput_tokens_per_s / chosen.aggregate_throughput_tokens_per_s - 1
+    preferred = tied or ratio > 0
+    serves = "sglang.txt serves it" if preferred else f"sglang.txt serves {chosen.describe()} instead"
     return (
         f"{sglang.describe()} on {sglang.combo.label}: {sglang.aggregate_throughput_tokens_per_s:,.0f} tokens/s, "
-        f"{ratio:+.1%} against {chosen.describe()}{within}; sglang.txt serves it"
+        f"{ratio:+.1%} against {chosen.describe()}{within}; {serves}",
+        preferred,
     )
 
 

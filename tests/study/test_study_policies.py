@@ -213,3 +213,18 @@ def test_a_study_over_policies_resumes_after_sigkill_and_never_simulates_a_point
     assert set(points) == {t.point for t in uninterrupted.trials if t.state == "COMPLETE"}
     assert after.recommendation.policy == uninterrupted.recommendation.policy
     assert after.recommendation.schedule == uninterrupted.recommendation.schedule
+
+
+def test_sglang_txt_serves_the_simulated_adaptive_steps_unless_they_fall_behind_the_table(tmp_path):
+    from spectune.export import sglang_export
+
+    options = dict(batch_sizes=(1, 8, 64), max_k=5, methods=("eagle3",), policies=("k_table", "sglang_adaptive"))
+    ahead = _outcome(tmp_path / "ahead", RuntimeScaled({"sglang_adaptive": 1.1}), **options).recommendation
+    config = sglang_export(ahead).adaptive_config
+    steps = [slot.candidate_steps for slot in config.slots.values()]
+    assert any(len(s) > 1 for s in steps) and all(s == list(range(1, len(s) + 1)) or s == [0] for s in steps)
+    behind = _outcome(tmp_path / "behind", RuntimeScaled({"sglang_adaptive": 0.8}), **options).recommendation
+    note = next(n for n in behind.notes if n.startswith("SGLang adaptive steps"))
+    assert note.endswith("sglang.txt serves the K table instead") and re.search(r": [\d,]+ tokens/s, -\d", note)
+    pinned = sglang_export(behind).adaptive_config  # the table varies here: pinned singleton slots
+    assert {k: s.candidate_steps for k, s in pinned.slots.items()} == {r[0]: [r[2]] for r in behind.schedule}
