@@ -235,6 +235,10 @@ class SimulationDocument(SpectuneModel):
                 table = spec.num_speculative_tokens_per_batch_size if self.num_replicas == 1 else None  # off under DP
                 needed = {spec.num_speculative_tokens, *(row[2] for row in table or ())}
                 needed |= {0} if self.simulation.baseline else set()
+                if spec.enable_adaptive_verification:  # verification at every width up to K (1 + admitted)
+                    needed |= {0, spec.num_speculative_tokens}
+                if self.sglang_adaptive is not None:
+                    needed |= {step for slot in self.sglang_adaptive.slots.values() for step in slot.candidate_steps}
             gap = self.cost_model.step_times.k_coverage_problem(needed)
             if gap is not None:
                 baseline_gap = (

@@ -32,6 +32,7 @@ import numpy as np
 from spectune.config import MAX_NUM_SPECULATIVE_TOKENS
 from spectune.errors import SpectuneError
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity
+from spectune.simulator._policy import StepPolicy
 
 __all__ = ["LoopInputs", "LoopSteps", "LoopTrace", "VerifyRequest", "serving_loop"]
 
@@ -100,8 +101,12 @@ def serving_loop(
     kv: KvCacheCapacity | None = None,
     lookahead_slots: Callable[[int], int] = lambda k: 0,
     lookup_counts_prefills: bool = False,
+    policy: StepPolicy | None = None,
 ) -> LoopSteps:
     """Simulate serving ``inputs``; K per step comes from ``k_for_batch(decode batch size)``.
+
+    ``policy``: a runtime policy (``spectune.simulator._policy``) that sets K per step and may verify fewer
+    drafts than it drafts; None: ``StepPolicy(k_for_batch)``, every drafted token verified.
 
     ``kv``: the replica's KV block pool (None: unbounded); ``lookahead_slots(K)``: KV slots a decoding
     request reserves beyond its 1 + K verified tokens (``spectune.simulator._kv.drafting_slots``).
@@ -121,6 +126,9 @@ def serving_loop(
     Returns the trace. ``verifies`` False: plain decoding, nothing is yielded.
     """
     n = len(inputs.output_tokens)
+    if policy is None:
+        policy = StepPolicy(k_for_batch)
+    k_for_batch = policy.k_for_batch
     trace = LoopTrace(
         arrival_s=inputs.arrival_s.astype(np.float64).copy(),
         first_token_s=np.full(n, np.nan),
@@ -221,9 +229,11 @@ def serving_loop(
                     "KV cache more memory (gpu_memory_utilization, tensor_parallel_size)"
                 )
         prefill_s = prefill_time(chunk_tokens, chunk_prompts, batch > 0) if chunk_tokens else 0.0
+        if verified:  # a request whose prefill completes this step samples too
+            policy.plan(running, k, batch + len(completed), batch + chunk_tokens)
         if batch:
             mean_context = float(np.add.reduce(running_context, dtype=np.float64) / batch)
-            drafting, verification, sampling, overhead = step_time(batch, k, mean_context)
+            drafting, verification, sampling, overhead = policy.step_phases(step_time, batch, k, mean_context)
         else:
             drafting = verification = sampling = overhead = 0.0
         clock += drafting + verification + sampling + overhead + prefill_s
@@ -240,11 +250,14 @@ def serving_loop(
             if verified:
                 emitted = yield None  # ... and hands back the emitted tokens once it is done
                 assert emitted is not None
+                emitted = policy.settle(running, k, emitted, batch)
                 emitted_counts += np.bincount(emitted, minlength=len(emitted_counts))
                 positions = max(positions, k)
                 trace.num_drafts += batch
-                trace.num_draft_tokens += batch * k
+                trace.num_draft_tokens += policy.verified_drafts
             else:
+                if verifies:
+                    policy.unverified(batch)
                 emitted = np.ones(batch, dtype=np.int64)
             remaining = left[running]
             emitted = np.minimum(emitted, remaining)

@@ -19,6 +19,8 @@ from spectune.simulator._kernel_call import slot_rows
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity, drafting_slots
 from spectune.simulator._loop import LoopInputs, LoopTrace, serving_loop
 from spectune.simulator._metrics import KvCacheReport, SimulationResult, summarize
+from spectune.simulator._policy import StepPolicy
+from spectune.simulator._policy_setup import drafting_depth, runtime_policy, runtime_verifies
 from spectune.simulator._replicas import merge_traces, split_load
 from spectune.simulator._verifiers import Draws, draws_for, make_verifier
 from spectune.workload import LogitSynthesizer, RequestTable, generate_requests
@@ -116,6 +118,8 @@ def _verifies(document: SimulationDocument) -> bool:
     spec = document.speculative
     if spec is None:
         return False
+    if document.sglang_adaptive is not None:
+        return runtime_verifies(document)
     if document.num_replicas > 1:  # every batch gets the maximum K (see _Setup)
         return spec.num_speculative_tokens > 0
     cap = _concurrency(document)
@@ -154,7 +158,7 @@ def _member_bytes(document: SimulationDocument) -> int:
     spec = document.speculative
     assert spec is not None
     device = resolve_device(document.simulation.device)
-    vocab, k = document.workload.vocab_size, spec.num_speculative_tokens
+    vocab, k = document.workload.vocab_size, drafting_depth(document)
     temperatures = len(document.workload.temperature_mix[0])
     sides = 2 if spec.draft_sample_method == "probabilistic" else 1
     bank = k * temperatures * document.simulation.bank_rows * vocab * 4 * sides
@@ -240,7 +244,7 @@ class _Setup:
         self.inputs = inputs = _loop_inputs(document, requests)
         spec = document.speculative  # None: plain decoding (no drafter, K = 0 at every batch size)
         drafter = document.effective_drafter()
-        max_k = spec.num_speculative_tokens if spec is not None else 0
+        max_k = self.max_k = drafting_depth(document)
         self.work = _sampler_work(document)
         cost = build_cost_model(
             document.hardware, document.target_model, drafter, document.cost_model,
@@ -279,19 +283,24 @@ class _Setup:
         parts = [(None, inputs)] if replicas == 1 else split_load(inputs, replicas)
         self.part_ids: list[np.ndarray | None] = []
         self.members: list[EngineMember] = []
-        for ids, part in parts:
+        step_timer = cost.step_timer(draft_probabilities=draft_probabilities)
+        for index, (ids, part) in enumerate(parts):
             self.pools.append(KvCacheCapacity(kv_tokens // BLOCK_SIZE_TOKENS, len(part.output_tokens)))
+            policy: StepPolicy | None = runtime_policy(
+                document, k_for_batch, step_timer, part, self._conditional_rates, seed=document.seed + index
+            )
             loop = serving_loop(
                 part,
                 k_for_batch=k_for_batch,
                 verifies=verifies,
-                step_time=cost.step_timer(draft_probabilities=draft_probabilities),
+                step_time=step_timer,
                 prefill_time=_prefill_time_fn(cost),
                 max_steps=document.simulation.max_steps,
                 on_step=progress if replicas == 1 else None,
                 kv=self.pools[-1],
                 lookahead_slots=slots,
                 lookup_counts_prefills=document.simulation.k_lookup_counts_prefills,
+                policy=policy,
             )
             self.part_ids.append(ids)
             self.members.append(EngineMember(
@@ -315,7 +324,7 @@ class _Setup:
         assert spec is not None  # only a document that verifies draws logits
         measured_with: Literal["greedy", "probabilistic"] = "greedy"
         if self.synthetic_rates is not None:
-            index, rates = -1, list(self.synthetic_rates)
+            index, rates = -1, self._conditional_rates(batch_size).tolist()
         else:
             acceptance = document.acceptance
             assert acceptance is not None
@@ -323,7 +332,7 @@ class _Setup:
             # by position: the chosen bin may be a copy under the source's extrapolation rule
             found = acceptance.bin_index(batch_size)
             index = -1 if found is None else found
-            rates, measured_with = chosen.conditional(spec.num_speculative_tokens), acceptance.measured_with
+            rates, measured_with = chosen.conditional(self.max_k), acceptance.measured_with
         if index not in self._synthesizers:
             self._synthesizers[index] = LogitSynthesizer(
                 rates,
@@ -335,6 +344,16 @@ class _Setup:
                 bank_rows=document.simulation.bank_rows,
             )
         return self._synthesizers[index]
+
+    def _conditional_rates(self, batch_size: int) -> np.ndarray:
+        """Conditional acceptance per position (float64 [max K]) at ``batch_size`` running requests."""
+        if self.synthetic_rates is not None:
+            rates = list(self.synthetic_rates)
+            rates += rates[-1:] * (self.max_k - len(rates))
+            return np.asarray(rates[: self.max_k], dtype=np.float64)
+        acceptance = self.document.acceptance
+        assert acceptance is not None
+        return np.asarray(acceptance.rates_for_batch(batch_size).conditional(self.max_k), dtype=np.float64)
 
     def trace(self) -> LoopTrace:
         """What the document's loops served: one replica's trace, or the replicas' merged."""

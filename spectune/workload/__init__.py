@@ -12,6 +12,7 @@ they were measured with, and the other mode's acceptance is read off the same pa
 """
 
 from spectune.workload._calibration import KnobCalibration, calibrate_knob, clear_calibration_cache
+from spectune.workload._confidence import draft_confidence_auc, draft_log_odds, weighted_auc
 from spectune.workload._pair_family import DraftSampleMethod
 from spectune.workload._requests import RequestTable, draw_lengths, generate_requests
 from spectune.workload._synthesizer import BankStep, LogitSynthesizer, SpeculationInputs
@@ -25,6 +26,9 @@ __all__ = [
     "SpeculationInputs",
     "calibrate_knob",
     "clear_calibration_cache",
+    "draft_confidence_auc",
+    "draft_log_odds",
     "draw_lengths",
     "generate_requests",
+    "weighted_auc",
 ]

@@ -105,6 +105,7 @@ class LogitSynthesizer:
         self.bank_rows = bank_rows
         self.draft_sample_method: DraftSampleMethod = draft_sample_method
         self.measured_with: DraftSampleMethod = measured_with
+        self.draft_samples_per_row, self.bank_seed = draft_samples_per_row, bank_seed
         self.conditional_rates = tuple(float(rate) for rate in conditional_rates)
         self.temperature_values = tuple(float(t) for t in temperatures)
         self.calibrations: dict[tuple[int, int], KnobCalibration] = {}

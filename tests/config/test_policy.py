@@ -194,3 +194,17 @@ def test_default_capture_sizes_follow_sglang_speculative_list() -> None:
     assert sizes[:10] == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12]
     assert [s for s in sizes if 32 <= s <= 80] == [32, 40, 44, 48, 52, 56, 60, 64, 72, 80]
     assert sizes[-2:] == [272, 288] and max(sizes) <= 300
+
+
+def test_a_measured_step_table_must_cover_every_sglang_candidate(problems_of, tmp_path) -> None:
+    (tmp_path / "steps.csv").write_text(
+        "batch_size,num_speculative_tokens,step_time_ms\n1,0,7\n64,0,9\n1,3,9\n64,3,12\n"
+    )
+    measured = "cost_model: {method: measured, step_times: steps.csv}\n"
+    _, fine = problems_of(HEAD + SPEC + ACCEPT + WORK + DEPLOY + measured + SLOTS)
+    assert fine == []
+    _, problems = problems_of(
+        HEAD + SPEC + ACCEPT + WORK + DEPLOY + measured + "sglang_adaptive: {slots: {1: {candidate_steps: [1, 5]}}}\n"
+    )
+    assert [p.field for p in problems] == ["cost_model.step_times"]
+    assert "measures K 0..3, but this document needs K 5" in problems[0].message

@@ -1,0 +1,161 @@
+"""Runtime policies simulated end to end: each through ``spectune simulate``; SGLang's singleton slots against
+the K table they pin; adaptive verification against the best static K; both engines alike."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_lockstep import _numbers, _on_the_kernels, _with_engine
+from typer.testing import CliRunner
+
+from spectune.cli import app
+from spectune.config import SglangAdaptive, SimulationDocument
+from spectune.simulator import simulate, simulate_many
+from spectune.simulator._acceptance_estimate import DEFAULT_CONFIDENCE_AUC
+from spectune.simulator._policy_setup import confidence_auc
+
+runner = CliRunner()
+BASE = {
+    "kind": "simulation",
+    "name": "policy",
+    "speculative": {"method": "eagle3", "num_speculative_tokens": 4},
+    "acceptance": {"conditional_rates": [0.8, 0.7, 0.6, 0.5]},
+    "workload": {
+        "concurrency": 6,
+        "num_requests": 18,
+        "prompt_tokens": 32,
+        "output_tokens": 48,
+        "temperature": 0.0,
+        "vocab_size": 128,
+    },
+    "hardware": "h100-sxm",
+    "target_model": "llama-3.1-8b",
+    "simulation": {"bank_rows": 64},
+}
+POLICIES = {
+    "static": {},
+    "k_table": {"speculative": {"num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 64, 2]]}},
+    "adaptive_verification": {"speculative": {"enable_adaptive_verification": True}},
+    "adaptive_verification_table": {
+        "speculative": {
+            "enable_adaptive_verification": True,
+            "num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 64, 2]],
+        }
+    },
+    "sglang_adaptive": {
+        "sglang_adaptive": {"slots": {"1": {"candidate_steps": [1, 2, 4]}, "4": {"candidate_steps": [0, 1, 2]}}}
+    },
+}
+
+
+def _data(**changes) -> dict:
+    data = json.loads(json.dumps(BASE))
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return data
+
+
+def _document(**changes) -> SimulationDocument:
+    return SimulationDocument.model_validate(_data(**changes))
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_spectune_simulate_runs_each_policy(tmp_path: Path, policy: str) -> None:
+    path = tmp_path / "sim.yaml"
+    path.write_text(yaml.safe_dump(_data(**POLICIES[policy])))
+    result = runner.invoke(app, ["simulate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    values = json.loads(result.output)
+    assert values["throughput_tokens_per_s"] > 0 and values["mean_acceptance_length"] >= 1.0
+
+
+def test_adaptive_policies_change_what_is_verified() -> None:
+    static = simulate(_document(), baseline=False)
+    adaptive = simulate(_document(**POLICIES["adaptive_verification"]), baseline=False)
+    sglang = simulate(_document(**POLICIES["sglang_adaptive"]), baseline=False)
+    # the drafter drafts K = 4 every step under adaptive verification; the budget verifies fewer
+    assert adaptive.num_draft_tokens < static.num_draft_tokens
+    assert sglang.num_draft_tokens != static.num_draft_tokens
+
+
+def test_sglang_adaptive_with_a_singleton_candidate_is_a_static_k() -> None:
+    pinned = simulate(_document(sglang_adaptive={"slots": {"1": {"candidate_steps": [3]}}}), baseline=False)
+    static = simulate(_document(speculative={"num_speculative_tokens": 3}), baseline=False)
+    assert _numbers(pinned) == _numbers(static)
+
+
+def test_sglang_singleton_slots_reproduce_a_k_table_aligned_to_capture_sizes_exactly() -> None:
+    table = [[1, 2, 4], [3, 4, 2], [5, 64, 1]]  # rows end at capture sizes 2 and 4
+    capture = [1, 2, 4, 8]
+    rows = [tuple(row) for row in table]
+    pinned = SglangAdaptive.pinned(rows, capture)
+    sglang = _document(sglang_adaptive=pinned.model_dump(), workload={"concurrency": 8, "num_requests": 24})
+    k_table = _document(
+        speculative={"num_speculative_tokens_per_batch_size": table}, workload={"concurrency": 8, "num_requests": 24}
+    )
+    sglang_result, table_result = simulate(sglang, baseline=False), simulate(k_table, baseline=False)
+    assert sglang_result.simulated_steps > 10
+    assert _numbers(sglang_result) == _numbers(table_result)
+
+
+def test_confidence_auc_defaults_and_follows_the_acceptance() -> None:
+    assert confidence_auc(_document(), 4) == DEFAULT_CONFIDENCE_AUC
+    document = _document(acceptance={"conditional_rates": [0.8], "confidence_auc": 0.9})
+    assert confidence_auc(document, 4) == 0.9
+
+
+def _throughput(concurrency: int, k: int, **changes) -> float:
+    document = _document(
+        seed=3,
+        speculative={"num_speculative_tokens": k, **changes.pop("speculative", {})},
+        acceptance={"conditional_rates": [0.85, 0.75, 0.65, 0.55, 0.45, 0.4], **changes.pop("acceptance", {})},
+        workload={"concurrency": concurrency, "num_requests": max(4 * concurrency, 16), "output_tokens": 192},
+        **changes,
+    )
+    return simulate(document, baseline=False).throughput_tokens_per_s
+
+
+@pytest.mark.parametrize("concurrency", [1, 8, 48])
+def test_adaptive_verification_at_chance_is_no_better_than_the_best_static_k(concurrency: int) -> None:
+    best_static = max(_throughput(concurrency, k) for k in range(1, 7))
+    adaptive = _throughput(
+        concurrency, 6, speculative={"enable_adaptive_verification": True}, acceptance={"confidence_auc": 0.5}
+    )
+    assert adaptive <= best_static * 1.01, (adaptive, best_static)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="vLLM 0.33.0 sizes the budget from one-step-stale estimates and prices each draft token as a "
+    "dummy request at 8192 context; with acceptance independent across steps (spectune's model) even a "
+    "perfect fresh ranking does not make up for it: docs/policies.md",
+)
+@pytest.mark.parametrize("concurrency", [1, 8, 48])
+def test_adaptive_verification_with_a_perfect_estimate_is_at_least_the_best_static_k(concurrency: int) -> None:
+    best_static = max(_throughput(concurrency, k) for k in range(1, 7))
+    adaptive = _throughput(
+        concurrency, 6, speculative={"enable_adaptive_verification": True}, acceptance={"confidence_auc": 1.0}
+    )
+    assert adaptive >= best_static * 0.99, (adaptive, best_static)
+
+
+def test_both_engines_give_the_same_numbers_for_every_policy() -> None:
+    """The kernels (under the interpreter) verify the same steps ahead as step by step, whatever the policy
+    decides each step: the policies work on the counts the engines hand back."""
+    documents = _on_the_kernels(
+        [
+            _document(
+                seed=index,
+                workload={"concurrency": 4, "num_requests": 8, "output_tokens": 24, "temperature": 0.7},
+                **changes,
+            )
+            for index, changes in enumerate(POLICIES.values())
+        ]
+    )
+    ahead = simulate_many(_with_engine(documents, "ahead"), baseline=False, draws="counter")
+    step = simulate_many(_with_engine(documents, "step"), baseline=False, draws="counter")
+    assert [_numbers(r) for r in ahead] == [_numbers(r) for r in step]
