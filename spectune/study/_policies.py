@@ -94,9 +94,11 @@ class PolicyVerdict:
     ranking: tuple[PolicyScore, ...]
 
     def sentence(self) -> str:
-        """E.g. 'adaptive verification (K <= 7) within 1.2% of the K table: either; the K table is
-        recommended (on a tie: ...)'."""
+        """E.g. 'adaptive verification (K <= 7) within 1.2% of the K table: either; behind it: static K = 4
+        by 3.1%' (and which is recommended when the preference, not the aggregate, decides)."""
         top = self.top.describe()
+        tied = {id(p) for p, _ in self.tied}
+        behind = [p for p in self.ranking if p is not self.top and id(p) not in tied]
         if self.tied:
             within = ", ".join(f"{p.describe()} within {gap:.1%}" for p, gap in self.tied)
             text = f"policies: {within} of {top}: either"
@@ -105,13 +107,16 @@ class PolicyVerdict:
                     f"; {self.winner.describe()} is recommended (on a tie: the K table, then a static K, then "
                     "the runtime policies, whose acceptance estimate the profile only assumes)"
                 )
-            return text
-        others = [p for p in self.ranking if p is not self.top]
-        if not others:
+        elif behind:
+            text = f"policies: {top} is best, outside the noise"
+        else:
             return f"policies: {top} (the only one simulated)"
-        second = others[0]
-        ahead = _relative(self.top.aggregate_throughput_tokens_per_s, second.aggregate_throughput_tokens_per_s)
-        return f"policies: {top} is best, {ahead:.1%} ahead of {second.describe()} (outside the noise)"
+        if behind:
+            text += "; behind it: " + ", ".join(f"{p.describe()} by {self._shortfall(p):.1%}" for p in behind)
+        return text
+
+    def _shortfall(self, other: PolicyScore) -> float:
+        return -_relative(other.aggregate_throughput_tokens_per_s, self.top.aggregate_throughput_tokens_per_s)
 
 
 def _relative(a: float, b: float) -> float:
