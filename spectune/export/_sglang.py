@@ -212,7 +212,8 @@ def _routing_warnings(config: SglangAdaptive, rows: list[tuple[int, int, int]], 
         else:
             runs.append([batch_size, batch_size, k, served if served is not None else -1])
     return [
-        f"# warning: SGLang pads batch size{f's {first}-{last}' if last > first else f' {first}'} to a CUDA-graph size past the row boundary and serves "
-        f"them K = {served}, not the table's K = {k} (capture sizes {sizes[:12]}{'...' if len(sizes) > 12 else ''})"
+        f"# warning: SGLang serves batch size{f's {first}-{last}' if last > first else f' {first}'} K = {served}, "
+        f"not the table's K = {k}: it pads a batch to the next CUDA-graph size, here past the row boundary "
+        f"(capture sizes {sizes[:12]}{'...' if len(sizes) > 12 else ''})"
         for first, last, k, served in runs
     ]

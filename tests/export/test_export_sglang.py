@@ -90,7 +90,8 @@ def test_a_row_boundary_off_the_capture_sizes_is_warned_with_the_k_sglang_serves
     warnings = [line for line in text.splitlines() if line.startswith("# warning")]
     assert len(warnings) == 1
     assert warnings[0].startswith(
-        "# warning: SGLang pads batch size 9 to a CUDA-graph size past the row boundary and serves them K = 2, not the table's K = 4"
+        "# warning: SGLang serves batch size 9 K = 2, not the table's K = 4: it pads a batch to the next CUDA-graph size, "
+        "here past the row boundary"
     )
 
 
