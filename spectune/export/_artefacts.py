@@ -100,7 +100,7 @@ def policy_comments(recommendation: Recommendation) -> list[str]:
         "# policies at batch sizes "
         + row["batch sizes"]
         + ": "
-        + "; ".join(f"{k} {v}" for k, v in row.items() if k != "batch sizes")
+        + "; ".join(f"{k}: {v}" for k, v in row.items() if k != "batch sizes")
         for row in policy_rows(recommendation)
     ]
 

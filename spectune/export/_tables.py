@@ -9,6 +9,7 @@ import math
 from spectune.config import CSV_METRICS, StudyMetrics
 from spectune.study import (
     OFF,
+    POLICY_LABELS,
     BucketChoice,
     Point,
     Recommendation,
@@ -95,12 +96,16 @@ def policy_rows(recommendation: Recommendation) -> list[dict[str, str]]:
         row = {"batch sizes": f"{choice.first_batch_size}-{choice.last_batch_size}"}
         for policy in recommendation.policies:
             chosen = policy.score.choices[i] if i < len(policy.score.choices) else None
+            name = POLICY_LABELS[policy.policy]
             if chosen is None or chosen.evaluation is None:
-                row[policy.describe()] = "not simulated"
-            else:
-                row[policy.describe()] = (
-                    f"K {chosen.num_speculative_tokens}: {chosen.evaluation.throughput:,.0f} tokens/s"
-                )
+                row[name] = "not simulated"
+                continue
+            k = (
+                f"K <= {chosen.num_speculative_tokens}"
+                if policy.combo.runtime != "none"
+                else f"K {chosen.num_speculative_tokens}"
+            )
+            row[name] = f"{k}, {chosen.evaluation.throughput:,.0f} tokens/s"
         rows.append(row)
     return rows
 

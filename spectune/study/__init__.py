@@ -41,7 +41,17 @@ from spectune.study._recommendation import Recommendation, recommend
 from spectune.study._records import Evaluation, SearchState, as_metrics, comparison_noise, evaluate_metrics
 from spectune.study._runner import EXHAUSTIVE_LIMIT, StudyProgress, StudyRun, resolve_strategy, run_study
 from spectune.study._sampler import SpectuneSampler, Strategy, search_space
-from spectune.study._space import OFF, REFINE_FACTOR, Candidate, Combo, Constraint, Point, StudySpace, bucket_ranges
+from spectune.study._space import (
+    OFF,
+    POLICY_LABELS,
+    REFINE_FACTOR,
+    Candidate,
+    Combo,
+    Constraint,
+    Point,
+    StudySpace,
+    bucket_ranges,
+)
 from spectune.study._storage import (
     JournalRepair,
     default_out_dir,
@@ -78,6 +88,7 @@ __all__ = [
     "JournalRepair",
     "Mark",
     "Point",
+    "POLICY_LABELS",
     "POLICY_PREFERENCE",
     "PolicyScore",
     "PolicyVerdict",

@@ -2,6 +2,7 @@
 for vLLM and SGLang, ``spectune export`` of an adaptive winner, resuming, and located errors."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -78,8 +79,16 @@ def test_every_policy_is_shown_per_batch_size_and_the_configs_validate(ran):
     ]
     assert [c.split(":")[0] for c in comments] == ["# policies at batch sizes 1-2", "# policies at batch sizes 3-16"]
     for comment in comments:
-        for name in ("static K = ", "the K table K ", "adaptive verification (K <= ", "SGLang adaptive steps (K <= "):
-            assert name in comment, comment
+        parts = comment.split(": ", 1)[1].split("; ")
+        # e.g. "static K: K 2, 314 tokens/s; the K table: K 2, 314 tokens/s; adaptive verification: K <= 2, ..."
+        assert [p.split(": ")[0] for p in parts] == [
+            "static K",
+            "the K table",
+            "adaptive verification",
+            "adaptive verification over a K table",
+            "SGLang adaptive steps",
+        ], comment
+        assert all(re.fullmatch(r"[^:]+: K (<= )?[0-2], [\d,]+ tokens/s", p) for p in parts), comment
     report = (out / "report.html").read_text()
     assert "<h3>Policies per batch size" in report
     check = runner.invoke(app, ["validate", "--strict", str(out / "recommended.yaml"), str(out / "vllm.json")])
