@@ -1,4 +1,6 @@
-"""From evaluations to one recommendation: a combo, and a K per batch-size bucket chosen from its tie set.
+"""From evaluations to a combo's score: a K per batch-size bucket chosen from its tie set, aggregated.
+
+(``_policies`` scores each searched policy with these; ``_recommendation`` builds the recommendation.)
 
 vLLM serves one method, one verification rule and one draft sampling, so the recommendation is one
 combo -- the one with the best aggregate over buckets (the weighted geometric mean of its chosen

@@ -12,12 +12,15 @@ So instead of a black-box search over (bucket, combo, K):
 1. at the representative (most common) bucket, simulate the first combo's whole K curve (K = 0, speculation
    off, is the shared left end of every curve), then search K for every other combo by hill-climbing from
    the first one's optimum (combos of a method peak at similar K);
-2. keep the ``keep_combos`` best combos there, and any other within noise of the last of them (after
-   adaptive precision, below, when the noise alone decides);
+2. keep the ``keep_combos`` best combos there *of each runtime* (as served with K drafts, with adaptive
+   verification, with SGLang's adaptive steps: each policy needs its own best), and any other within
+   noise of the last of them (after adaptive precision, below, when the noise alone decides);
 3. for each kept combo, settle the representative bucket, then walk outwards in both directions
    bucket by bucket, starting each bucket's K search at the neighbour's optimum (towards larger
    batches, at the smallest K that ties with it) and hill-climbing (preferring smaller K at larger
    batch sizes, where the optimum moves down);
+3b. for a single-K policy (static K, adaptive verification under one K max), once the tables are
+   settled: each K of a kept combo's table at every bucket, so that one K is known everywhere;
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
    the recommendation open (``_recommend.precision_requests``), while the work added (simulated
    steps) stays within ``refine_budget`` times the search's own;
