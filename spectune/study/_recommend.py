@@ -375,13 +375,6 @@ def combo_tie(gap: float, stderr: float) -> bool:
     return gap <= max(TIE_SIGMAS * stderr, TIE_RELATIVE)
 
 
-def _pick_combo(
-    space: StudySpace, completed: Mapping[Point, Evaluation]
-) -> tuple[ComboScore, ComboScore, list[ComboScore]] | None:
-    """``pick_score`` over every combo of the space, whatever its runtime."""
-    return pick_score(space, [combo_score(space, combo, completed) for combo in space.combos], completed)
-
-
 def pick_score(
     space: StudySpace, scores: Sequence[ComboScore], completed: Mapping[Point, Evaluation]
 ) -> tuple[ComboScore, ComboScore, list[ComboScore]] | None:
@@ -416,9 +409,22 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
       that contributes most to that noise;
     - the K table: a bucket of the recommended combo whose tie set holds K tied only through noise,
       when the table without them would differ.
+    With runtime policies, each runtime's combos are one such decision (each policy needs its own best
+    combo and table), the runtimes in document order.
     Points already evaluated are included (the caller skips them); the groups are deterministic.
     """
-    picked = _pick_combo(space, completed)
+    groups: list[list[Point]] = []
+    for runtime in dict.fromkeys(c.runtime for c in space.combos):
+        scores = [combo_score(space, c, completed) for c in space.combos if c.runtime == runtime]
+        groups += _precision_groups(space, completed, scores)
+    return groups
+
+
+def _precision_groups(
+    space: StudySpace, completed: Mapping[Point, Evaluation], scores: Sequence[ComboScore]
+) -> list[list[Point]]:
+    """``precision_requests`` among ``scores`` (one runtime's combos)."""
+    picked = pick_score(space, scores, completed)
     if picked is None:
         return []
     winner, top, ranking = picked

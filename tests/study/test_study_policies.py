@@ -228,3 +228,33 @@ def test_sglang_txt_serves_the_simulated_adaptive_steps_unless_they_fall_behind_
     assert note.endswith("sglang.txt serves the K table instead") and re.search(r": [\d,]+ tokens/s, -\d", note)
     pinned = sglang_export(behind).adaptive_config  # the table varies here: pinned singleton slots
     assert {k: s.candidate_steps for k, s in pinned.slots.items()} == {r[0]: [r[2]] for r in behind.schedule}
+
+
+def test_adaptive_precision_settles_each_policys_own_table_not_only_the_overall_winners(tmp_path):
+    from study_doubles import PlantedEvaluator
+
+    from spectune.study import Candidate, Combo, StudySpace, precision_requests
+
+    plain, adaptive = Combo("eagle3", "standard", "greedy"), Combo("eagle3", "standard", "greedy", "vllm_adaptive")
+    space = StudySpace(
+        name="precision",
+        candidates=(Candidate("eagle3", {"method": "eagle3", "model": "org/head"}),),
+        combos=(plain, adaptive),
+        batch_sizes=(1, 8),
+        min_num_speculative_tokens=1,
+        max_num_speculative_tokens=4,
+        max_batch_size=64,
+        policies=("k_table", "adaptive_verification_table"),
+    )
+    curves = {
+        (plain.label, 1): {0: 400, 1: 700, 2: 900, 3: 1000, 4: 950},
+        (plain.label, 8): {0: 3000, 1: 5000, 2: 6000, 3: 5500, 4: 5000},
+        (adaptive.label, 1): {0: 400, 1: 700, 2: 890, 3: 850, 4: 800},
+        # K 2 ties with K 3 only through the noise (1.8 % below), and the table would take it
+        (adaptive.label, 8): {0: 3000, 1: 4000, 2: 4420, 3: 4500, 4: 4000},
+    }
+    storage = str(tmp_path / "s.journal")
+    run_study(space, PlantedEvaluator(curves, noise=0.01), fingerprint(), storage=storage, strategy="exhaustive")
+    groups = precision_requests(space, load_outcome(storage, space.name).completed)
+    assert [sorted(p.num_speculative_tokens for p in g) for g in groups] == [[2, 3]]
+    assert all(p.label == adaptive.label and p.batch_size == 8 and p.refinement == 1 for p in groups[0])
