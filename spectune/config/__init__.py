@@ -19,7 +19,7 @@ from spectune.config._metrics import (
 )
 from spectune.config._models import DrafterSpec, TargetModelSpec, default_drafter
 from spectune.config._overrides import apply_overrides
-from spectune.config._policy import SglangAdaptive, SlotParameters
+from spectune.config._policy import SglangAdaptive, SglangAdaptiveSlot, SlotParameters
 from spectune.config._profile import AcceptanceProfile, AcceptanceRates
 from spectune.config._rates import (
     acceptance_length_to_rates,
@@ -38,7 +38,7 @@ from spectune.config._speculative import (
     default_num_speculative_tokens,
 )
 from spectune.config._step_times import STEP_TIME_COLUMNS, CostModelConfig, StepTimeTable, read_step_time_table
-from spectune.config._study import StudyDocument
+from spectune.config._study import DEFAULT_POLICIES, POLICY_RUNTIMES, StudyDocument, combo_label
 from spectune.config._trtllm import TrtllmSpeculativeConfig, is_trtllm_options, load_trtllm_options
 from spectune.config._vllm_rules import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
 from spectune.config._workload import LengthDistribution, WorkloadConfig
@@ -49,6 +49,8 @@ __all__ = [
     "CSV_METRICS",
     "Constraint",
     "CostModelConfig",
+    "DEFAULT_POLICIES",
+    "DEFAULT_VLLM_VERSION",
     "DOCUMENT_KINDS",
     "DrafterSpec",
     "FIELDS_ADDED_FOR_VLLM_0_33",
@@ -57,21 +59,25 @@ __all__ = [
     "MAX_NUM_SPECULATIVE_TOKENS",
     "OBJECTIVE_METRICS",
     "Objective",
+    "POLICY_RUNTIMES",
     "STEP_SCALED_METRICS",
     "STEP_TIME_COLUMNS",
     "SglangAdaptive",
+    "SglangAdaptiveSlot",
     "SimulationDocument",
-    "SlotParameters",
     "SimulationOptions",
+    "SlotParameters",
     "SpeculativeConfig",
     "StepTimeTable",
     "StudyDocument",
     "StudyMetrics",
     "TargetModelSpec",
     "TrtllmSpeculativeConfig",
+    "VLLM_VERSIONS",
     "WorkloadConfig",
     "acceptance_length_to_rates",
     "apply_overrides",
+    "combo_label",
     "conditional_to_unconditional",
     "decay_to_conditional_rates",
     "default_drafter",
@@ -92,6 +98,4 @@ __all__ = [
     "read_step_time_table",
     "unconditional_to_conditional",
     "validate_source",
-    "DEFAULT_VLLM_VERSION",
-    "VLLM_VERSIONS",
 ]

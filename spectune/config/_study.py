@@ -7,6 +7,10 @@ and optionally its drafter. The study tries every candidate with every verificat
 sampling of ``search`` (combinations that cannot differ, such as ngram with probabilistic drafting,
 are skipped, not errors), K from ``search.num_speculative_tokens`` plus K = 0 (speculation off), at
 every batch size of ``schedule`` -- each simulated as a closed loop at that concurrency.
+
+``search.policies`` says how the server varies K: a static K, a K table, vLLM's adaptive verification
+(one K max, or a table of K max) or SGLang's adaptive steps. They need three *runtimes* of each combo
+(none, vllm_adaptive, sglang_adaptive); a runtime a combo cannot serve is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -33,7 +37,17 @@ from spectune.config._vllm_rules import v1_fallback_reasons
 from spectune.config._workload import WorkloadConfig
 from spectune.errors import SpectuneError
 
-__all__ = ["StudyCandidate", "StudyDocument", "SpeculativeBase"]
+__all__ = [
+    "DEFAULT_POLICIES",
+    "POLICY_RUNTIMES",
+    "Policy",
+    "RUNTIMES",
+    "Runtime",
+    "SpeculativeBase",
+    "StudyCandidate",
+    "StudyDocument",
+    "combo_label",
+]
 
 FieldPath = tuple[str | int, ...]
 
@@ -43,11 +57,27 @@ _SEARCHED_FIELDS = {
     "synthetic_acceptance_rate": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
     "synthetic_acceptance_rates": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
     "synthetic_acceptance_length": "a study verifies real drafts; synthetic acceptance is for GPU benchmarks",
+    "enable_adaptive_verification": "searched by the study: add 'adaptive_verification' to search.policies instead",
 }
+Policy = Literal["static", "k_table", "adaptive_verification", "adaptive_verification_table", "sglang_adaptive"]
+Runtime = Literal["none", "vllm_adaptive", "sglang_adaptive"]
+# The runtime each policy's points are simulated with: a static K and a K table share their simulations
+# (each bucket is simulated at one batch size), and so do both forms of adaptive verification.
+POLICY_RUNTIMES: dict[str, Runtime] = {
+    "static": "none",
+    "k_table": "none",
+    "adaptive_verification": "vllm_adaptive",
+    "adaptive_verification_table": "vllm_adaptive",
+    "sglang_adaptive": "sglang_adaptive",
+}
+RUNTIMES: tuple[Runtime, ...] = ("none", "vllm_adaptive", "sglang_adaptive")
+# SGLang 0.5.23 runs --speculative-adaptive only for EAGLE/EAGLE3 (adaptive_spec_params.py:60-65).
+_SGLANG_ADAPTIVE_METHODS = ("eagle", "eagle3")
 # The defaults of list fields, typed as their fields are (a lambda's list would read as list[str]).
 _DEFAULT_RULES: list[Literal["standard", "block"]] = ["standard"]
 _DEFAULT_SAMPLINGS: list[Literal["greedy", "probabilistic"]] = ["greedy"]
 _DEFAULT_OBJECTIVES: list[Literal["throughput", "tpot_p99"]] = ["throughput"]
+DEFAULT_POLICIES: list[Policy] = ["k_table"]
 
 
 class SpeculativeBase(SpeculativeFields):
@@ -147,14 +177,34 @@ class SearchSpace(SpectuneModel):
     draft_sample_methods: list[Literal["greedy", "probabilistic"]] = Field(
         default_factory=_DEFAULT_SAMPLINGS.copy, min_length=1, max_length=2, description="Draft samplings to try."
     )
+    policies: list[Policy] = Field(
+        default_factory=DEFAULT_POLICIES.copy,
+        min_length=1,
+        max_length=5,
+        description="How the server varies K, compared by the recommendation: 'static' (one K for every batch "
+        "size), 'k_table' (one K per bucket: num_speculative_tokens_per_batch_size), 'adaptive_verification' "
+        "(vLLM's enable_adaptive_verification under one K max), 'adaptive_verification_table' (a K max per "
+        "bucket with adaptive verification on top), 'sglang_adaptive' (SGLang's --speculative-adaptive, "
+        "candidate steps 1..K max per bucket; eagle/eagle3 only). Default: ['k_table'].",
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> SearchSpace:
         problems = []
-        for name in ("rejection_sample_methods", "draft_sample_methods"):
+        for name in ("rejection_sample_methods", "draft_sample_methods", "policies"):
             values = getattr(self, name)
             if len(set(values)) != len(values):
                 problems.append(((name,), f"must not repeat a value, got {values}"))
+        if self.policies == ["sglang_adaptive"]:
+            # The recommendation, vllm.json and measure.sh are vLLM's; SGLang's policy is compared with one.
+            problems.append(
+                (
+                    ("policies",),
+                    "must hold a vLLM policy too (static, k_table, adaptive_verification or "
+                    "adaptive_verification_table): sglang_adaptive is compared with the vLLM recommendation, "
+                    "got ['sglang_adaptive']",
+                )
+            )
         check_rules(problems)
         return self
 
@@ -442,18 +492,32 @@ class StudyDocument(SpectuneModel):
         return list(rules), list(samplings)
 
     def combinations(self) -> list[tuple[StudyCandidate, str, str]]:
-        """(candidate, rule, draft sampling) triples tried, in document order."""
-        return [triple for triple, reason in self._all_combinations() if reason is None]
+        """(candidate, rule, draft sampling) triples tried by some runtime, in document order."""
+        seen: dict[tuple[str, str, str], tuple[StudyCandidate, str, str]] = {}
+        for (candidate, rule, sampling, _), reason in self._all_combinations():
+            if reason is None:
+                seen.setdefault((candidate.label, rule, sampling), (candidate, rule, sampling))
+        return list(seen.values())
+
+    def runtimes(self) -> list[Runtime]:
+        """The runtimes ``search.policies`` needs, in ``RUNTIMES`` order."""
+        needed = {POLICY_RUNTIMES[policy] for policy in self.search.policies}
+        return [runtime for runtime in RUNTIMES if runtime in needed]
+
+    def runtime_combinations(self) -> list[tuple[StudyCandidate, str, str, Runtime]]:
+        """(candidate, rule, draft sampling, runtime) tried, in document order, runtimes innermost."""
+        return [combo for combo, reason in self._all_combinations() if reason is None]
 
     def skipped_combinations(self) -> list[tuple[str, str]]:
-        """('candidate/rule/sampling', why) for the combinations that cannot differ from another one."""
+        """('candidate/rule/sampling[/runtime]', why) for the combinations that cannot differ from another
+        one or that the runtime's server cannot serve."""
         return [
-            (f"{c.label}/{rule}/{sampling}", reason)
-            for (c, rule, sampling), reason in self._all_combinations()
+            (combo_label(c.label, rule, sampling, runtime), reason)
+            for (c, rule, sampling, runtime), reason in self._all_combinations()
             if reason
         ]
 
-    def _all_combinations(self) -> list[tuple[tuple[StudyCandidate, str, str], str | None]]:
+    def _all_combinations(self) -> list[tuple[tuple[StudyCandidate, str, str, Runtime], str | None]]:
         out = []
         for candidate in self.candidates:
             rules, samplings = self._combination_choices(candidate)
@@ -472,7 +536,11 @@ class StudyDocument(SpectuneModel):
                             f"vLLM serves {v1_fallback_reasons(candidate.speculative)[0][1]} on its V1 runner, as "
                             "standard verification of one-hot drafts"
                         )
-                    out.append(((candidate, rule, sampling), reason))
+                    for runtime in self.runtimes():
+                        why = reason or _runtime_problem(candidate.speculative, rule, sampling, runtime)
+                        if reason is not None and runtime != self.runtimes()[0]:
+                            continue  # a combo that cannot differ is skipped once, under its own label
+                        out.append(((candidate, rule, sampling, runtime), why))
         return out
 
     def candidate(self, label: str) -> StudyCandidate:
@@ -481,6 +549,30 @@ class StudyDocument(SpectuneModel):
             if candidate.label == label:
                 return candidate
         raise KeyError(f"no candidate {label!r} in study {self.name!r}")
+
+
+def combo_label(candidate: str, rule: str, sampling: str, runtime: str = "none") -> str:
+    """'candidate/rule/sampling', with '/runtime' unless the runtime is 'none' (so labels, trial params and
+    journals of studies made before runtimes read as they did)."""
+    base = f"{candidate}/{rule}/{sampling}"
+    return base if runtime == "none" else f"{base}/{runtime}"
+
+
+def _runtime_problem(speculative: SpeculativeBase, rule: str, sampling: str, runtime: Runtime) -> str | None:
+    """Why a runtime cannot serve a combo (the server's own rule), or None."""
+    method = speculative.method
+    if runtime == "vllm_adaptive" and speculative.use_local_argmax_reduction and method != "dspark":
+        # vLLM 0.33.0 vllm/config/speculative.py refuses the pair for every method but dspark.
+        return f"vLLM refuses enable_adaptive_verification with use_local_argmax_reduction for '{method}'"
+    if runtime != "sglang_adaptive":
+        return None
+    if method not in _SGLANG_ADAPTIVE_METHODS:
+        return f"SGLang's adaptive steps serve only eagle and eagle3, not '{method}'"
+    if rule != "standard":
+        return "SGLang has no block verification; its adaptive steps verify token by token ('standard')"
+    if sampling != "greedy":
+        return "SGLang's EAGLE chain drafts greedily; it has no probabilistic draft sampling"
+    return None
 
 
 def _empty_intervals(constraints: list[Constraint]) -> list[tuple[FieldPath, str]]:

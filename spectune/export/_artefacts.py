@@ -24,8 +24,8 @@ from spectune._files import check_output_file
 from spectune.errors import SpectuneError
 from spectune.export._measure import measure_script
 from spectune.export._report import report_html
-from spectune.export._sglang import sglang_flags
-from spectune.export._tables import trials_csv
+from spectune.export._sglang import SGLANG_ADAPTIVE_CONFIG_NAME, sglang_export
+from spectune.export._tables import policy_rows, trials_csv
 from spectune.export._trtllm import trtllm_yaml
 from spectune.export._vllm import (
     SyntheticForm,
@@ -35,13 +35,22 @@ from spectune.export._vllm import (
 )
 from spectune.study import Recommendation, StudyOutcome, provenance_notes, recommendation_provenance
 
-__all__ = ["ARTEFACT_NAMES", "bucket_comments", "check_output_dir", "json_text", "recommended_yaml", "write_artefacts"]
+__all__ = [
+    "ARTEFACT_NAMES",
+    "bucket_comments",
+    "policy_comments",
+    "check_output_dir",
+    "json_text",
+    "recommended_yaml",
+    "write_artefacts",
+]
 
 ARTEFACT_NAMES = (
     "recommended.yaml",
     "vllm.json",
     "vllm-synthetic.json",
     "sglang.txt",
+    SGLANG_ADAPTIVE_CONFIG_NAME,
     "trtllm.yaml",
     "measure.sh",
     "trials.csv",
@@ -67,14 +76,33 @@ def recommended_yaml(outcome: StudyOutcome) -> str:
     data = config.model_dump(mode="json", exclude_unset=True)
     header = [
         f"# Recommended by spectune study {outcome.space.name!r} ({outcome.num_evaluations} simulations).",
-        f"# {recommendation.combo.label}; aggregate {recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s "
+        f"# {_policy_head(recommendation)}{recommendation.combo.label}; aggregate {recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s "
         "(weighted geometric mean over batch-size buckets).",
         *([f"# {outcome.partial_note}"] if outcome.partial_note is not None else []),
         *bucket_comments(recommendation),
+        *policy_comments(recommendation),
         *(f"# note: {note}" for note in recommendation.notes),
         *(f"# mark: {note}" for note in provenance_notes(recommendation_provenance(recommendation, outcome.completed))),
     ]
     return "\n".join(header) + "\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+def _policy_head(recommendation: Recommendation) -> str:
+    """'<policy>: ' where the study compared policies (nothing otherwise, as before policies)."""
+    if len(recommendation.space.policies) < 2 or recommendation.verdict is None:
+        return ""
+    return f"{recommendation.verdict.winner.describe()}: "
+
+
+def policy_comments(recommendation: Recommendation) -> list[str]:
+    """Where policies were compared: per bucket, what each gives (``policy_rows``)."""
+    return [
+        "# policies at batch sizes "
+        + row["batch sizes"]
+        + ": "
+        + "; ".join(f"{k}: {v}" for k, v in row.items() if k != "batch sizes")
+        for row in policy_rows(recommendation)
+    ]
 
 
 def bucket_comments(recommendation: Recommendation) -> list[str]:
@@ -102,8 +130,9 @@ def write_artefacts(
     vllm_synthetic_form: SyntheticForm = "current",
     writer: FileWriter = write_new_file,
 ) -> FileSetChange:
-    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, trtllm.yaml, measure.sh, trials.csv,
-    report.html (trtllm.yaml where TensorRT-LLM can take the table).
+    """Write recommended.yaml, vllm.json, vllm-synthetic.json, sglang.txt, sglang-adaptive.json, trtllm.yaml,
+    measure.sh, trials.csv, report.html (sglang-adaptive.json where sglang.txt uses SGLang's adaptive steps,
+    trtllm.yaml where TensorRT-LLM can take the table).
 
     Without any completed trial only trials.csv and report.html are written. ``writer`` writes each new
     file (into a temporary folder inside ``out_dir``). Returns the paths written and those of an
@@ -119,7 +148,10 @@ def write_artefacts(
         synthetic = vllm_synthetic_config(recommendation, vllm_synthetic_form)
         if synthetic is not None:
             files["vllm-synthetic.json"] = json_text(synthetic)
-        files["sglang.txt"] = sglang_flags(recommendation)
+        sglang = sglang_export(recommendation)
+        files["sglang.txt"] = sglang.flags
+        if sglang.adaptive_config is not None:
+            files[SGLANG_ADAPTIVE_CONFIG_NAME] = json_text(sglang.adaptive_config.to_sglang_json())
         if (trtllm := trtllm_yaml(recommendation)) is not None:
             files["trtllm.yaml"] = trtllm
         script = measure_script(outcome)

@@ -131,6 +131,8 @@ def _speculative_json(
         "draft_sample_method": recommendation.combo.draft_sample_method,
         "synthetic_acceptance_rates": rates,
     }
+    if recommendation.adaptive_verification:
+        config["enable_adaptive_verification"] = True
     if table is not None:
         config["num_speculative_tokens_per_batch_size"] = table
     else:
@@ -269,6 +271,15 @@ def _header(
         + "), K = 0 without a drafter:",
         "# it measures plain decoding at K = 0 (speculation off), not a table's 0 row.",
         "# --sweep-params: write serve_params.json and bench_params.json for vllm bench sweep serve instead.",
+        *(
+            [
+                "# Adaptive verification is on in every server (enable_adaptive_verification): each forced K is the cap",
+                "# of every step's verification budget, which vLLM sizes from its start-up cost profile; with synthetic",
+                "# acceptance its per-slot estimates learn the pinned rates, not the drafter's own confidence.",
+            ]
+            if recommendation.adaptive_verification
+            else []
+        ),
         *(["# Not measured (never simulated with this combo): K = " + ", ".join(map(str, skipped))] if skipped else []),
         *(
             [

@@ -12,7 +12,7 @@ from html import escape
 
 from spectune.config import or_nan
 from spectune.export._svg import PALETTE, Band, Series, chart_svg
-from spectune.export._tables import summary_rows
+from spectune.export._tables import policy_rows, summary_rows
 from spectune.export._vllm import vllm_serve_command, vllm_speculative_config
 from spectune.study import Evaluation, StudyOutcome, pareto_front, provenance_notes, recommendation_provenance
 
@@ -130,7 +130,12 @@ def report_html(outcome: StudyOutcome) -> str:
     if recommendation is None:
         parts.append("<p>No recommendation yet: no trial has completed.</p>")
     else:
-        parts.append(f"<h2>Recommendation: {escape(recommendation.combo.label)}</h2>")
+        policy = (
+            f"{recommendation.verdict.winner.describe()}: "
+            if len(space.policies) > 1 and recommendation.verdict
+            else ""
+        )
+        parts.append(f"<h2>Recommendation: {escape(policy + recommendation.combo.label)}</h2>")
         if outcome.partial_note is not None:
             parts.append(f"<p class='note partial'><strong>{escape(outcome.partial_note)}</strong></p>")
         parts.append(_table(summary_rows(outcome)))
@@ -153,6 +158,13 @@ def report_html(outcome: StudyOutcome) -> str:
         ]
         parts.append("<h3>Combos (weighted geometric mean over buckets of each combo's best)</h3>")
         parts.append(_table(ranking))
+        policies = policy_rows(recommendation)
+        if policies:
+            parts.append(
+                "<h3>Policies per batch size (each policy's best combo; K max for the adaptive ones)</h3>"
+                + (f"<p>{escape(recommendation.verdict.sentence())}</p>" if recommendation.verdict else "")
+            )
+            parts.append(_table(policies))
     parts.append(
         "<h2>Throughput against K</h2><p>Error bars: \u00b11 standard error of the noise a comparison within a batch "
         "size sees (its points simulate the same requests). Shaded: the recommended combo's tie set, every K within "

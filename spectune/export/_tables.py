@@ -7,9 +7,18 @@ import io
 import math
 
 from spectune.config import CSV_METRICS, StudyMetrics
-from spectune.study import OFF, BucketChoice, Point, StudyOutcome, pareto_front, recommendation_provenance
+from spectune.study import (
+    OFF,
+    POLICY_LABELS,
+    BucketChoice,
+    Point,
+    Recommendation,
+    StudyOutcome,
+    pareto_front,
+    recommendation_provenance,
+)
 
-__all__ = ["TRIAL_COLUMNS", "pareto_rows", "summary_rows", "tie_cell", "trials_csv"]
+__all__ = ["TRIAL_COLUMNS", "pareto_rows", "policy_rows", "summary_rows", "tie_cell", "trials_csv"]
 
 # The point's columns, the metrics marked for the CSV (StudyMetrics), then the trial's.
 TRIAL_COLUMNS = (
@@ -40,10 +49,16 @@ def _fixed(value: float | None) -> str:
 
 
 def trials_csv(outcome: StudyOutcome) -> str:
-    """One row per trial, every state; K = 0 rows have no method (speculation off)."""
+    """One row per trial, every state; K = 0 rows have no method (speculation off). A study that searched
+    a runtime policy has a ``runtime`` column after the draft sampling (none, vllm_adaptive,
+    sglang_adaptive); one that did not keeps the columns it always had."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(TRIAL_COLUMNS)
+    runtimes = any(c.runtime != "none" for c in outcome.space.combos)
+    columns = list(TRIAL_COLUMNS)
+    if runtimes:
+        columns.insert(columns.index("draft_sample_method") + 1, "runtime")
+    writer.writerow(columns)
     for trial in outcome.trials:
         point = trial.point
         combo = point.combo if point is not None else None
@@ -58,6 +73,7 @@ def trials_csv(outcome: StudyOutcome) -> str:
                 outcome.space.candidate(combo.candidate).method if combo else "",
                 combo.rejection_sample_method if combo else "",
                 combo.draft_sample_method if combo else "",
+                *([combo.runtime if combo else ""] if runtimes else []),
                 point.num_speculative_tokens if point else "",
                 point.requests_factor if point else "",  # > 1: simulated again with more requests (precision)
                 *(_number(trial.metrics, name) for name in CSV_METRICS),
@@ -68,6 +84,30 @@ def trials_csv(outcome: StudyOutcome) -> str:
             ]
         )
     return buffer.getvalue()
+
+
+def policy_rows(recommendation: Recommendation) -> list[dict[str, str]]:
+    """Per bucket, what each searched policy gives there: its K (K max for adaptive policies) and its
+    throughput; empty unless the study compared more than one policy."""
+    if len(recommendation.space.policies) < 2:
+        return []
+    rows = []
+    for i, choice in enumerate(recommendation.choices):
+        row = {"batch sizes": f"{choice.first_batch_size}-{choice.last_batch_size}"}
+        for policy in recommendation.policies:
+            chosen = policy.score.choices[i] if i < len(policy.score.choices) else None
+            name = POLICY_LABELS[policy.policy]
+            if chosen is None or chosen.evaluation is None:
+                row[name] = "not simulated"
+                continue
+            k = (
+                f"K <= {chosen.num_speculative_tokens}"
+                if policy.combo.runtime != "none"
+                else f"K {chosen.num_speculative_tokens}"
+            )
+            row[name] = f"{k}, {chosen.evaluation.throughput:,.0f} tokens/s"
+        rows.append(row)
+    return rows
 
 
 def summary_rows(outcome: StudyOutcome) -> list[dict[str, str]]:

@@ -42,6 +42,8 @@ def trtllm_options(recommendation: Recommendation) -> tuple[dict[str, Any] | Non
         return None, f"TensorRT-LLM has no decoding type for vLLM's method {candidate.method!r}"
     if top == 0:
         return None, "speculation is off at every batch size: serve TensorRT-LLM without speculative_config"
+    if recommendation.adaptive_verification:
+        return None, "TensorRT-LLM has no adaptive verification: the recommended K are its caps, not a table to serve"
     if schedule[0][2] != top:
         return None, (
             f"the table starts at K={schedule[0][2]} below its largest K={top}; TensorRT-LLM's draft_len_schedule must "

@@ -1,7 +1,8 @@
 """The recommendation as vLLM takes it: a ``SpeculativeConfig`` and its ``--speculative-config`` JSON.
 
 Field names are vLLM's current ones (``rejection_sample_method``, ``draft_sample_method``,
-``num_speculative_tokens_per_batch_size``). Besides the config to serve, a *synthetic* variant pins
+``num_speculative_tokens_per_batch_size``, ``enable_adaptive_verification``: the adaptive policies set it,
+with K as the budget's cap -- one K max, or a table of them). Besides the config to serve, a *synthetic* variant pins
 vLLM's acceptance to what the simulation saw (``rejection_sample_method: synthetic``), so that a
 ``vllm bench serve`` run on the real GPU measures the simulated operating point: in the current form
 (``synthetic_acceptance_rates``, April 2026 on) or the older scalar form of March 2026
@@ -31,7 +32,7 @@ SyntheticForm = Literal["current", "legacy"]
 
 def _table_needed(recommendation: Recommendation) -> bool:
     ks = {k for _, _, k in recommendation.schedule}
-    return len(ks) > 1 or 0 in ks
+    return recommendation.has_table and (len(ks) > 1 or 0 in ks)
 
 
 def vllm_speculative_config(recommendation: Recommendation) -> dict[str, Any]:
@@ -41,6 +42,8 @@ def vllm_speculative_config(recommendation: Recommendation) -> dict[str, Any]:
     config["num_speculative_tokens"] = recommendation.num_speculative_tokens
     config["rejection_sample_method"] = recommendation.combo.rejection_sample_method
     config["draft_sample_method"] = recommendation.combo.draft_sample_method
+    if recommendation.adaptive_verification:
+        config["enable_adaptive_verification"] = True
     if _table_needed(recommendation):
         config["num_speculative_tokens_per_batch_size"] = [list(row) for row in recommendation.schedule]
     return config

@@ -3,7 +3,10 @@
 Each point becomes a simulation document, copied from the study's validated parts (nothing is
 validated again): the candidate's speculative base with the point's K, rule and draft sampling, its
 acceptance and drafter, the study's deployment, and the workload as a closed loop at the point's
-batch size. The K = 0 point (speculation off) is plain decoding, the same for every candidate.
+batch size. The K = 0 point (speculation off) is plain decoding, the same for every candidate. The
+combo's runtime adds vLLM's ``enable_adaptive_verification`` (K is the drafting depth and the budget's
+cap) or SGLang's adaptive steps: one slot, candidate steps 1..K, starting at K (a bucket is simulated
+at one batch size, so one slot serves it; ``sglang_candidate_steps``).
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from spectune.config import (
+    DEFAULT_POLICIES,
     FIELDS_ADDED_FOR_VLLM_0_33,
     SimulationDocument,
     StudyDocument,
@@ -23,7 +28,13 @@ from spectune.study._objective import Evaluator
 from spectune.study._provenance import study_context
 from spectune.study._space import Candidate, Combo, Point, StudySpace
 
-__all__ = ["SimulationEvaluator", "document_fingerprint", "simulation_document", "space_from_document"]
+__all__ = [
+    "SimulationEvaluator",
+    "document_fingerprint",
+    "sglang_candidate_steps",
+    "simulation_document",
+    "space_from_document",
+]
 
 _BASE_EXCLUDE = {"num_speculative_tokens", "rejection_sample_method", "draft_sample_method"}
 
@@ -36,7 +47,9 @@ def space_from_document(document: StudyDocument) -> StudySpace:
     return StudySpace(
         name=document.name,
         candidates=candidates,
-        combos=tuple(Combo(c.label, rule, sampling) for c, rule, sampling in document.combinations()),
+        combos=tuple(
+            Combo(c.label, rule, sampling, runtime) for c, rule, sampling, runtime in document.runtime_combinations()
+        ),
         batch_sizes=tuple(document.schedule.batch_sizes),
         min_num_speculative_tokens=document.search.num_speculative_tokens.min,
         max_num_speculative_tokens=document.search.num_speculative_tokens.max,
@@ -45,6 +58,7 @@ def space_from_document(document: StudyDocument) -> StudySpace:
         objectives=tuple(document.objectives),
         constraints=tuple(c.model_copy(update={"text": None}) for c in document.constraints),
         skipped_combos=tuple(label for label, _ in document.skipped_combinations()),
+        policies=tuple(document.search.policies),
         context=study_context(document),
     )
 
@@ -63,6 +77,8 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
     moving the folder does not change the study; editing a profile does.
     """
     data = document.model_dump(mode="json", exclude={"trials", "storage"})
+    if data["search"]["policies"] == DEFAULT_POLICIES:  # a study made before policies searched its K table
+        del data["search"]["policies"]
     for how in ("lockstep_memory_gib", "engine"):  # how points are verified, not what they compute
         data["simulation"].pop(how, None)
     # A context limit only refuses a workload at validation; it changes no simulated number, and studies made
@@ -104,14 +120,30 @@ def simulation_document(document: StudyDocument, point: Point) -> SimulationDocu
     }
     if point.combo is not None:
         candidate = document.candidate(point.combo.candidate)
-        update |= {
-            "speculative": candidate.speculative.config(
-                point.num_speculative_tokens, point.combo.rejection_sample_method, point.combo.draft_sample_method
-            ),
-            "acceptance": candidate.acceptance,
-            "drafter": candidate.drafter,
-        }
+        speculative = candidate.speculative.config(
+            point.num_speculative_tokens, point.combo.rejection_sample_method, point.combo.draft_sample_method
+        )
+        if point.combo.runtime == "vllm_adaptive":
+            speculative = speculative.model_copy(update={"enable_adaptive_verification": True})
+        update |= {"speculative": speculative, "acceptance": candidate.acceptance, "drafter": candidate.drafter}
+        if point.combo.runtime == "sglang_adaptive":
+            update["sglang_adaptive"] = _sglang_adaptive(point.num_speculative_tokens)
     return _plain_decoding(document).model_copy(update=update)
+
+
+def sglang_candidate_steps(max_num_speculative_tokens: int) -> list[int]:
+    """SGLang's candidate steps for K max: every step 1..K max. SGLang moves one candidate at a time (a
+    step up while its EMA of accepted drafts exceeds the step - 0.5, adaptive_spec_params.py:213-250),
+    so every step between is a place it can settle; 0 is left out because K = 0 is the study's own
+    'off' point (a bucket whose best is 0 gets the singleton [0])."""
+    return list(range(1, max_num_speculative_tokens + 1))
+
+
+def _sglang_adaptive(max_num_speculative_tokens: int) -> Any:
+    from spectune.config import SglangAdaptive, SglangAdaptiveSlot
+
+    slot = SglangAdaptiveSlot(candidate_steps=sglang_candidate_steps(max_num_speculative_tokens))
+    return SglangAdaptive(slots={1: slot})
 
 
 def _plain_decoding(document: StudyDocument) -> SimulationDocument:

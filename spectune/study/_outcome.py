@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial
 from spectune.config import StudyMetrics
 from spectune.errors import SpectuneError
 from spectune.study._objective import ATTR_SURPLUS
-from spectune.study._recommend import Recommendation, recommend
+from spectune.study._recommendation import Recommendation, recommend
 from spectune.study._records import ATTR_DUPLICATE_OF, ATTR_OWNER, Evaluation, SearchState, trial_metrics, trial_point
 from spectune.study._space import Point, StudySpace
 from spectune.study._storage import (

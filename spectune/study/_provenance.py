@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from spectune.config import StudyDocument
-from spectune.study._recommend import Recommendation
+from spectune.study._recommendation import Recommendation
 from spectune.study._records import Evaluation
 from spectune.study._space import Point, StudySpace
 from spectune.study._zero_row import zero_row_context

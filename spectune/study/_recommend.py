@@ -1,4 +1,6 @@
-"""From evaluations to one recommendation: a combo, and a K per batch-size bucket chosen from its tie set.
+"""From evaluations to a combo's score: a K per batch-size bucket chosen from its tie set, aggregated.
+
+(``_policies`` scores each searched policy with these; ``_recommendation`` builds the recommendation.)
 
 vLLM serves one method, one verification rule and one draft sampling, so the recommendation is one
 combo -- the one with the best aggregate over buckets (the weighted geometric mean of its chosen
@@ -31,22 +33,26 @@ from dataclasses import dataclass
 
 from spectune.study._records import Evaluation
 from spectune.study._space import Combo, Point, StudySpace, bucket_ranges
-from spectune.study._zero_row import zero_row_evaluation, zero_row_notes
+from spectune.study._zero_row import zero_row_evaluation
 
 __all__ = [
     "BucketChoice",
     "ComboScore",
     "MAX_REFINEMENT",
-    "Recommendation",
     "TieSet",
+    "bucket_evaluations",
     "bucket_tie_set",
     "choose_in_bucket",
+    "combo_gap",
+    "combo_score",
+    "combo_tie",
     "format_ks",
     "is_tie",
     "merge_schedule",
     "monotone_ks",
+    "pick_score",
     "precision_requests",
-    "recommend",
+    "schedule_ks",
     "underfilled",
 ]
 
@@ -262,24 +268,6 @@ class ComboScore:
     infeasible_batch_sizes: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """The config to serve: one combo, one K per bucket, merged schedule rows [start_bs, end_bs, K]."""
-
-    space: StudySpace
-    combo: Combo
-    choices: tuple[BucketChoice, ...]
-    schedule: tuple[tuple[int, int, int], ...]
-    num_speculative_tokens: int
-    aggregate_throughput_tokens_per_s: float
-    ranking: tuple[ComboScore, ...]
-    notes: tuple[str, ...]
-
-    @property
-    def speculation_off_everywhere(self) -> bool:
-        return all(k == 0 for _, _, k in self.schedule)
-
-
 def merge_schedule(rows: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     """Merge neighbouring rows with the same K; rows must be sorted and contiguous."""
     merged: list[tuple[int, int, int]] = []
@@ -291,7 +279,7 @@ def merge_schedule(rows: list[tuple[int, int, int]]) -> list[tuple[int, int, int
     return merged
 
 
-def _bucket_evaluations(
+def bucket_evaluations(
     space: StudySpace, combo: Combo, batch_size: int, completed: Mapping[Point, Evaluation]
 ) -> list[Evaluation]:
     """The evaluations of ``combo`` at one bucket, its K = 0 point included."""
@@ -308,14 +296,14 @@ def _tie_sets(space: StudySpace, label: str, completed: Mapping[Point, Evaluatio
     return tie_sets
 
 
-def _schedule_ks(tie_sets: Sequence[TieSet | None]) -> list[int | None]:
+def schedule_ks(tie_sets: Sequence[TieSet | None]) -> list[int | None]:
     """The K table over the buckets that have a tie set (``monotone_ks``); None elsewhere."""
     present = [t for t in tie_sets if t is not None]
     chosen = iter(monotone_ks([t.choosable for t in present]))
     return [next(chosen) if t is not None else None for t in tie_sets]
 
 
-def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Evaluation]) -> ComboScore:
+def combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Evaluation]) -> ComboScore:
     ranges = bucket_ranges(space.batch_sizes, space.max_batch_size)
     tie_sets = _tie_sets(space, combo.label, completed)
     choices = []
@@ -323,7 +311,7 @@ def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Eval
     log_sum = 0.0
     weight_sum = 0.0
     for batch_size, (first, last), weight, ties, k in zip(
-        space.batch_sizes, ranges, space.weights, tie_sets, _schedule_ks(tie_sets)
+        space.batch_sizes, ranges, space.weights, tie_sets, schedule_ks(tie_sets)
     ):
         if ties is None or k is None:
             choices.append(BucketChoice(batch_size, first, last, -1, None))
@@ -340,7 +328,7 @@ def _combo_score(space: StudySpace, combo: Combo, completed: Mapping[Point, Eval
     return ComboScore(combo, covered, aggregate, tuple(choices), tuple(infeasible))
 
 
-def _combo_gap(
+def combo_gap(
     space: StudySpace, top: ComboScore, other: ComboScore, completed: Mapping[Point, Evaluation]
 ) -> tuple[float, float, list[float]]:
     """(log of top's aggregate over other's, its standard error, each bucket's share of the variance).
@@ -383,17 +371,16 @@ def common_precision(
     return a, b
 
 
-def _combo_tie(gap: float, stderr: float) -> bool:
+def combo_tie(gap: float, stderr: float) -> bool:
     return gap <= max(TIE_SIGMAS * stderr, TIE_RELATIVE)
 
 
-def _pick_combo(
-    space: StudySpace, completed: Mapping[Point, Evaluation]
+def pick_score(
+    space: StudySpace, scores: Sequence[ComboScore], completed: Mapping[Point, Evaluation]
 ) -> tuple[ComboScore, ComboScore, list[ComboScore]] | None:
-    """(winner, top, ranking): among the most covered combos, those with the fewest buckets where nothing
-    meets the SLOs, the top aggregate; near-ties (within noise or 0.5 %) go to the earlier combo in the
-    document (the simpler rule/sampling first)."""
-    scores = [_combo_score(space, combo, completed) for combo in space.combos]
+    """(winner, top, ranking): among the most covered scores, those with the fewest buckets where nothing
+    meets the SLOs, the top aggregate; near-ties (within noise or 0.5 %) go to the earlier one in
+    ``scores`` (the earlier combo in the document: the simpler rule/sampling first)."""
     scores = [s for s in scores if s.buckets_covered > 0]
     if not scores:
         return None
@@ -402,7 +389,7 @@ def _pick_combo(
     fewest_infeasible = min(len(s.infeasible_batch_sizes) for s in eligible)
     eligible = [s for s in eligible if len(s.infeasible_batch_sizes) == fewest_infeasible]
     top = max(eligible, key=lambda s: s.aggregate_throughput_tokens_per_s)
-    winner = next(s for s in eligible if s is top or _combo_tie(*_combo_gap(space, top, s, completed)[:2]))
+    winner = next(s for s in eligible if s is top or combo_tie(*combo_gap(space, top, s, completed)[:2]))
     ranking = sorted(
         scores,
         key=lambda s: (-s.buckets_covered, len(s.infeasible_batch_sizes), -s.aggregate_throughput_tokens_per_s),
@@ -422,9 +409,22 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
       that contributes most to that noise;
     - the K table: a bucket of the recommended combo whose tie set holds K tied only through noise,
       when the table without them would differ.
+    With runtime policies, each runtime's combos are one such decision (each policy needs its own best
+    combo and table), the runtimes in document order.
     Points already evaluated are included (the caller skips them); the groups are deterministic.
     """
-    picked = _pick_combo(space, completed)
+    groups: list[list[Point]] = []
+    for runtime in dict.fromkeys(c.runtime for c in space.combos):
+        scores = [combo_score(space, c, completed) for c in space.combos if c.runtime == runtime]
+        groups += _precision_groups(space, completed, scores)
+    return groups
+
+
+def _precision_groups(
+    space: StudySpace, completed: Mapping[Point, Evaluation], scores: Sequence[ComboScore]
+) -> list[list[Point]]:
+    """``precision_requests`` among ``scores`` (one runtime's combos)."""
+    picked = pick_score(space, scores, completed)
     if picked is None:
         return []
     winner, top, ranking = picked
@@ -434,8 +434,8 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
     rivals = [winner] if winner is not top else []
     rivals += [s for s in ranking if s is not top and s is not winner and s.buckets_covered == top.buckets_covered]
     for rival in rivals:
-        gap, stderr, shares = _combo_gap(space, top, rival, completed)
-        if gap > TIE_RELATIVE and _combo_tie(gap, stderr):
+        gap, stderr, shares = combo_gap(space, top, rival, completed)
+        if gap > TIE_RELATIVE and combo_tie(gap, stderr):
             order = sorted(range(len(shares)), key=lambda i: (-shares[i], i))
             for i in order:
                 group = refine_pair(top.choices[i].ties, rival.choices[i].ties)
@@ -443,13 +443,13 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
                     groups.append(group)
                     break
     tie_sets = [c.ties for c in winner.choices]
-    table = _schedule_ks(tie_sets)
+    table = schedule_ks(tie_sets)
     for i, ties in enumerate(tie_sets):
         if ties is None or not ties.noise_only or ties.refinement >= MAX_REFINEMENT:
             continue
         certain = [e for e in ties.members if e not in ties.noise_only]
         narrowed = dataclasses.replace(ties, members=tuple(certain))
-        if _schedule_ks([narrowed if j == i else t for j, t in enumerate(tie_sets)]) != table:
+        if schedule_ks([narrowed if j == i else t for j, t in enumerate(tie_sets)]) != table:
             groups.append([e.point.refined(ties.refinement + 1) for e in ties.members])
     return groups
 
@@ -463,122 +463,3 @@ def refine_pair(a: TieSet | None, b: TieSet | None) -> list[Point]:
         return []
     points = [e.point.refined(level + 1) for t in (a, b) if t.refinement == level for e in t.members]
     return list(dict.fromkeys(points))  # the shared K = 0 point once
-
-
-def _fill_unevaluated(
-    choices: tuple[BucketChoice, ...], space: StudySpace, completed: Mapping[Point, Evaluation]
-) -> tuple[list[BucketChoice], list[str]]:
-    """Buckets the combo was never simulated at take K = 0 if that was measured, else a neighbour's K."""
-    filled = list(choices)
-    notes = []
-    for i, choice in enumerate(filled):
-        if choice.num_speculative_tokens >= 0:
-            continue
-        off = completed.get(space.point(choice.batch_size, "", 0))
-        known = [c for c in filled if c.num_speculative_tokens >= 0]
-        if not known:
-            k, how = 0, "nothing was simulated for this combo; speculation off"
-        else:
-            nearest = min(known, key=lambda c: abs(math.log(c.batch_size / choice.batch_size)))
-            k, how = nearest.num_speculative_tokens, f"not simulated; K copied from batch size {nearest.batch_size}"
-        if off is not None and k == 0:
-            how = "not simulated with speculation; speculation off"
-        filled[i] = BucketChoice(choice.batch_size, choice.first_batch_size, choice.last_batch_size, k, None, how)
-        notes.append(f"batch size {choice.batch_size}: {how}")
-    return filled, notes
-
-
-def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recommendation | None:
-    """The best combo by aggregate over buckets (near-ties to the earlier combo), with its K table."""
-    picked = _pick_combo(space, completed)
-    if picked is None:
-        return None
-    winner, top, ranking = picked
-    choices, notes = _fill_unevaluated(winner.choices, space, completed)
-    if winner is not top:
-        gap, stderr, _ = _combo_gap(space, top, winner, completed)
-        notes.append(
-            f"{top.combo.label} is {gap:.1%} ahead (standard error {stderr:.1%}): within the noise or 0.5 %, so the "
-            f"earlier combo in the document, {winner.combo.label}, is recommended"
-        )
-    for choice in choices:
-        if choice.evaluation is not None and not choice.evaluation.feasible:
-            notes.append(
-                f"batch size {choice.batch_size}: no simulated config meets the SLOs; the least violating is used"
-            )
-        if any(
-            e.stderr >= e.throughput > 0 for e in _bucket_evaluations(space, winner.combo, choice.batch_size, completed)
-        ):
-            notes.append(
-                f"batch size {choice.batch_size}: some simulations were too short for the simulator to estimate "
-                "their noise (standard error = the whole throughput); comparisons rest on their acceptance counts "
-                "alone; simulate more requests or longer outputs"
-            )
-    notes.extend(_infeasible_notes(ranking))
-    notes.extend(_underfilled_notes(choices))
-    notes.extend(_rise_notes(choices))
-    schedule = merge_schedule([(c.first_batch_size, c.last_batch_size, c.num_speculative_tokens) for c in choices])
-    max_k = max(k for _, _, k in schedule)
-    notes += zero_row_notes(space, winner.combo, choices, completed, winner.aggregate_throughput_tokens_per_s)
-    if max_k == 0:
-        notes.append(
-            "speculation does not pay off at any batch size: serve without a speculative config (a table of 0 rows "
-            "would still load the drafter, and vLLM runs it in 0-row steps)"
-        )
-    return Recommendation(
-        space=space,
-        combo=winner.combo,
-        choices=tuple(choices),
-        schedule=tuple(schedule),
-        num_speculative_tokens=max(max_k, 1),
-        aggregate_throughput_tokens_per_s=winner.aggregate_throughput_tokens_per_s,
-        ranking=tuple(ranking),
-        notes=tuple(notes),
-    )
-
-
-def _infeasible_notes(ranking: Sequence[ComboScore]) -> list[str]:
-    """For every combo compared, the buckets where none of its configs meets the SLOs (they rank it lower)."""
-    if not any(s.infeasible_batch_sizes for s in ranking):
-        return []
-    return [
-        f"{s.combo.label}: "
-        + (
-            "no config meets the SLOs at batch size(s) " + ", ".join(str(b) for b in s.infeasible_batch_sizes)
-            if s.infeasible_batch_sizes
-            else "meets the SLOs at every batch size"
-        )
-        for s in ranking
-    ]
-
-
-def _underfilled_notes(choices: Sequence[BucketChoice]) -> list[str]:
-    """Buckets whose tie set holds an underfilled simulation (its throughput is not the bucket's)."""
-    notes = []
-    for choice in choices:
-        if choice.ties is None:
-            continue
-        short = [e for e in choice.ties.members if underfilled(e)]
-        if short:
-            fill = ", ".join(f"K {e.point.num_speculative_tokens}: {e.metrics.mean_batch_size:.1f}" for e in short)
-            notes.append(
-                f"batch size {choice.batch_size}: the batch stayed well below {choice.batch_size} (mean {fill}) -- too few "
-                "requests for a steady state (or a KV cache too small), so these K tie with every other and the table "
-                "takes none of them; simulate more requests (schedule.requests_per_batch_size)"
-            )
-    return notes
-
-
-def _rise_notes(choices: Sequence[BucketChoice]) -> list[str]:
-    """Why K rises with the batch size where it does: no choice within the tie sets avoids it."""
-    notes = []
-    known = [c for c in choices if c.ties is not None]
-    for low, high in zip(known, known[1:]):
-        if high.num_speculative_tokens > low.num_speculative_tokens:
-            assert low.ties is not None and high.ties is not None
-            notes.append(
-                f"K rises from {low.num_speculative_tokens} at batch size {low.batch_size} to {high.num_speculative_tokens} at "
-                f"batch size {high.batch_size}: the evidence rules out a non-increasing table here (tied at "
-                f"{low.batch_size}: {low.ties.describe()}; at {high.batch_size}: {high.ties.describe()})"
-            )
-    return notes

@@ -1,4 +1,9 @@
-"""The discrete space a study searches: batch-size buckets x (method, rule, sampling) combos x K.
+"""The discrete space a study searches: batch-size buckets x (method, rule, sampling, runtime) combos x K.
+
+A combo's *runtime* is what the server does with K each step: 'none' (K drafts verified, as a static K
+or a K table serve them), 'vllm_adaptive' (vLLM's adaptive verification under K max) or
+'sglang_adaptive' (SGLang's adaptive steps, candidates 1..K max). The study's ``policies`` say which
+runtimes are searched and how the recommendation reads their points (``_policies``).
 
 A *point* is one simulation: a combo at a K, served as a closed loop at one bucket's batch size.
 K = 0 (speculation off) does not depend on the combo, so each bucket has exactly one K = 0 point,
@@ -14,13 +19,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from spectune.config import Constraint, Objective
+from spectune.config import Constraint, Objective, combo_label
 
 __all__ = [
     "Candidate",
     "Combo",
     "Constraint",
     "OFF",
+    "POLICY_LABELS",
     "Point",
     "REFINE_FACTOR",
     "StudySpace",
@@ -31,6 +37,14 @@ OFF = "off"  # how a K = 0 point reads where a combo label would (keys, tables, 
 # A refinement simulates this many times the requests of the level below: the acceptance noise of a
 # comparison (drafts per simulation) halves with each level.
 REFINE_FACTOR = 4
+# How the recommendation and the report name each policy.
+POLICY_LABELS = {
+    "static": "static K",
+    "k_table": "the K table",
+    "adaptive_verification": "adaptive verification",
+    "adaptive_verification_table": "adaptive verification over a K table",
+    "sglang_adaptive": "SGLang adaptive steps",
+}
 
 
 @dataclass(frozen=True)
@@ -50,16 +64,19 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Combo:
-    """What vLLM serves with one config: a candidate with one verification rule and one draft sampling."""
+    """What a server serves with one config: a candidate with one verification rule, one draft sampling
+    and one runtime ('none', 'vllm_adaptive' or 'sglang_adaptive')."""
 
     candidate: str
     rejection_sample_method: str
     draft_sample_method: str
+    runtime: str = "none"
 
     @property
     def label(self) -> str:
-        """'candidate/rule/sampling': the combo's name in trial params and tables."""
-        return f"{self.candidate}/{self.rejection_sample_method}/{self.draft_sample_method}"
+        """'candidate/rule/sampling[/runtime]': the combo's name in trial params and tables (no runtime
+        part for 'none', so that studies made before runtimes keep their labels)."""
+        return combo_label(self.candidate, self.rejection_sample_method, self.draft_sample_method, self.runtime)
 
 
 @functools.total_ordering
@@ -139,6 +156,7 @@ class StudySpace:
     batch_size_weights: tuple[float, ...] = ()
     objectives: tuple[Objective, ...] = ("throughput",)
     constraints: tuple[Constraint, ...] = ()
+    policies: tuple[str, ...] = ("k_table",)
     skipped_combos: tuple[str, ...] = field(default=(), compare=False)
     # What the provenance marks and the measurement plan read from the document (``_provenance.study_context``).
     context: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -209,6 +227,10 @@ class StudySpace:
                 return combo
         raise KeyError(f"no combo {label!r} in study {self.name!r}")
 
+    def runtime_combos(self, runtime: str) -> tuple[Combo, ...]:
+        """The combos simulated with ``runtime``, in document order."""
+        return tuple(c for c in self.combos if c.runtime == runtime)
+
     def candidate(self, name: str) -> Candidate:
         for candidate in self.candidates:
             if candidate.name == name:
@@ -244,6 +266,7 @@ class StudySpace:
             batch_size_weights=tuple(data.get("batch_size_weights") or ()),
             objectives=tuple(data.get("objectives") or ("throughput",)),
             constraints=tuple(Constraint.model_validate(c) for c in data.get("constraints") or ()),
+            policies=tuple(data.get("policies") or ("k_table",)),  # a study made before policies: its table
             skipped_combos=tuple(data.get("skipped_combos") or ()),
             context=dict(data.get("context") or {}),
         )

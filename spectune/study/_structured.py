@@ -12,12 +12,15 @@ So instead of a black-box search over (bucket, combo, K):
 1. at the representative (most common) bucket, simulate the first combo's whole K curve (K = 0, speculation
    off, is the shared left end of every curve), then search K for every other combo by hill-climbing from
    the first one's optimum (combos of a method peak at similar K);
-2. keep the ``keep_combos`` best combos there, and any other within noise of the last of them (after
-   adaptive precision, below, when the noise alone decides);
+2. keep the ``keep_combos`` best combos there *of each runtime* (as served with K drafts, with adaptive
+   verification, with SGLang's adaptive steps: each policy needs its own best), and any other within
+   noise of the last of them (after adaptive precision, below, when the noise alone decides);
 3. for each kept combo, settle the representative bucket, then walk outwards in both directions
    bucket by bucket, starting each bucket's K search at the neighbour's optimum (towards larger
    batches, at the smallest K that ties with it) and hill-climbing (preferring smaller K at larger
    batch sizes, where the optimum moves down);
+3b. for a single-K policy (static K, adaptive verification under one K max), once the tables are
+   settled: each K of a kept combo's table at every bucket, so that one K is known everywhere;
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
    the recommendation open (``_recommend.precision_requests``), while the work added (simulated
    steps) stays within ``refine_budget`` times the search's own;
@@ -47,14 +50,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from spectune.config import StudyMetrics
+from spectune.config import POLICY_RUNTIMES, StudyMetrics
+from spectune.study._policies import SINGLE_K_POLICIES
 from spectune.study._recommend import (
+    TieSet,
     bucket_tie_set,
     choose_in_bucket,
     common_precision,
     is_tie,
     precision_requests,
     refine_pair,
+    schedule_ks,
     tied_by_noise_only,
 )
 from spectune.study._records import Evaluation, SearchState
@@ -137,12 +143,21 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
     needed += [Point.off(b) for b in space.batch_sizes if b != rep_batch_size]
     needed = [p for p in needed if not state.is_settled(p)]
     if not needed:
-        kept, contest = _kept_combos(
-            state, rep_batch_size, keep_combos, lambda group: _refinement_steps(state, refine_budget, [group])
-        )
-        needed = contest
-        for label in kept if not contest else ():
+        kept: list[str] = []
+        for runtime in dict.fromkeys(c.runtime for c in space.combos):  # each runtime keeps its own combos
+            kept_here, contest = _kept_combos(
+                state,
+                rep_batch_size,
+                keep_combos,
+                lambda group: _refinement_steps(state, refine_budget, [group]),
+                runtime,
+            )
+            needed += contest
+            kept += kept_here if not contest else []
+        for label in kept:
             needed += _chain_steps(state, label, rep)
+        if not needed:
+            needed = _single_k_steps(state, kept)
     if not needed:
         needed = _refinement_steps(state, refine_budget, precision_requests(state.space, state.completed))
     return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
@@ -227,13 +242,18 @@ def _tie_range(state: SearchState, label: str, batch_size: int) -> tuple[int, in
 
 
 def _kept_combos(
-    state: SearchState, batch_size: int, keep_combos: int, refine: Callable[[list[Point]], list[Point]]
+    state: SearchState,
+    batch_size: int,
+    keep_combos: int,
+    refine: Callable[[list[Point]], list[Point]],
+    runtime: str = "none",
 ) -> tuple[list[str], list[Point]]:
-    """(combos to follow, points to refine first). The ``keep_combos`` best at the bucket, and every next
-    one that ties with the last of them: a tie through noise alone is refined first (``refine`` returns
-    the group's points to run, empty when past the budget or the last precision), else both are kept."""
+    """(combos to follow, points to refine first) among the combos of one runtime. The ``keep_combos``
+    best at the bucket, and every next one that ties with the last of them: a tie through noise alone is
+    refined first (``refine`` returns the group's points to run, empty when past the budget or the last
+    precision), else both are kept."""
     space = state.space
-    ranked = _rank_at(state, batch_size)
+    ranked = [label for label in _rank_at(state, batch_size) if space.combo(label).runtime == runtime]
     kept = ranked[:keep_combos]
     last = bucket_tie_set(space, kept[-1], batch_size, state.completed) if kept else None
     for label in ranked[keep_combos:]:
@@ -247,6 +267,26 @@ def _kept_combos(
                 return kept, steps
         kept.append(label)
     return kept, []
+
+
+def _single_k_steps(state: SearchState, kept: list[str]) -> list[Point]:
+    """For a single-K policy (static K, adaptive verification under one K max): each K of a kept combo's
+    table at every bucket, so that one K is compared over all buckets. The best single K is usually one of
+    the per-bucket optima; once the tables are settled, these are the points it still lacks."""
+    space = state.space
+    runtimes = {POLICY_RUNTIMES[p] for p in space.policies if p in SINGLE_K_POLICIES}
+    steps: list[Point] = []
+    for label in kept:
+        if space.combo(label).runtime not in runtimes:
+            continue
+        table = schedule_ks(_bucket_tie_sets(state, label))
+        for k in sorted({k for k in table if k}):
+            steps += [space.point(b, label, k) for b in space.batch_sizes]
+    return [p for p in steps if not state.is_settled(p)]
+
+
+def _bucket_tie_sets(state: SearchState, label: str) -> list[TieSet | None]:
+    return [bucket_tie_set(state.space, label, b, state.completed) for b in state.space.batch_sizes]
 
 
 def _refinement_steps(state: SearchState, refine_budget: float, groups: list[list[Point]]) -> list[Point]:

@@ -38,6 +38,7 @@ def test_the_set_writes_every_artefact_and_its_manifest(outcome, tmp_path):
         "vllm.json",
         "vllm-synthetic.json",
         "sglang.txt",
+        "sglang-adaptive.json",  # the K table as SGLang's pinned adaptive slots (eagle3)
         "trtllm.yaml",
         "trials.csv",
         "report.html",
@@ -46,7 +47,7 @@ def test_the_set_writes_every_artefact_and_its_manifest(outcome, tmp_path):
     assert change.removed == []
 
 
-@pytest.mark.parametrize("nth", range(1, 8))  # each of the 6 artefacts (no measure.sh here), then the manifest
+@pytest.mark.parametrize("nth", range(1, 9))  # each of the 7 artefacts (no measure.sh here), then the manifest
 def test_a_full_disk_on_the_nth_file_leaves_the_previous_set_byte_identical(
     outcome, two_objective_outcome, tmp_path, nth
 ):

@@ -40,6 +40,7 @@ def test_every_written_config_passes_spectune_validate(outcome, tmp_path):
     written = write_artefacts(outcome, tmp_path).written
     names = {p.name for p in written}
     expected = {"recommended.yaml", "vllm.json", "vllm-synthetic.json", "sglang.txt", "trials.csv", "report.html"}
+    expected |= {"sglang-adaptive.json"}  # eagle3's K table, pinned
     assert names == expected | ({"trtllm.yaml"} if trtllm_yaml(outcome.recommendation) is not None else set())
     result = CliRunner().invoke(
         app,

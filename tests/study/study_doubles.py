@@ -16,11 +16,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from spectune.config import POLICY_RUNTIMES
+from spectune.config._study import RUNTIMES
 from spectune.study import Evaluator, Point, StudySpace
 from spectune.study._space import Candidate, Combo, Constraint
 
 ACCEPTANCE = {"eagle3": 0.78, "ngram": 0.45, "draft_model": 0.7}
 DRAFT_MS_PER_TOKEN = {"eagle3": 0.35, "ngram": 0.0, "draft_model": 1.2}
+# A runtime policy as if it verified better drafts (a stand-in: what it is worth is the simulator's to say).
+RUNTIME_ACCEPTANCE_GAIN = {"vllm_adaptive": 0.01, "sglang_adaptive": 0.005}
 
 
 def make_space(
@@ -32,6 +36,7 @@ def make_space(
     constraints: tuple[Constraint, ...] = (),
     objectives: tuple[str, ...] = ("throughput",),
     weights: tuple[float, ...] = (),
+    policies: tuple[str, ...] = ("k_table",),
 ) -> StudySpace:
     candidates = tuple(
         Candidate(m, {"method": m} | ({"model": f"org/{m}-head"} if m != "ngram" else {})) for m in methods
@@ -43,6 +48,18 @@ def make_space(
                 if m == "ngram" and (rule == "block" or sampling == "probabilistic"):
                     continue
                 combos.append(Combo(m, rule, sampling))
+    runtimes = [r for r in RUNTIMES if r in {POLICY_RUNTIMES[p] for p in policies}]
+    combos = [
+        Combo(c.candidate, c.rejection_sample_method, c.draft_sample_method, runtime)
+        for c in combos
+        for runtime in runtimes
+        # SGLang's adaptive steps: eagle/eagle3, token-by-token verification, greedy chains only
+        if runtime != "sglang_adaptive"
+        or (
+            c.candidate.startswith("eagle")
+            and (c.rejection_sample_method, c.draft_sample_method) == ("standard", "greedy")
+        )
+    ]
     return StudySpace(
         name=name,
         candidates=candidates,
@@ -54,11 +71,12 @@ def make_space(
         batch_size_weights=weights,
         objectives=objectives,  # type: ignore[arg-type]
         constraints=constraints,
+        policies=policies,
     )
 
 
 def make_point(batch_size: int, label: str, k: int, refinement: int = 0) -> Point:
-    """The point of the combo labelled 'candidate/rule/sampling' at K (the 'off' point at K = 0)."""
+    """The point of the combo labelled 'candidate/rule/sampling[/runtime]' at K (the 'off' point at K = 0)."""
     return Point(batch_size, Combo(*label.split("/")) if k else None, k, refinement)
 
 
@@ -78,6 +96,7 @@ def true_metrics(point: Point) -> dict[str, float]:
             ACCEPTANCE[method]
             + (0.03 if sampling == "probabilistic" else 0.0)
             + (0.015 if rule == "block" and sampling == "probabilistic" else 0.0)
+            + RUNTIME_ACCEPTANCE_GAIN.get(point.combo.runtime, 0.0)
         )
         draft_ms = DRAFT_MS_PER_TOKEN[method] * k * (1 + bs / 64)
         extra_ms = 0.05 * k if sampling == "probabilistic" else 0.0

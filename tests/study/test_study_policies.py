@@ -1,0 +1,262 @@
+"""Policies as a searched dimension: static K, K table, adaptive verification (one K max or a table),
+SGLang adaptive steps -- the search, the comparison, the wording, and resuming after SIGKILL.
+
+The evaluator is the closed-form double (``study_doubles``), scaled per runtime where a test plants which
+policy wins: these tests are about the study's decisions, not about what a policy is worth (the
+simulator's tests say that).
+"""
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
+
+from spectune.errors import SpectuneError
+from spectune.study import load_outcome, recommend, run_study
+from spectune.study._policies import policy_scores
+from spectune.study._runner import BATCH_POINTS
+
+HERE = Path(__file__).resolve().parent
+ALL_POLICIES = ("static", "k_table", "adaptive_verification", "adaptive_verification_table", "sglang_adaptive")
+
+
+class RuntimeScaled(SyntheticEvaluator):
+    """The closed-form double with each runtime's throughput scaled by ``factors`` (a planted winner)."""
+
+    def __init__(self, factors: dict[str, float], **options) -> None:
+        super().__init__(**options)
+        self.factors = factors
+
+    def __call__(self, point):
+        metrics = super().__call__(point)
+        factor = self.factors.get(point.combo.runtime, 1.0) if point.combo is not None else 1.0
+        metrics["throughput_tokens_per_s"] *= factor
+        metrics["throughput_stderr_tokens_per_s"] *= factor
+        return metrics
+
+
+def _outcome(tmp_path, evaluator, *, strategy="exhaustive", policies=ALL_POLICIES, **space_options):
+    space = make_space(policies=policies, **space_options)
+    storage = str(tmp_path / f"{strategy}.journal")
+    run_study(space, evaluator, fingerprint(), storage=storage, strategy=strategy)
+    return load_outcome(storage, space.name)
+
+
+def test_the_default_space_has_the_combos_and_labels_of_a_study_without_policies():
+    assert [c.label for c in make_space().combos] == [c.label for c in make_space(policies=("k_table",)).combos]
+    labels = [c.label for c in make_space(policies=ALL_POLICIES, methods=("eagle3", "ngram")).combos]
+    assert "eagle3/standard/greedy/vllm_adaptive" in labels and "ngram/standard/greedy/vllm_adaptive" in labels
+    # SGLang's adaptive steps: EAGLE/EAGLE3 chains verified token by token only
+    assert [label for label in labels if label.endswith("sglang_adaptive")] == [
+        "eagle3/standard/greedy/sglang_adaptive"
+    ]
+
+
+def test_a_static_k_is_the_best_single_k_over_every_bucket_found_by_brute_force(tmp_path):
+    outcome = _outcome(tmp_path, SyntheticEvaluator(), policies=("static",), batch_sizes=(1, 8, 64), max_k=5)
+    recommendation = outcome.recommendation
+    space = outcome.space
+    assert recommendation.policy == "static" and len(recommendation.schedule) == 1
+
+    def aggregate(label, k):
+        values = [outcome.completed[space.point(b, label, k)].throughput for b in space.batch_sizes]
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+
+    best = max((aggregate(c.label, k), c.label, k) for c in space.combos for k in space.k_values[1:])
+    chosen = aggregate(recommendation.combo.label, recommendation.schedule[0][2])
+    assert chosen >= best[0] * (1 - 0.005)  # the best, or a smaller K / earlier combo within the tie rule
+    assert recommendation.schedule[0][2] <= best[2] or recommendation.combo.label != best[1]
+
+
+def test_the_structured_search_finds_every_policys_exhaustive_answer(tmp_path):
+    options = dict(batch_sizes=(1, 8, 32, 128), max_k=6, methods=("eagle3",))
+    exhaustive = _outcome(tmp_path, SyntheticEvaluator(), **options)
+    structured = _outcome(tmp_path, SyntheticEvaluator(), strategy="structured", **options)
+    assert structured.num_evaluations < exhaustive.num_evaluations
+    truth = {s.policy: s for s in policy_scores(exhaustive.space, exhaustive.completed)}
+    found = {s.policy: s for s in policy_scores(structured.space, structured.completed)}
+    assert set(found) == set(truth) == set(ALL_POLICIES)
+    for policy, score in truth.items():
+        ks = [c.num_speculative_tokens for c in found[policy].score.choices]
+        assert ks == [c.num_speculative_tokens for c in score.score.choices], policy
+        assert found[policy].combo == score.combo, policy
+    assert structured.recommendation.policy == exhaustive.recommendation.policy
+
+
+def test_adaptive_verification_that_wins_outside_the_noise_is_recommended_and_named(tmp_path):
+    outcome = _outcome(
+        tmp_path, RuntimeScaled({"vllm_adaptive": 1.06}), batch_sizes=(1, 8, 64), max_k=5, methods=("eagle3",)
+    )
+    recommendation = outcome.recommendation
+    assert recommendation.combo.runtime == "vllm_adaptive" and recommendation.adaptive_verification
+    # one K max ties with a table of them unless the table is worth more than the noise: the simpler is named
+    assert recommendation.policy in ("adaptive_verification", "adaptive_verification_table")
+    sentence = next(n for n in recommendation.notes if n.startswith("policies: "))
+    assert "is best" in sentence or "either" in sentence
+    assert re.search(r"adaptive verification( over a K table)? \(K <= \d\)", sentence)
+
+
+def test_a_policy_within_noise_of_the_k_table_ties_and_the_k_table_is_recommended(tmp_path):
+    outcome = _outcome(
+        tmp_path,
+        RuntimeScaled({"vllm_adaptive": 1.002}, noise=0.01),
+        policies=("k_table", "adaptive_verification_table"),
+        batch_sizes=(1, 8, 64),
+        max_k=5,
+        methods=("eagle3",),
+    )
+    recommendation = outcome.recommendation
+    assert recommendation.policy == "k_table" and recommendation.combo.runtime == "none"
+    sentence = next(n for n in recommendation.notes if n.startswith("policies: "))
+    # "policies: the K table within 0.2% of adaptive verification over a K table (K <= 4): either; the K table is
+    # recommended (on a tie: ...)", or the other way round when the noise puts the table ahead
+    adaptive = r"adaptive verification over a K table \(K <= \d\)"
+    assert re.fullmatch(
+        rf"policies: (the K table within \d+\.\d% of {adaptive}: either; the K table is recommended \(on a tie: .*\)"
+        rf"|{adaptive} within \d+\.\d% of the K table: either)",
+        sentence,
+    ), sentence
+
+
+def test_sglang_adaptive_is_compared_but_vllms_best_policy_is_recommended(tmp_path):
+    outcome = _outcome(
+        tmp_path, RuntimeScaled({"sglang_adaptive": 1.1}), batch_sizes=(1, 8, 64), max_k=5, methods=("eagle3",)
+    )
+    recommendation = outcome.recommendation
+    assert recommendation.policy != "sglang_adaptive" and recommendation.sglang is not None
+    note = next(n for n in recommendation.notes if n.startswith("SGLang adaptive steps"))
+    assert re.match(
+        r"SGLang adaptive steps \(K <= \d\) on eagle3/standard/greedy/sglang_adaptive: [\d,]+ tokens/s, \+\d", note
+    )
+    assert note.endswith("sglang.txt serves it")
+
+
+def test_a_study_without_more_than_one_policy_says_nothing_about_policies(tmp_path):
+    outcome = _outcome(tmp_path, SyntheticEvaluator(), policies=("k_table",), batch_sizes=(1, 8), max_k=3)
+    assert not [n for n in outcome.recommendation.notes if n.startswith("policies")]
+    assert outcome.recommendation == recommend(outcome.space, outcome.completed)
+
+
+_KILLED_RUN = """
+import sys
+sys.path.insert(0, {here!r})
+from study_doubles import SyntheticEvaluator, fingerprint, make_space
+from spectune.study import run_study
+if __name__ == "__main__":
+    run_study(make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",), policies={policies!r}),
+              SyntheticEvaluator(delay_s=0.05, call_log={calls!r}), fingerprint(), storage={storage!r},
+              strategy="structured")
+"""
+
+
+def _wait_until_gone(group: int) -> None:
+    for _ in range(200):
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
+def test_a_study_over_policies_resumes_after_sigkill_and_never_simulates_a_point_twice(tmp_path):
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",), policies=ALL_POLICIES)
+    storage = str(tmp_path / "s.journal")
+    calls = tmp_path / "calls.log"
+    script = tmp_path / "run.py"
+    script.write_text(
+        textwrap.dedent(_KILLED_RUN.format(here=str(HERE), calls=str(calls), storage=storage, policies=ALL_POLICIES))
+    )
+    process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    before = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                outcome = load_outcome(storage, space.name)
+            except SpectuneError:  # not created yet
+                outcome = None
+            # past the screening, into the runtimes' chains
+            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= 12:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                _wait_until_gone(process.pid)
+                before = load_outcome(storage, space.name)
+                break
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert before is not None and process.returncode == -signal.SIGKILL, "the study never got going"
+    kept = {t.number: (t.point, t.metrics) for t in before.trials if t.state == "COMPLETE"}
+    runtimes_done = {t.point.combo.runtime for t in before.trials if t.state == "COMPLETE" and t.point.combo}
+    assert len(runtimes_done) == 3  # killed with points of every runtime stored
+
+    run_study(space, SyntheticEvaluator(call_log=str(calls)), fingerprint(), storage=storage, strategy="structured")
+    after = load_outcome(storage, space.name)
+    assert all((after.trials[n].point, after.trials[n].metrics) == point for n, point in kept.items())
+    points = [t.point for t in after.trials if t.state == "COMPLETE"]
+    assert len(points) == len(set(points))
+    simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
+    assert sum(n - 1 for n in simulated.values()) <= BATCH_POINTS  # only what the kill interrupted
+    whole = str(tmp_path / "whole.journal")
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=whole, strategy="structured")
+    uninterrupted = load_outcome(whole, space.name)
+    assert set(points) == {t.point for t in uninterrupted.trials if t.state == "COMPLETE"}
+    assert after.recommendation.policy == uninterrupted.recommendation.policy
+    assert after.recommendation.schedule == uninterrupted.recommendation.schedule
+
+
+def test_sglang_txt_serves_the_simulated_adaptive_steps_unless_they_fall_behind_the_table(tmp_path):
+    from spectune.export._sglang import sglang_export
+
+    options = dict(batch_sizes=(1, 8, 64), max_k=5, methods=("eagle3",), policies=("k_table", "sglang_adaptive"))
+    ahead = _outcome(tmp_path / "ahead", RuntimeScaled({"sglang_adaptive": 1.1}), **options).recommendation
+    config = sglang_export(ahead).adaptive_config
+    steps = [slot.candidate_steps for slot in config.slots.values()]
+    assert any(len(s) > 1 for s in steps) and all(s == list(range(1, len(s) + 1)) or s == [0] for s in steps)
+    behind = _outcome(tmp_path / "behind", RuntimeScaled({"sglang_adaptive": 0.8}), **options).recommendation
+    note = next(n for n in behind.notes if n.startswith("SGLang adaptive steps"))
+    assert note.endswith("sglang.txt serves the K table instead") and re.search(r": [\d,]+ tokens/s, -\d", note)
+    pinned = sglang_export(behind).adaptive_config  # the table varies here: pinned singleton slots
+    assert {k: s.candidate_steps for k, s in pinned.slots.items()} == {r[0]: [r[2]] for r in behind.schedule}
+
+
+def test_adaptive_precision_settles_each_policys_own_table_not_only_the_overall_winners(tmp_path):
+    from study_doubles import PlantedEvaluator
+
+    from spectune.study import StudySpace
+    from spectune.study._recommend import precision_requests
+    from spectune.study._space import Candidate, Combo
+
+    plain, adaptive = Combo("eagle3", "standard", "greedy"), Combo("eagle3", "standard", "greedy", "vllm_adaptive")
+    space = StudySpace(
+        name="precision",
+        candidates=(Candidate("eagle3", {"method": "eagle3", "model": "org/head"}),),
+        combos=(plain, adaptive),
+        batch_sizes=(1, 8),
+        min_num_speculative_tokens=1,
+        max_num_speculative_tokens=4,
+        max_batch_size=64,
+        policies=("k_table", "adaptive_verification_table"),
+    )
+    curves = {
+        (plain.label, 1): {0: 400, 1: 700, 2: 900, 3: 1000, 4: 950},
+        (plain.label, 8): {0: 3000, 1: 5000, 2: 6000, 3: 5500, 4: 5000},
+        (adaptive.label, 1): {0: 400, 1: 700, 2: 890, 3: 850, 4: 800},
+        # K 2 ties with K 3 only through the noise (1.8 % below), and the table would take it
+        (adaptive.label, 8): {0: 3000, 1: 4000, 2: 4420, 3: 4500, 4: 4000},
+    }
+    storage = str(tmp_path / "s.journal")
+    run_study(space, PlantedEvaluator(curves, noise=0.01), fingerprint(), storage=storage, strategy="exhaustive")
+    groups = precision_requests(space, load_outcome(storage, space.name).completed)
+    assert [sorted(p.num_speculative_tokens for p in g) for g in groups] == [[2, 3]]
+    assert all(p.label == adaptive.label and p.batch_size == 8 and p.refinement == 1 for p in groups[0])
