@@ -104,11 +104,11 @@ def test_a_memory_budget_splits_the_group_and_keeps_the_numbers(simulation_docum
 def test_the_default_memory_budget_is_split_between_the_processes_sharing_the_device(simulation_document, monkeypatch):
     """A study's N local workers each see the same free memory when they start: each takes 1/N of the
     default budget, so together they hold what one process alone would."""
-    from spectune.simulator import _run
+    from spectune.simulator import _groups
 
     documents = _documents(simulation_document, "standard", "greedy")[:3]
-    together = sum(_run._member_bytes(d) for d in documents)
-    monkeypatch.setattr(_run, "_available_ram", lambda: 4 * 1.5 * together)  # the CPU's default: a quarter of it
+    together = sum(_groups._member_bytes(d) for d in documents)
+    monkeypatch.setattr(_groups, "_available_ram", lambda: 4 * 1.5 * together)  # the CPU's default: a quarter of it
     monkeypatch.setattr("torch.cuda.mem_get_info", lambda device=None: (2 * 1.5 * together, 0))  # CUDA's: half
     assert [len(g) for g in lockstep_groups(documents)] == [3]
     assert len(lockstep_groups(documents, processes=2)) > 1
