@@ -89,7 +89,7 @@ def test_verifying_ahead_wastes_few_rows(simulation_document, monkeypatch):
 
 def test_a_table_keeps_counts_by_request_and_step_and_extends_its_ranges():
     counts = np.zeros((3, 4), dtype=np.int8)
-    table = _ahead._Table(None, 2, counts, np.zeros(3, np.int64), np.zeros(3, np.int64))  # type: ignore[arg-type]
+    table = _ahead._CountTable(None, 2, counts, np.zeros(3, np.int64), np.zeros(3, np.int64))  # type: ignore[arg-type]
     assert list(_ahead._ranges(np.array([5, 0]), np.array([2, 3]))) == [5, 6, 0, 1, 2]
     # nothing known yet: the fewest steps the tokens can take (k + 1 = 3 a step), never more
     assert list(table.steps_for(np.array([1, 3, 4, 10]), first_round=True)) == [1, 1, 2, 4]
