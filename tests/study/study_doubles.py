@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -230,4 +232,31 @@ class GatedEvaluator(SyntheticEvaluator):
             while not os.path.exists(self.gate):
                 time.sleep(0.01)
         self._batches += 1
+        return super().evaluate_many(points)
+
+
+HALTED = b"halted\n"
+
+
+class HaltingEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` for runs a test kills. In each worker process, a batch that begins once
+    the process has evaluated ``after`` points writes ``HALTED`` to stdout (inherited from the run's
+    process: a test reads it from a pipe, an event rather than a poll) and is held until the run's
+    process is gone (its death closes the parent's sentinel; run in the run's own process, until that
+    is killed): killed mid-trial, or orphaned with work left. Each process thus evaluates at most its
+    batches up to ``after`` points and one more."""
+
+    def __init__(self, after: int, call_log: str | None = None) -> None:
+        super().__init__(call_log=call_log)
+        self.after, self._evaluated = after, 0
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        if self._evaluated >= self.after:
+            os.write(1, HALTED)
+            parent = multiprocessing.parent_process()
+            if parent is None:  # workers=1: the run's own process, held until the test kills it
+                while True:
+                    signal.pause()
+            parent.join()
+        self._evaluated += len(points)
         return super().evaluate_many(points)
