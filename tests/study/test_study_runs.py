@@ -20,6 +20,7 @@ from study_doubles import (
     HALTED,
     EnvironmentEvaluator,
     GatedEvaluator,
+    HeldPointEvaluator,
     MeetingEvaluator,
     SyntheticEvaluator,
     fingerprint,
@@ -361,7 +362,7 @@ def test_tpe_with_many_workers_simulates_each_point_once(tmp_path):
     calls = tmp_path / "calls.log"
     run_study(
         space,
-        SyntheticEvaluator(delay_s=0.3, call_log=str(calls)),
+        HeldPointEvaluator(space, storage, str(tmp_path / "held"), n_trials=12, call_log=str(calls)),
         fingerprint(),
         storage=storage,
         strategy="tpe",
