@@ -3,7 +3,7 @@
 Every simulated step has host work beside its verification: the serving loop's bookkeeping (admission,
 KV blocks, chunked prefill, the clock, the trace), the cost model's step and prefill times, and the
 lockstep driver. This measures that work alone. The simulations are built by the simulator's own code
-(``spectune.simulator._run._Setup``: the document's requests, cost model, K schedule and KV pool, as
+(``spectune.simulator._document_run.DocumentRun``: the document's requests, cost model, K schedule and KV pool, as
 ``simulate`` builds them) and run by the engine's driver (``_drive.drive``), but verified by a stub that
 hands out emitted counts drawn once, before timing, from a fixed-seed numpy RNG at the document's
 acceptance rates: no logits, no rejection sampling.
@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 from spectune.config import SimulationDocument
+from spectune.simulator._document_run import DocumentRun
 from spectune.simulator._drive import EngineMember, drive
-from spectune.simulator._loop import VerifyRequest
-from spectune.simulator._run import _Setup
+from spectune.simulator._loop import StepRows
 
 _RATES = [0.8, 0.75, 0.7, 0.7, 0.65, 0.65, 0.6, 0.6]
 
@@ -84,18 +84,18 @@ class _StubVerifier:
         accepted = np.cumprod(rng.random((pool, k)) < np.asarray(_RATES[:k]), axis=1).sum(axis=1)
         self.counts = (accepted + 1).astype(np.int64)
         self.next = 0
-        self.requests: dict[EngineMember, VerifyRequest] = {}
+        self.step_rows: dict[EngineMember, StepRows] = {}
 
-    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
-        self.requests = requests
+    def start(self, step_rows: dict[EngineMember, StepRows]) -> None:
+        self.step_rows = step_rows
 
     def close(self) -> None:
         pass
 
     def finish(self) -> dict[int, np.ndarray]:
-        requests, self.requests = self.requests, {}
+        step_rows, self.step_rows = self.step_rows, {}
         out = {}
-        for member, (ids, _, _) in requests.items():
+        for member, (ids, _, _) in step_rows.items():
             if self.next + len(ids) > len(self.counts):
                 self.next = 0
             out[id(member)] = self.counts[self.next : self.next + len(ids)]
@@ -105,7 +105,7 @@ class _StubVerifier:
 
 def _run(batch: int, k: int, members: int, profiler: cProfile.Profile | None) -> tuple[float, int]:
     """(wall seconds of the driver, member steps simulated) for one lockstep group."""
-    setups = [_Setup(_document(batch, k, seed), torch.device("cpu"), None) for seed in range(members)]
+    setups = [DocumentRun(_document(batch, k, seed), torch.device("cpu"), None) for seed in range(members)]
     group = [member for setup in setups for member in setup.members]
     verifier = _StubVerifier(k, seed=0)
     started = time.perf_counter()

@@ -5,8 +5,9 @@
 clock by ``spectune.cost``'s step times.
 """
 
+from spectune.simulator._groups import lockstep_groups
 from spectune.simulator._metrics import SimulationResult
-from spectune.simulator._run import lockstep_groups, simulate, simulate_many
+from spectune.simulator._run import simulate, simulate_many
 
 # Bump whenever a change alters simulated numbers: a study refuses to resume across versions, so that
 # trials simulated by different code are never compared.

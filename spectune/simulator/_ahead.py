@@ -32,7 +32,7 @@ import torch
 
 from spectune.simulator._drive import EngineMember
 from spectune.simulator._kernels import KernelVerifier, RowLane
-from spectune.simulator._loop import VerifyRequest
+from spectune.simulator._loop import StepRows
 from spectune.workload import LogitSynthesizer
 
 __all__ = ["AHEAD_LANES", "AheadVerifier", "ahead_call_rows"]
@@ -54,7 +54,7 @@ def ahead_call_rows(device: torch.device) -> tuple[int, int]:
 
 
 @dataclass(eq=False)
-class _Table:
+class _CountTable:
     """The counts of one simulation's requests under one (synthesizer, k): ``counts[g, s]`` is what
     request g emits at its step s, known for lo[g] <= s < hi[g] (int8; 0 where unknown)."""
 
@@ -100,7 +100,7 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 @dataclass(eq=False)  # slots are told apart by identity
-class _Slot:
+class _LaneSlot:
     """One lane's slice of a call: ``concurrency`` rows over the engine's request tables (``SlotTables``)."""
 
     concurrency: int
@@ -120,16 +120,16 @@ class _CallSize:
     ) -> None:
         self.lane_rows = rows // AHEAD_LANES
         self.rows = rows
-        slots = [_Slot(self.lane_rows, *tables) for _ in range(AHEAD_LANES)]
+        slots = [_LaneSlot(self.lane_rows, *tables) for _ in range(AHEAD_LANES)]
         self.verifier = KernelVerifier(slots, *verifier_args)
 
 
 @dataclass
-class _Want:
+class _PendingSteps:
     """Requests of one table to verify from ``starts`` on, with ``tokens`` still to come each."""
 
     member: EngineMember
-    table: _Table
+    table: _CountTable
     gids: np.ndarray
     starts: np.ndarray
     tokens: np.ndarray
@@ -162,35 +162,35 @@ class AheadVerifier:
         tables = (np.concatenate(seeds), torch.cat(temperatures))
         arguments = (device, num_drafts, method, synthetic_rates, vocab, has_draft, True)  # counter draws
         self.small, self.large = (_CallSize(rows, tables, arguments) for rows in ahead_call_rows(device))
-        self.tables: dict[tuple[int, int, int], _Table] = {}  # (id(member), id(synthesizer), k) -> counts
+        self.tables: dict[tuple[int, int, int], _CountTable] = {}  # (id(member), id(synthesizer), k) -> counts
         self.produced = {id(m): np.zeros(len(m.request_seeds), dtype=np.int64) for m in members}
         self.admitted = {id(m): 0 for m in members}  # local request ids below this have been verified for
         self.result: dict[int, np.ndarray] | None = None
         self.refills = self.calls = 0
 
-    def _table(self, member: EngineMember, synthesizer: LogitSynthesizer, k: int) -> _Table:
+    def _table(self, member: EngineMember, synthesizer: LogitSynthesizer, k: int) -> _CountTable:
         key = (id(member), id(synthesizer), k)
         table = self.tables.get(key)
         if table is None:
             n = len(member.request_seeds)
-            table = self.tables[key] = _Table(
+            table = self.tables[key] = _CountTable(
                 synthesizer, k, np.zeros((n, 64), dtype=np.int8), np.zeros(n, np.int64), np.zeros(n, np.int64)
             )
         return table
 
-    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+    def start(self, step_rows: dict[EngineMember, StepRows]) -> None:
         steps = []
-        wants: list[_Want] = []
-        for member, (ids, steps_done, k) in requests.items():
+        pending_steps: list[_PendingSteps] = []
+        for member, (ids, steps_done, k) in step_rows.items():
             assert member.synthesizer is not None
             gids = member.global_ids[ids] if member.global_ids is not None else ids
             table = self._table(member, member.synthesizer(len(ids)), k)
             steps.append((member, gids, steps_done, table))
             missing = ~table.covered(gids, steps_done)
             if missing.any():
-                wants.extend(self._wants(member, table, ids, gids, steps_done, missing))
-        if wants:
-            self._refill(wants)
+                pending_steps.extend(self._steps_to_verify(member, table, ids, gids, steps_done, missing))
+        if pending_steps:
+            self._refill(pending_steps)
             assert all(table.covered(gids, steps_done).all() for _, gids, steps_done, table in steps)
         result = {}
         for member, gids, steps_done, table in steps:
@@ -209,15 +209,15 @@ class AheadVerifier:
         self.small.verifier.close()
         self.large.verifier.close()
 
-    def _wants(
+    def _steps_to_verify(
         self,
         member: EngineMember,
-        table: _Table,
+        table: _CountTable,
         ids: np.ndarray,
         gids: np.ndarray,
         steps_done: np.ndarray,
         missing: np.ndarray,
-    ) -> list[_Want]:
+    ) -> list[_PendingSteps]:
         """The missing requests' steps to their end; with a full batch, the next requests' too."""
         outputs = member.output_tokens
         assert outputs is not None  # an engine verifying ahead gets its members' output lengths
@@ -225,7 +225,7 @@ class AheadVerifier:
         # Tokens to come: the output less the prefill's first token and what the steps so far emitted
         # (preemptions take one more each, so this never falls short).
         tokens = np.maximum(outputs[missed] - 1 - self.produced[id(member)][missed], 1)
-        wants = [_Want(member, table, missed, steps_done[missing], tokens)]
+        pending_steps = [_PendingSteps(member, table, missed, steps_done[missing], tokens)]
         local_count = len(member.global_ids) if member.global_ids is not None else len(member.request_seeds)
         admitted = max(self.admitted[id(member)], int(ids.max()) + 1)
         if len(ids) >= member.concurrency and admitted < local_count:
@@ -234,55 +234,57 @@ class AheadVerifier:
             upcoming_gids = upcoming_gids[(table.hi[upcoming_gids] == 0) & (outputs[upcoming_gids] > 1)]
             if len(upcoming_gids):
                 starts = np.zeros(len(upcoming_gids), dtype=np.int64)
-                wants.append(_Want(member, table, upcoming_gids, starts, outputs[upcoming_gids] - 1))
+                pending_steps.append(_PendingSteps(member, table, upcoming_gids, starts, outputs[upcoming_gids] - 1))
             admitted = int(upcoming[-1]) + 1
         self.admitted[id(member)] = admitted
-        return wants
+        return pending_steps
 
-    def _refill(self, wants: list[_Want]) -> None:
-        """Verify each want's steps in rounds until its tokens are covered."""
+    def _refill(self, pending_steps: list[_PendingSteps]) -> None:
+        """Verify each part's steps in rounds until its tokens are covered."""
         started = time.perf_counter()
         self.refills += 1
         rows_by_member: dict[int, int] = {}
-        pending, first_round = wants, True
+        pending, first_round = pending_steps, True
         while pending:
-            lengths = [want.table.steps_for(want.tokens, first_round) for want in pending]
+            lengths = [part.table.steps_for(part.tokens, first_round) for part in pending]
             counts = self._verify(pending, lengths)
             later = []
-            for want, length, got in zip(pending, lengths, counts):
-                want.table.store(want.gids, want.starts, length, got)
-                rows_by_member[id(want.member)] = rows_by_member.get(id(want.member), 0) + len(got)
+            for part, length, got in zip(pending, lengths, counts):
+                part.table.store(part.gids, part.starts, length, got)
+                rows_by_member[id(part.member)] = rows_by_member.get(id(part.member), 0) + len(got)
                 offsets = np.cumsum(length) - length
-                tokens = want.tokens - np.add.reduceat(got.astype(np.int64), offsets)
+                tokens = part.tokens - np.add.reduceat(got.astype(np.int64), offsets)
                 short = tokens > 0
                 if short.any():
                     later.append(
-                        _Want(want.member, want.table, want.gids[short], (want.starts + length)[short], tokens[short])
+                        _PendingSteps(
+                            part.member, part.table, part.gids[short], (part.starts + length)[short], tokens[short]
+                        )
                     )
             pending, first_round = later, False
         spent = time.perf_counter() - started
         total = max(sum(rows_by_member.values()), 1)
-        for member in {id(w.member): w.member for w in wants}.values():
+        for member in {id(w.member): w.member for w in pending_steps}.values():
             member.kernel_s += spent * rows_by_member.get(id(member), 0) / total
 
-    def _verify(self, wants: list[_Want], lengths: list[np.ndarray]) -> list[np.ndarray]:
-        """Counts (int8, flat per want: request by request, step by step) of each want's steps
+    def _verify(self, pending_steps: list[_PendingSteps], lengths: list[np.ndarray]) -> list[np.ndarray]:
+        """Counts (int8, flat per part: request by request, step by step) of each part's steps
         starts..starts+lengths, in calls of ``AHEAD_LANES`` lanes of one (synthesizer, k) each: large
         calls while the rows left fill half of one, then small ones."""
-        rows = []  # per want: the rows' requests in the calls' tables, and their steps
-        for want, length in zip(wants, lengths):
-            rows.append((np.repeat(want.gids + self.first[id(want.member)], length), _ranges(want.starts, length)))
+        rows = []  # per part: the rows' requests in the calls' tables, and their steps
+        for part, length in zip(pending_steps, lengths):
+            rows.append((np.repeat(part.gids + self.first[id(part.member)], length), _ranges(part.starts, length)))
         out = [np.zeros(int(length.sum()), dtype=np.int8) for length in lengths]
         left, index, begin = sum(len(requests) for requests, _ in rows), 0, 0
         while left:
             call = self.large if left >= self.large.rows // 2 else self.small
             lanes: list[RowLane | None] = []
-            taken = []  # (lane, want index, first flat row, rows)
+            taken = []  # (lane, part index, first flat row, rows)
             for number in range(AHEAD_LANES):
                 if index == len(rows):
                     lanes.append(None)
                     continue
-                (requests, steps), table = rows[index], wants[index].table
+                (requests, steps), table = rows[index], pending_steps[index].table
                 end = min(begin + call.lane_rows, len(requests))
                 lanes.append((requests[begin:end], steps[begin:end], table.synthesizer, table.k))
                 taken.append((number, index, begin, end - begin))
@@ -290,6 +292,6 @@ class AheadVerifier:
                 index, begin = (index + 1, 0) if end == len(requests) else (index, end)
             counts = call.verifier.verify_rows(lanes)
             self.calls += 1
-            for number, want_index, first, size in taken:
-                out[want_index][first : first + size] = counts[number]
+            for number, part_index, first, size in taken:
+                out[part_index][first : first + size] = counts[number]
         return out

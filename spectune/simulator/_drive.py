@@ -6,6 +6,13 @@ bank and random streams; the driver only gathers the steps that need verifying, 
 request's inputs, seed and steps done, so a simulation's numbers are the same alone or beside others,
 bit for bit (``tests/simulator/test_lockstep.py``). Which verifier runs is chosen once, by
 ``simulation.engine`` and the draw kind (``_verifiers.make_verifier``).
+
+Words used in one sense each across ``spectune.simulator``: a *request* is a serving request (a
+prompt and its output, with its own seed); a step's *rows* (``StepRows``) are one per decoding request
+of a loop, each verifying k drafts; a *call* is one rejection-sampling call of the kernels over many
+rows (on CUDA one graph replay, ``_kernel_call.KernelCall``); a *slot* is a member's fixed slice of a
+call's rows, and a *lane* is the rows of one (synthesizer, k) staged in one slot (``_kernels.RowLane``,
+when verifying ahead).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from spectune.simulator._loop import LoopSteps, LoopTrace, VerifyRequest
+from spectune.simulator._loop import LoopSteps, LoopTrace, StepRows
 from spectune.workload import LogitSynthesizer
 
 __all__ = ["BegunStep", "EngineMember", "NoVerifier", "Verifier", "drive", "split_counts"]
@@ -59,7 +66,7 @@ class Verifier(Protocol):
     """Verifies one lockstep step of an engine's members, in two halves so that the members' host work
     runs between them. ``drive`` calls, every step:
 
-    1. ``start(requests)`` with each member's step that needs verifying (request ids, steps done, k):
+    1. ``start(step_rows)`` with each member's step that needs verifying (``StepRows``):
        begin verifying it (on CUDA everything up to and including the kernel launch, asynchronously);
     2. each member's host work that needs no counts (``serving_loop``'s stage 3);
     3. ``finish()``: the emitted counts of the step begun by ``start``, int64 [B] per member (accepted
@@ -68,7 +75,7 @@ class Verifier(Protocol):
     and ``close()`` once, when the engine ends (pinned buffers and graphs go back to the process).
     """
 
-    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None: ...
+    def start(self, step_rows: dict[EngineMember, StepRows]) -> None: ...
 
     def finish(self) -> dict[int, np.ndarray]: ...
 
@@ -78,7 +85,7 @@ class Verifier(Protocol):
 class NoVerifier:
     """The verifier of an engine whose members never verify (plain decoding)."""
 
-    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+    def start(self, step_rows: dict[EngineMember, StepRows]) -> None:
         raise AssertionError("a member without a synthesizer asked for verification")
 
     def finish(self) -> dict[int, np.ndarray]:
@@ -89,39 +96,39 @@ class NoVerifier:
 
 
 def drive(members: Sequence[EngineMember], verifier: Verifier) -> None:
-    """Run every member's loop to its end, each step's requests verified by ``verifier`` in one call
+    """Run every member's loop to its end, each step's rows verified by ``verifier`` in one call
     (the order of ``Verifier``'s docstring)."""
-    requests: dict[EngineMember, VerifyRequest] = {}
+    step_rows: dict[EngineMember, StepRows] = {}
     for member in members:
-        _advance(member, requests, None)
-    while requests:
-        step, requests = requests, {}
+        _advance(member, step_rows, None)
+    while step_rows:
+        step, step_rows = step_rows, {}
         verifier.start(step)
         for member in step:
             member.loop.send(None)
         emitted = verifier.finish()
         for member in step:
-            _advance(member, requests, emitted[id(member)])
+            _advance(member, step_rows, emitted[id(member)])
 
 
-def _advance(member: EngineMember, requests: dict[EngineMember, VerifyRequest], emitted: np.ndarray | None) -> None:
-    """Run the member's loop on to its next request (into ``requests``) or its end (``member.trace``)."""
+def _advance(member: EngineMember, step_rows: dict[EngineMember, StepRows], emitted: np.ndarray | None) -> None:
+    """Run the member's loop on to its next step to verify (into ``step_rows``) or its end (``member.trace``)."""
     try:
-        request = next(member.loop) if emitted is None else member.loop.send(emitted)
+        rows = next(member.loop) if emitted is None else member.loop.send(emitted)
     except StopIteration as done:
         member.trace = done.value
         return
-    assert request is not None
-    requests[member] = request
+    assert rows is not None
+    step_rows[member] = rows
 
 
 @dataclass
 class BegunStep:
-    """What a verifier's ``start`` leaves for ``finish``: the requests, each member's batch size and
+    """What a verifier's ``start`` leaves for ``finish``: the step's rows, each member's batch size and
     first row in the call (None: members' rows back to back), and the host clock at the start, after
     the writes and after the launch."""
 
-    requests: dict[EngineMember, VerifyRequest]
+    step_rows: dict[EngineMember, StepRows]
     sizes: list[int]
     offsets: list[int] | None
     started: float
@@ -130,7 +137,7 @@ class BegunStep:
 
 
 def split_counts(
-    requests: dict[EngineMember, VerifyRequest],
+    step_rows: dict[EngineMember, StepRows],
     emitted: np.ndarray,
     sizes: list[int],
     started: float,
@@ -145,7 +152,7 @@ def split_counts(
     total = max(sum(sizes), 1)
     out: dict[int, np.ndarray] = {}
     start = 0
-    for i, (member, size) in enumerate(zip(requests, sizes)):
+    for i, (member, size) in enumerate(zip(step_rows, sizes)):
         begin = offsets[i] if offsets is not None else start
         out[id(member)] = emitted[begin : begin + size]
         start += size

@@ -20,7 +20,7 @@ import torch
 from spectune.kernels import RowTable, kernel_seeds_torch, seed_bases
 from spectune.simulator._drive import BegunStep, EngineMember, split_counts
 from spectune.simulator._kernel_call import KernelCall, call_inputs, give_back, host_buffer, slot_rows, step_tables
-from spectune.simulator._loop import VerifyRequest
+from spectune.simulator._loop import StepRows
 from spectune.workload import LogitSynthesizer
 
 __all__ = ["KernelVerifier", "RowLane", "SlotTables"]
@@ -192,13 +192,13 @@ class KernelVerifier:
             )
         return self.member_fields[key]
 
-    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+    def start(self, step_rows: dict[EngineMember, StepRows]) -> None:
         """Stage the step and launch it: on CUDA one graph replay (the writes and the kernel call),
         nothing waited for; on the CPU each member's writes, then the call."""
         started = time.perf_counter()
         host = self.host_rows
         sizes, offsets, synthesizers = [], [], []
-        for member, (ids, steps_done, k) in requests.items():
+        for member, (ids, steps_done, k) in step_rows.items():
             assert member.synthesizer is not None
             (offset, slot), size = self.slots[id(member)], len(ids)
             host[0, offset : offset + size] = member.request_ids(ids)
@@ -214,19 +214,19 @@ class KernelVerifier:
             synthesizers.append(synthesizer)
         if self.host_members is not None:
             for idle in self.members:  # a member without a step this time reads no logits for it
-                if idle not in requests:
+                if idle not in step_rows:
                     offset, slot = self.slots[id(idle)]
                     host[2, offset : offset + slot] = 0
         else:
             self.staged.copy_(self.host)
-            for (member, (_, _, k)), synthesizer, offset, size in zip(requests.items(), synthesizers, offsets, sizes):
+            for (member, (_, _, k)), synthesizer, offset, size in zip(step_rows.items(), synthesizers, offsets, sizes):
                 self._write_step(member, synthesizer, self._bank_offsets(synthesizer), offset, size, k)
         generated = time.perf_counter()
         assert self.call is not None
         self.call.run()
         if self.read is not None:
             self.read.record(self.stream)
-        self.begun = BegunStep(requests, sizes, offsets, started, generated, time.perf_counter())
+        self.begun = BegunStep(step_rows, sizes, offsets, started, generated, time.perf_counter())
 
     def verify_rows(self, lanes: Sequence[RowLane | None]) -> list[np.ndarray]:
         """Verify rows of any requests and steps, lane i in slot i (at most its ``concurrency`` rows;
@@ -266,7 +266,7 @@ class KernelVerifier:
         emitted = self.counts.numpy().astype(np.int64)  # a copy: the next step refills ``counts``
         between = waiting - step.launched
         return split_counts(
-            step.requests, emitted, step.sizes, step.started, step.generated, step.offsets, between=between
+            step.step_rows, emitted, step.sizes, step.started, step.generated, step.offsets, between=between
         )
 
     def close(self) -> None:

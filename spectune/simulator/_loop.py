@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from spectune.errors import SpectuneError
 from spectune.simulator._kv import BLOCK_SIZE_TOKENS, KvCacheCapacity
 from spectune.simulator._policy import StepPolicy
 
-__all__ = ["LoopInputs", "LoopSteps", "LoopTrace", "VerifyRequest", "serving_loop"]
+__all__ = ["LoopInputs", "LoopSteps", "LoopTrace", "StepRows", "serving_loop"]
 
 
 @dataclass(frozen=True)
@@ -85,12 +86,19 @@ class LoopTrace:
         return len(self.step_end_s)
 
 
+class StepRows(NamedTuple):
+    """One step's rows to verify: a row per decoding request of the loop."""
+
+    ids: np.ndarray  # int64 [B], the loop's request ids
+    steps_done: np.ndarray  # int64 [B], each request's verified steps before this one
+    k: int  # drafts each row verifies
+
+
 StepTimeFn = Callable[[int, int, float], tuple[float, float, float, float]]
-VerifyRequest = tuple[np.ndarray, np.ndarray, int]  # (request ids, their steps done, K): a step to verify
 PrefillTimeFn = Callable[[int, int, bool], float]  # (prompt tokens, prompts, shares a decode pass)
-# A serving loop as its engine drives it: it yields a step's VerifyRequest and is sent None once verification
+# A serving loop as its engine drives it: it yields a step's StepRows and is sent None once verification
 # has started; it yields None after the step's host work that needs no counts and is sent the emitted tokens.
-LoopSteps = Generator[VerifyRequest | None, np.ndarray | None, LoopTrace]
+LoopSteps = Generator[StepRows | None, np.ndarray | None, LoopTrace]
 
 
 def serving_loop(
@@ -123,7 +131,7 @@ def serving_loop(
     A generator, so that an engine (``_drive.drive``) can verify many simulations' steps in one call
     (lockstep) and do their host work while it verifies. A step that verifies meets the engine twice:
 
-    1. it yields its ``VerifyRequest``; the engine starts verifying and sends None;
+    1. it yields its ``StepRows``; the engine starts verifying and sends None;
     2. it does the work of stage 3 (chunked prefill, the step's time), which needs no emitted counts, and
        yields None; the engine sends the emitted tokens per request (int64 [B]) once verification is done.
 
@@ -197,7 +205,7 @@ def serving_loop(
         verified = batch > 0 and k > 0
         if verified:
             steps = steps_done[running]
-            started = yield running, steps, k  # the engine starts verifying ...
+            started = yield StepRows(running, steps, k)  # the engine starts verifying ...
             assert started is None
             steps_done[running] = steps + 1
 

@@ -21,7 +21,7 @@ from spectune.kernels import StepTables, kernel_seeds
 from spectune.kernels.reference import RowBank, count_emitted_banked, host_step, rejection_sample_banked
 from spectune.simulator._drive import BegunStep, EngineMember, split_counts
 from spectune.simulator._kernel_call import step_tables
-from spectune.simulator._loop import VerifyRequest
+from spectune.simulator._loop import StepRows
 from spectune.workload import LogitSynthesizer
 
 __all__ = ["TwinVerifier"]
@@ -65,20 +65,20 @@ class TwinVerifier:
         return self.offsets[key]
 
     def _members(
-        self, requests: dict[EngineMember, VerifyRequest], padded_step: Callable[..., tuple[Any, Any, Any]]
+        self, step_rows: dict[EngineMember, StepRows], padded_step: Callable[..., tuple[Any, Any, Any]]
     ) -> tuple[list[Any], list[Any], list[Any], list[np.ndarray], list[int]]:
         """Each member's padded step -- bank rows (offset into the shared bank), draft tokens,
         temperatures -- from ``padded_step(member, synthesizer, ids, k, kernel_seeds)``, with its kernel
         seeds and size."""
         rows, tokens, temperature, seeds, sizes = [], [], [], [], []
-        for member, (ids, steps_done, k) in requests.items():
+        for member, (ids, steps_done, k) in step_rows.items():
             assert member.synthesizer is not None
             synthesizer = member.synthesizer(len(ids))
             ids = member.request_ids(ids)
             seeds.append(kernel_seeds(member.request_seeds[ids], steps_done))
-            step_rows, step_tokens, step_temperature = padded_step(member, synthesizer, ids, k, seeds[-1])
+            bank_rows, step_tokens, step_temperature = padded_step(member, synthesizer, ids, k, seeds[-1])
             offset = self._offset(synthesizer)
-            rows.append(step_rows + offset if offset else step_rows)  # padding repeats rows: offsets commute
+            rows.append(bank_rows + offset if offset else bank_rows)  # padding repeats rows: offsets commute
             tokens.append(step_tokens)
             temperature.append(step_temperature)
             sizes.append(len(ids))
@@ -112,14 +112,14 @@ class TwinVerifier:
             tokens = np.concatenate([tokens, np.full((len(ids), self.num_drafts - k), -1, dtype=np.int64)], axis=1)
         return rows, tokens, temperature
 
-    def start(self, requests: dict[EngineMember, VerifyRequest]) -> None:
+    def start(self, step_rows: dict[EngineMember, StepRows]) -> None:
         """On CUDA: draw the step's rows and launch the twin; on the CPU: keep the requests (the twin is
         host work there, like the members' own, and runs in ``finish``)."""
         started = time.perf_counter()
         if self.device.type == "cpu":
-            self.begun = BegunStep(requests, [], None, started, started, started)
+            self.begun = BegunStep(step_rows, [], None, started, started, started)
             return
-        rows, tokens, temperature, seeds, sizes = self._members(requests, self._cuda_step)
+        rows, tokens, temperature, seeds, sizes = self._members(step_rows, self._cuda_step)
         single = len(rows) == 1
         generated = time.perf_counter()
         assert self.bank is not None
@@ -133,22 +133,22 @@ class TwinVerifier:
             method=self.method,
             synthetic_conditional_rates=rates,
         )
-        self.begun = BegunStep(requests, sizes, None, started, generated, time.perf_counter())
+        self.begun = BegunStep(step_rows, sizes, None, started, generated, time.perf_counter())
 
     def finish(self) -> dict[int, np.ndarray]:
         assert self.begun is not None, "finish() without start()"
         step, self.begun = self.begun, None
         if self.device.type == "cpu":
-            return self._verify_host(step.requests)
+            return self._verify_host(step.step_rows)
         between = time.perf_counter() - step.launched
         emitted = self.num_tokens.to("cpu", torch.int64).numpy()
-        return split_counts(step.requests, emitted, step.sizes, step.started, step.generated, between=between)
+        return split_counts(step.step_rows, emitted, step.sizes, step.started, step.generated, between=between)
 
-    def _verify_host(self, requests: dict[EngineMember, VerifyRequest]) -> dict[int, np.ndarray]:
+    def _verify_host(self, step_rows: dict[EngineMember, StepRows]) -> dict[int, np.ndarray]:
         """The CPU step on numpy arrays, counts only (the tokens themselves are never read): the same
         draws and numbers as the torch path, without torch's per-operation cost on small tensors."""
         started = time.perf_counter()
-        rows, tokens, temperature, seeds, sizes = self._members(requests, self._host_step)
+        rows, tokens, temperature, seeds, sizes = self._members(step_rows, self._host_step)
         single = len(rows) == 1
         generated = time.perf_counter()
         assert self.bank is not None
@@ -162,7 +162,7 @@ class TwinVerifier:
             method=self.method,
             synthetic_conditional_rates=rates,
         )
-        return split_counts(requests, emitted.astype(np.int64), sizes, started, generated)
+        return split_counts(step_rows, emitted.astype(np.int64), sizes, started, generated)
 
     def close(self) -> None:
         pass

@@ -24,6 +24,7 @@ import optuna
 from optuna.trial import TrialState
 
 from spectune.config import OBJECTIVE_METRICS, StudyMetrics
+from spectune.study._polling import HOLDER_POLL_S
 from spectune.study._records import (
     ATTR_DUPLICATE_OF,
     ATTR_REFINEMENT,
@@ -53,7 +54,6 @@ __all__ = [
 Metrics = StudyMetrics | Mapping[str, Any]  # a mapping is read through ``StudyMetrics.from_mapping``
 ATTR_SURPLUS = "spectune.surplus"
 NO_POINT_LEFT = "every point of the space is evaluated or held by a running trial"
-_HOLDER_POLL_S = 0.1
 _CONSTRAINT_CAP = 1e12  # Optuna wants finite constraint values; a missing metric violates "infinitely"
 
 
@@ -138,7 +138,7 @@ def _await_holder(study: optuna.Study, space: StudySpace, point: Point, number: 
     """An earlier live trial holds ``point`` (TPE proposed it again): wait for its result rather than
     simulate the point twice; None when that trial failed or died instead (then this one simulates)."""
     while True:
-        time.sleep(_HOLDER_POLL_S)
+        time.sleep(HOLDER_POLL_S)
         earlier = [t for t in study.get_trials(deepcopy=False) if t.number < number]
         state = SearchState.from_trials(space, earlier)
         if point in state.completed:

@@ -27,6 +27,7 @@ from spectune.errors import SpectuneError
 from spectune.study._abandoned import fail_abandoned_trials
 from spectune.study._batch import run_batch
 from spectune.study._objective import Evaluator
+from spectune.study._polling import DECIDE_AGAIN_S, IDLE_JOURNAL_POLL_S, WORKER_RESULT_POLL_S
 from spectune.study._records import SearchState
 from spectune.study._sampler import SpectuneSampler, Strategy
 from spectune.study._space import StudySpace
@@ -61,8 +62,6 @@ StrategyChoice = Literal["auto", "structured", "exhaustive", "tpe"]
 EXHAUSTIVE_LIMIT = 64  # 'auto' searches every point of spaces up to this size
 BATCH_POINTS = 16  # points a worker evaluates in one lockstep call (memory: simulation.lockstep_memory_gib)
 TPE_DEFAULT_SHARE = 0.25  # tpe has no natural end: without --n-trials it runs this share of the space
-_POLL_S = 0.1  # how often an idle worker decides again though no trial moved (a heartbeat may have lapsed)
-_IDLE_POLL_S = 0.005  # how often it looks whether one did (on a journal)
 
 
 @dataclass(frozen=True)
@@ -205,11 +204,13 @@ def _worker_loop(
     idle_prunes = 0
     waiting_on: tuple[tuple[int, TrialState, int], ...] | None = None  # the trials' progress when told to wait
     decide_again_at = 0.0
-    idle_poll = _IDLE_POLL_S if reads_are_cheap(study) else _POLL_S  # a database: no more often than it decides
+    idle_poll = (
+        IDLE_JOURNAL_POLL_S if reads_are_cheap(study) else DECIDE_AGAIN_S
+    )  # a database: no more often than it decides
     while keep_going():
         if waiting_on is not None and time.monotonic() < decide_again_at:
             # Deciding costs milliseconds; looking whether any trial moved costs microseconds, so an idle
-            # worker looks often and decides only when one did (a round's next points wait ~_IDLE_POLL_S).
+            # worker looks often and decides only when one did (a round's next points wait ~IDLE_JOURNAL_POLL_S).
             if _progress(study.get_trials(deepcopy=False)) == waiting_on:
                 time.sleep(idle_poll)
                 continue
@@ -221,7 +222,7 @@ def _worker_loop(
             return completed
         if decision == "wait" or idle_prunes >= 3:
             idle_prunes = 0
-            waiting_on, decide_again_at = _progress(trials), time.monotonic() + _POLL_S
+            waiting_on, decide_again_at = _progress(trials), time.monotonic() + DECIDE_AGAIN_S
             time.sleep(idle_poll)
             continue
         waiting_on = None
@@ -315,7 +316,7 @@ def _run_processes(
             if should_stop():
                 workers.stop.set()  # each worker ends its running trial, reports and exits
             try:
-                index, status, payload = results.get(timeout=_POLL_S)
+                index, status, payload = results.get(timeout=WORKER_RESULT_POLL_S)
                 finished[index] = (status, payload)
             except queue.Empty:
                 pass
@@ -329,7 +330,7 @@ def _run_processes(
                 )
             for i, process in enumerate(processes):
                 if i not in finished and not process.is_alive() and process.exitcode not in (0, None):
-                    time.sleep(_POLL_S)  # its last message may still be in the queue
+                    time.sleep(WORKER_RESULT_POLL_S)  # its last message may still be in the queue
                     if results.empty():
                         raise SpectuneError(
                             f"worker {i} died (exit code {process.exitcode}); run the study again to resume it"

@@ -34,6 +34,12 @@ from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from spectune.study._polling import (
+    STALE_CHECK_S,
+    WAIT_FIRST_POLL_S,
+    WAIT_JOURNAL_LONGEST_POLL_S,
+    WAIT_LONGEST_POLL_S,
+)
 from spectune.study._records import (
     ATTR_OWNER,
     ATTR_REFINEMENT,
@@ -60,15 +66,6 @@ __all__ = [
 
 Strategy = Literal["structured", "exhaustive", "tpe"]
 ATTR_NO_POINT_LEFT = "spectune.no_point_left"
-# A wait on other trials polls after 1 ms, then twice as long each time up to _POLL_S (_CHEAP_POLL_S
-# where reads cost microseconds: a journal): an earlier trial holds its point within milliseconds, and
-# the trials of a round decide one after another, each detecting the one before at its next poll, so
-# a round's deciding costs its trials' decisions plus one poll's lateness each (a fixed 50 ms poll:
-# 50 ms a trial).
-_FIRST_POLL_S = 0.001
-_POLL_S = 0.05
-_CHEAP_POLL_S = 0.002
-_STALE_CHECK_S = 10.0  # how often a waiting trial asks a database for trials whose heartbeat lapsed
 
 
 def search_space(space: StudySpace) -> dict[str, BaseDistribution]:
@@ -89,7 +86,7 @@ def params_of(space: StudySpace, point: Point) -> dict[str, Any]:
     return {PARAM_BATCH_SIZE: point.batch_size, PARAM_COMBO: combo.label, PARAM_K: point.num_speculative_tokens}
 
 
-def poll_intervals(first: float = _FIRST_POLL_S, longest: float = _POLL_S) -> Iterator[float]:
+def poll_intervals(first: float = WAIT_FIRST_POLL_S, longest: float = WAIT_LONGEST_POLL_S) -> Iterator[float]:
     """Seconds to sleep between the polls of a wait: ``first``, doubling up to ``longest``."""
     delay = first
     while True:
@@ -103,7 +100,7 @@ def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
     No deadline: giving up on a slow (starved) earlier trial let this one pick the point it was about
     to take. A dead one stops counting as live (``is_abandoned``; on a database, Optuna's stale
     heartbeat, checked here too since every worker may be waiting)."""
-    delays = poll_intervals(longest=_CHEAP_POLL_S if reads_are_cheap(study) else _POLL_S)
+    delays = poll_intervals(longest=WAIT_JOURNAL_LONGEST_POLL_S if reads_are_cheap(study) else WAIT_LONGEST_POLL_S)
     heartbeat = is_heartbeat_enabled(study._storage)
     next_stale_check = time.monotonic()
     while True:
@@ -118,7 +115,7 @@ def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
         if not undecided:
             return earlier
         if heartbeat and time.monotonic() >= next_stale_check:
-            next_stale_check = time.monotonic() + _STALE_CHECK_S
+            next_stale_check = time.monotonic() + STALE_CHECK_S
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ExperimentalWarning)
                 fail_stale_trials(study)

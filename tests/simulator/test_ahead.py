@@ -4,7 +4,7 @@ simulation's numbers are those of verifying step by step, bit for bit."""
 import numpy as np
 import pytest
 import torch
-from test_lockstep import _documents, _numbers, _on_cuda, _on_the_kernels, _row_table_documents, _with_engine
+from engine_cases import lockstep_documents, numbers, on_cuda, on_the_kernels, row_table_documents, with_engine
 
 from spectune.simulator import _ahead, simulate, simulate_many
 
@@ -12,10 +12,10 @@ _DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where the documents'
 
 
 def _ahead_documents(simulation_document):
-    """Three documents over two acceptance bins and K 2-5 (``_row_table_documents``), one whose K changes
+    """Three documents over two acceptance bins and K 2-5 (``row_table_documents``), one whose K changes
     with the batch, and one of two data-parallel replicas."""
-    documents = _row_table_documents(simulation_document)
-    documents.append(_documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[2])
+    documents = row_table_documents(simulation_document)
+    documents.append(lockstep_documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[2])
     documents.append(
         simulation_document(
             seed=4,
@@ -31,7 +31,7 @@ def _ahead_documents(simulation_document):
             simulation={"bank_rows": 64},
         )
     )
-    return _on_the_kernels(documents)
+    return on_the_kernels(documents)
 
 
 def _watch_verifiers(monkeypatch):
@@ -52,22 +52,22 @@ def test_verifying_ahead_gives_the_step_by_step_numbers(simulation_document, mon
     and far fewer calls than steps."""
     documents = _ahead_documents(simulation_document)
     verifiers = _watch_verifiers(monkeypatch)
-    ahead = simulate_many(_with_engine(documents, "ahead"), baseline=False, draws="counter")
+    ahead = simulate_many(with_engine(documents, "ahead"), baseline=False, draws="counter")
     assert len(verifiers) == 1 and verifiers[0].refills > 0
     steps = max(r.simulated_steps for r in ahead)
     assert verifiers[0].calls < steps / 3, (verifiers[0].calls, steps)
-    alone = simulate(_with_engine(documents, "ahead")[3], baseline=False, draws="counter")
-    step_by_step = simulate_many(_with_engine(documents, "step"), baseline=False, draws="counter")
+    alone = simulate(with_engine(documents, "ahead")[3], baseline=False, draws="counter")
+    step_by_step = simulate_many(with_engine(documents, "step"), baseline=False, draws="counter")
     assert len(verifiers) == 2  # no third: step by step made none
-    assert [_numbers(r) for r in ahead] == [_numbers(r) for r in step_by_step]
-    assert _numbers(alone) == _numbers(step_by_step[3])
+    assert [numbers(r) for r in ahead] == [numbers(r) for r in step_by_step]
+    assert numbers(alone) == numbers(step_by_step[3])
     assert all(r.num_accepted_tokens > 0 for r in ahead)
 
 
 def test_verifying_ahead_wastes_few_rows(simulation_document, monkeypatch):
     """Each request is verified to its end in rounds that start from the fewest steps it can take, so
     rows past a request's end (verified, never read) stay a small share of those read."""
-    document = _on_the_kernels(
+    document = on_the_kernels(
         [
             simulation_document(
                 speculative={"method": "eagle3", "num_speculative_tokens": 4},
@@ -89,7 +89,7 @@ def test_verifying_ahead_wastes_few_rows(simulation_document, monkeypatch):
 
 def test_a_table_keeps_counts_by_request_and_step_and_extends_its_ranges():
     counts = np.zeros((3, 4), dtype=np.int8)
-    table = _ahead._Table(None, 2, counts, np.zeros(3, np.int64), np.zeros(3, np.int64))  # type: ignore[arg-type]
+    table = _ahead._CountTable(None, 2, counts, np.zeros(3, np.int64), np.zeros(3, np.int64))  # type: ignore[arg-type]
     assert list(_ahead._ranges(np.array([5, 0]), np.array([2, 3]))) == [5, 6, 0, 1, 2]
     # nothing known yet: the fewest steps the tokens can take (k + 1 = 3 a step), never more
     assert list(table.steps_for(np.array([1, 3, 4, 10]), first_round=True)) == [1, 1, 2, 4]
@@ -118,12 +118,14 @@ def test_a_table_keeps_counts_by_request_and_step_and_extends_its_ranges():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_verifying_ahead_gives_the_step_by_step_numbers(simulation_document, monkeypatch):
     """On CUDA with the kernels at V = 4096: calls of 512 and 4096 rows, the numbers of one step at a time."""
-    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
+    documents = on_cuda(
+        lockstep_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3]
+    )
     verifiers = _watch_verifiers(monkeypatch)
     ahead = simulate_many(documents, baseline=False)
     assert len(verifiers) == 1 and (verifiers[0].small.verifier.total, verifiers[0].large.verifier.total) == (512, 4096)
-    step_by_step = simulate_many(_with_engine(documents, "step"), baseline=False)
-    assert [_numbers(r) for r in ahead] == [_numbers(r) for r in step_by_step]
+    step_by_step = simulate_many(with_engine(documents, "step"), baseline=False)
+    assert [numbers(r) for r in ahead] == [numbers(r) for r in step_by_step]
 
 
 @pytest.mark.parametrize(
@@ -144,6 +146,8 @@ def test_verifying_ahead_without_the_kernels_or_counter_draws_is_refused_naming_
     names the field, the reason and what works."""
     from spectune.errors import SpectuneError
 
-    document = _with_engine(_documents(simulation_document, "block", "probabilistic", backend=backend)[:1], "ahead")[0]
+    document = with_engine(
+        lockstep_documents(simulation_document, "block", "probabilistic", backend=backend)[:1], "ahead"
+    )[0]
     with pytest.raises(SpectuneError, match=rf"^simulation\.engine: 'ahead' .*{why}: use engine: auto or step$"):
         simulate(document, baseline=False, draws=draws)

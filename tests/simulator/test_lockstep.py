@@ -2,113 +2,55 @@
 
 import pytest
 import torch
+from engine_cases import lockstep_documents, numbers, on_cuda, on_the_kernels, row_table_documents, with_engine
 
 from spectune.simulator import lockstep_groups, simulate, simulate_many
-
-_RUN_ONLY = {"wall_time_s", "kernel_wall_time_s", "synthesis_wall_time_s"}
-
-
-def _numbers(result):
-    return {k: v for k, v in result.to_dict().items() if k not in _RUN_ONLY}
-
-
-def _documents(simulation_document, rule, sampling, backend="reference", vocab=256, requests=48):
-    common = {"kernel_backend": backend, "bank_rows": 64}
-    return [
-        simulation_document(
-            speculative={
-                "method": "eagle3",
-                "num_speculative_tokens": 3,
-                "rejection_sample_method": rule,
-                "draft_sample_method": sampling,
-            },
-            workload={"concurrency": 16, "num_requests": requests, "temperature": 0.7, "vocab_size": vocab},
-            simulation=common,
-        ),
-        simulation_document(  # another K, another seed, a temperature mix with greedy requests
-            seed=5,
-            speculative={
-                "method": "eagle3",
-                "num_speculative_tokens": 5,
-                "rejection_sample_method": rule,
-                "draft_sample_method": sampling,
-            },
-            acceptance={"conditional_rates": [0.9, 0.8, 0.6, 0.5, 0.4]},
-            workload={
-                "concurrency": 4,
-                "num_requests": requests // 2,
-                "temperature": [{"temperature": 0.0, "weight": 1}, {"temperature": 1.0, "weight": 1}],
-                "vocab_size": vocab,
-            },
-            simulation=common,
-        ),
-        simulation_document(  # a schedule: K changes with the batch, so steps verify fewer drafts than the engine's K
-            seed=2,
-            speculative={
-                "method": "eagle3",
-                "num_speculative_tokens": 4,
-                "rejection_sample_method": rule,
-                "draft_sample_method": sampling,
-                "num_speculative_tokens_per_batch_size": [[1, 6, 4], [7, 256, 1]],
-            },
-            acceptance={"conditional_rates": [0.8, 0.7, 0.7, 0.6]},
-            workload={"concurrency": 8, "num_requests": requests, "temperature": 0.9, "vocab_size": vocab},
-            simulation=common,
-        ),
-        simulation_document(  # speculation off at every batch size: a plain loop beside the others
-            speculative={
-                "method": "ngram",
-                "num_speculative_tokens": 1,
-                "num_speculative_tokens_per_batch_size": [[1, 256, 0]],
-            },
-            workload={"concurrency": 16, "num_requests": requests, "vocab_size": vocab},
-            simulation=common,
-        ),
-    ]
 
 
 @pytest.mark.parametrize(
     ("rule", "sampling"), [("standard", "greedy"), ("block", "probabilistic"), ("standard", "probabilistic")]
 )
 def test_lockstep_equals_alone_on_the_twin(simulation_document, rule, sampling):
-    documents = _documents(simulation_document, rule, sampling)
+    documents = lockstep_documents(simulation_document, rule, sampling)
     assert sorted(map(len, lockstep_groups(documents))) == [1, 3]  # the three that verify share a call
     together = simulate_many(documents, baseline=True)
     for document, result in zip(documents, together):
         alone = simulate(document, baseline=True)
-        assert _numbers(result) == _numbers(alone)
+        assert numbers(result) == numbers(alone)
     assert together[0].num_accepted_tokens > 0 and together[2].num_accepted_tokens > 0
 
 
 def test_lockstep_equals_alone_on_the_kernels(simulation_document):
     """The Triton kernels (here under the interpreter) over persistent buffers shared by the group."""
-    documents = _documents(simulation_document, "block", "probabilistic", backend="triton", vocab=128, requests=12)[:3]
+    documents = lockstep_documents(
+        simulation_document, "block", "probabilistic", backend="triton", vocab=128, requests=12
+    )[:3]
     together = simulate_many(documents, baseline=False)
     for document, result in zip(documents, together):
-        assert _numbers(result) == _numbers(simulate(document, baseline=False))
+        assert numbers(result) == numbers(simulate(document, baseline=False))
 
 
 def test_a_memory_budget_splits_the_group_and_keeps_the_numbers(simulation_document):
-    documents = _documents(simulation_document, "standard", "greedy")[:3]
+    documents = lockstep_documents(simulation_document, "standard", "greedy")[:3]
     tight = [
         d.model_copy(update={"simulation": d.simulation.model_copy(update={"lockstep_memory_gib": 1e-4})})
         for d in documents
     ]
     assert [len(g) for g in lockstep_groups(tight)] == [1, 1, 1]
     assert [len(g) for g in lockstep_groups(documents)] == [3]
-    assert [_numbers(r) for r in simulate_many(tight, baseline=False)] == [
-        _numbers(r) for r in simulate_many(documents, baseline=False)
+    assert [numbers(r) for r in simulate_many(tight, baseline=False)] == [
+        numbers(r) for r in simulate_many(documents, baseline=False)
     ]
 
 
 def test_the_default_memory_budget_is_split_between_the_processes_sharing_the_device(simulation_document, monkeypatch):
     """A study's N local workers each see the same free memory when they start: each takes 1/N of the
     default budget, so together they hold what one process alone would."""
-    from spectune.simulator import _run
+    from spectune.simulator import _groups
 
-    documents = _documents(simulation_document, "standard", "greedy")[:3]
-    together = sum(_run._member_bytes(d) for d in documents)
-    monkeypatch.setattr(_run, "_available_ram", lambda: 4 * 1.5 * together)  # the CPU's default: a quarter of it
+    documents = lockstep_documents(simulation_document, "standard", "greedy")[:3]
+    together = sum(_groups._member_bytes(d) for d in documents)
+    monkeypatch.setattr(_groups, "_available_ram", lambda: 4 * 1.5 * together)  # the CPU's default: a quarter of it
     monkeypatch.setattr("torch.cuda.mem_get_info", lambda device=None: (2 * 1.5 * together, 0))  # CUDA's: half
     assert [len(g) for g in lockstep_groups(documents)] == [3]
     assert len(lockstep_groups(documents, processes=2)) > 1
@@ -119,8 +61,8 @@ def test_the_default_memory_budget_is_split_between_the_processes_sharing_the_de
 
 def test_different_rules_do_not_share_a_call(simulation_document):
     documents = (
-        _documents(simulation_document, "standard", "greedy")[:1]
-        + _documents(simulation_document, "block", "greedy")[:1]
+        lockstep_documents(simulation_document, "standard", "greedy")[:1]
+        + lockstep_documents(simulation_document, "block", "greedy")[:1]
     )
     assert [len(g) for g in lockstep_groups(documents)] == [1, 1]
 
@@ -152,61 +94,21 @@ def test_lockstep_equals_alone_with_replicas_and_acceptance_bins(simulation_docu
     together = simulate_many([replicas, bins], baseline=False)
     assert [len(g) for g in lockstep_groups([replicas, bins])] == [2]
     for document, result in zip([replicas, bins], together):
-        assert _numbers(result) == _numbers(simulate(document, baseline=False))
+        assert numbers(result) == numbers(simulate(document, baseline=False))
     assert together[0].num_requests == 40 and together[1].num_drafts > 0
-
-
-def _row_table_documents(simulation_document):
-    """Three documents whose synthesizers' banks lie at offsets of either sign from the first met: two
-    of ``_documents`` and one with two acceptance bins."""
-    bins = {
-        "conditional_rates": [0.5, 0.5],
-        "bins": [
-            {"min_running": 1, "max_running": 3, "conditional_rates": [0.9, 0.8]},
-            {"min_running": 4, "max_running": 64, "conditional_rates": [0.3, 0.2]},
-        ],
-    }
-    documents = _documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2]
-    documents.append(
-        simulation_document(
-            seed=3,
-            speculative={
-                "method": "eagle3",
-                "num_speculative_tokens": 2,
-                "rejection_sample_method": "block",
-                "draft_sample_method": "probabilistic",
-            },
-            acceptance=bins,
-            workload={"concurrency": 6, "num_requests": 12, "temperature": 0.7, "vocab_size": 128},
-            simulation={"bank_rows": 64},
-        )
-    )
-    return documents
 
 
 def test_kernels_over_row_tables_give_the_twins_numbers(simulation_document):
     """The kernels read each step's rows in the banks of every synthesizer the group meets (another
     document's, another acceptance bin's: offsets from the first bank, of either sign) and give the
     numbers of the twin, which takes the same bank rows."""
-    documents = _row_table_documents(simulation_document)
-    kernels = _on_the_kernels(documents)
+    documents = row_table_documents(simulation_document)
+    kernels = on_the_kernels(documents)
     assert [len(g) for g in lockstep_groups(kernels)] == [3]
     twin = simulate_many(documents, baseline=False)
     for result, expected in zip(simulate_many(kernels, baseline=False), twin):
-        assert _numbers(result) == _numbers(expected)
+        assert numbers(result) == numbers(expected)
     assert all(r.num_accepted_tokens > 0 for r in twin)
-
-
-def _with_engine(documents, engine):
-    """The documents with ``simulation.engine`` set (how the kernels verify: never the numbers)."""
-    return [d.model_copy(update={"simulation": d.simulation.model_copy(update={"engine": engine})}) for d in documents]
-
-
-def _on_the_kernels(documents):
-    return [
-        d.model_copy(update={"simulation": d.simulation.model_copy(update={"kernel_backend": "triton"})})
-        for d in documents
-    ]
 
 
 def test_whole_call_steps_point_every_row_inside_a_bank(simulation_document, monkeypatch):
@@ -254,7 +156,7 @@ def test_whole_call_steps_point_every_row_inside_a_bank(simulation_document, mon
     monkeypatch.setattr(KernelVerifier, "__init__", init)
     monkeypatch.setattr(KernelVerifier, "start", start)
     monkeypatch.setattr(_kernel_call, "launch", checked_launch)
-    documents = _with_engine(_on_the_kernels(_row_table_documents(simulation_document)), "step")  # a call a step
+    documents = with_engine(on_the_kernels(row_table_documents(simulation_document)), "step")  # a call a step
     results = simulate_many(documents, baseline=False, draws="counter")
     assert len(verifiers) == 1 and len(verifiers[0].keep) == 4  # two documents' banks and two bins'
     assert any(partial_steps) and max(rows_past) > 0 and all(r.num_accepted_tokens > 0 for r in results)
@@ -265,16 +167,12 @@ def test_counter_draws_give_the_kernels_and_the_twin_the_same_numbers(simulation
     """CUDA's draws (each request's own Philox stream, the kernels' rows written by the step writer, the
     twin's made on the host), tried on the CPU: the kernels give the twin's numbers over banks of
     several documents and acceptance bins, and a simulation's numbers are the same alone."""
-    documents = _row_table_documents(simulation_document)
+    documents = row_table_documents(simulation_document)
     twin = simulate_many(documents, baseline=False, draws="counter")
-    kernels = _with_engine(_on_the_kernels(documents), engine)
-    assert [_numbers(r) for r in simulate_many(kernels, baseline=False, draws="counter")] == [_numbers(r) for r in twin]
-    assert _numbers(simulate(documents[2], baseline=False, draws="counter")) == _numbers(twin[2])
+    kernels = with_engine(on_the_kernels(documents), engine)
+    assert [numbers(r) for r in simulate_many(kernels, baseline=False, draws="counter")] == [numbers(r) for r in twin]
+    assert numbers(simulate(documents[2], baseline=False, draws="counter")) == numbers(twin[2])
     assert all(r.num_accepted_tokens > 0 for r in twin)
-
-
-def _on_cuda(documents):
-    return [d.model_copy(update={"simulation": d.simulation.model_copy(update={"device": "cuda"})}) for d in documents]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
@@ -284,8 +182,10 @@ def test_every_cuda_step_replays_one_graph_and_gives_the_eager_numbers(simulatio
     whatever the members' k and acceptance bins; the numbers equal those of eager steps only."""
     from spectune.simulator._kernel_call import KernelCall
 
-    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
-    documents = _with_engine(documents, "step")  # step by step: a graph replay a step
+    documents = on_cuda(
+        lockstep_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3]
+    )
+    documents = with_engine(documents, "step")  # step by step: a graph replay a step
     launches: list[int] = []
     original_launch = KernelCall.launch_once
 
@@ -299,17 +199,17 @@ def test_every_cuda_step_replays_one_graph_and_gives_the_eager_numbers(simulatio
     monkeypatch.setattr(KernelCall, "run", lambda self: self.launch_once())
     eager = simulate_many(documents, baseline=False)
     assert len(launches) > 2 + max(r.simulated_steps for r in eager) // 2
-    assert [_numbers(r) for r in replayed] == [_numbers(r) for r in eager]
+    assert [numbers(r) for r in replayed] == [numbers(r) for r in eager]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_kernels_give_the_cuda_twins_numbers(simulation_document):
     """On CUDA both backends draw from each request's counter-based stream (the kernels' rows written
     on the device by the step writer, the twin's made on the host): the same rows, the same numbers."""
-    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", vocab=4096)[:3])
+    documents = on_cuda(lockstep_documents(simulation_document, "block", "probabilistic", vocab=4096)[:3])
     twin = simulate_many(documents, baseline=False)
-    for result, expected in zip(simulate_many(_on_the_kernels(documents), baseline=False), twin):
-        assert _numbers(result) == _numbers(expected)
+    for result, expected in zip(simulate_many(on_the_kernels(documents), baseline=False), twin):
+        assert numbers(result) == numbers(expected)
     assert all(r.num_accepted_tokens > 0 for r in twin)
 
 
@@ -319,7 +219,9 @@ def test_cuda_engines_of_a_process_reuse_their_pinned_buffers(simulation_documen
     pinned-memory cache, and later engines of other sizes take them from there."""
     from spectune.simulator._kernel_call import pooled_buffers
 
-    documents = _on_cuda(_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3])
+    documents = on_cuda(
+        lockstep_documents(simulation_document, "block", "probabilistic", backend="triton", vocab=4096)[:3]
+    )
     for rounds in range(3):
         for document in documents:  # engines of 16 rows each, then all three together (48 rows)
             simulate_many([document], baseline=False)
@@ -348,10 +250,12 @@ def test_an_ended_engine_is_freed_without_the_cyclic_garbage_collector(simulatio
         engines.append(weakref.ref(self))
 
     monkeypatch.setattr(KernelVerifier, "__init__", init)
-    documents = _on_the_kernels(_documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2])
+    documents = on_the_kernels(
+        lockstep_documents(simulation_document, "block", "probabilistic", vocab=128, requests=12)[:2]
+    )
     gc.disable()
     try:
-        results = simulate_many(_with_engine(documents, engine), baseline=False, draws="counter")
+        results = simulate_many(with_engine(documents, engine), baseline=False, draws="counter")
         assert engines and all(engine() is None for engine in engines)  # verifying ahead: a call per size
     finally:
         gc.enable()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_lockstep import _numbers, _on_the_kernels, _with_engine
+from engine_cases import numbers, on_the_kernels, with_engine
 from typer.testing import CliRunner
 
 from spectune.cli import app
@@ -85,7 +85,7 @@ def test_adaptive_policies_change_what_is_verified() -> None:
 def test_sglang_adaptive_with_a_singleton_candidate_is_a_static_k() -> None:
     pinned = simulate(_document(sglang_adaptive={"slots": {"1": {"candidate_steps": [3]}}}), baseline=False)
     static = simulate(_document(speculative={"num_speculative_tokens": 3}), baseline=False)
-    assert _numbers(pinned) == _numbers(static)
+    assert numbers(pinned) == numbers(static)
 
 
 def test_sglang_singleton_slots_reproduce_a_k_table_aligned_to_capture_sizes_exactly() -> None:
@@ -99,7 +99,7 @@ def test_sglang_singleton_slots_reproduce_a_k_table_aligned_to_capture_sizes_exa
     )
     sglang_result, table_result = simulate(sglang, baseline=False), simulate(k_table, baseline=False)
     assert sglang_result.simulated_steps > 10
-    assert _numbers(sglang_result) == _numbers(table_result)
+    assert numbers(sglang_result) == numbers(table_result)
 
 
 def test_confidence_auc_defaults_and_follows_the_acceptance() -> None:
@@ -146,7 +146,7 @@ def test_adaptive_verification_with_a_perfect_estimate_is_at_least_the_best_stat
 def test_both_engines_give_the_same_numbers_for_every_policy() -> None:
     """The kernels (under the interpreter) verify the same steps ahead as step by step, whatever the policy
     decides each step: the policies work on the counts the engines hand back."""
-    documents = _on_the_kernels(
+    documents = on_the_kernels(
         [
             _document(
                 seed=index,
@@ -156,9 +156,9 @@ def test_both_engines_give_the_same_numbers_for_every_policy() -> None:
             for index, changes in enumerate(POLICIES.values())
         ]
     )
-    ahead = simulate_many(_with_engine(documents, "ahead"), baseline=False, draws="counter")
-    step = simulate_many(_with_engine(documents, "step"), baseline=False, draws="counter")
-    assert [_numbers(r) for r in ahead] == [_numbers(r) for r in step]
+    ahead = simulate_many(with_engine(documents, "ahead"), baseline=False, draws="counter")
+    step = simulate_many(with_engine(documents, "step"), baseline=False, draws="counter")
+    assert [numbers(r) for r in ahead] == [numbers(r) for r in step]
 
 
 def test_a_sharper_estimate_admits_drafts_that_are_accepted_more_often() -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -249,4 +251,64 @@ class GatedEvaluator(SyntheticEvaluator):
             while not os.path.exists(self.gate):
                 time.sleep(0.01)
         self._batches += 1
+        return super().evaluate_many(points)
+
+
+HALTED = b"halted\n"
+
+
+class HaltingEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` for runs a test kills. In each worker process, a batch that begins once
+    the process has evaluated ``after`` points writes ``HALTED`` to stdout (inherited from the run's
+    process: a test reads it from a pipe, an event rather than a poll) and is held until the run's
+    process is gone (its death closes the parent's sentinel; run in the run's own process, until that
+    is killed): killed mid-trial, or orphaned with work left. Each process thus evaluates at most its
+    batches up to ``after`` points and one more."""
+
+    def __init__(self, after: int, call_log: str | None = None) -> None:
+        super().__init__(call_log=call_log)
+        self.after, self._evaluated = after, 0
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        if self._evaluated >= self.after:
+            os.write(1, HALTED)
+            parent = multiprocessing.parent_process()
+            if parent is None:  # workers=1: the run's own process, held until the test kills it
+                while True:
+                    signal.pause()
+            parent.join()
+        self._evaluated += len(points)
+        return super().evaluate_many(points)
+
+
+class HeldPointEvaluator(SyntheticEvaluator):
+    """A ``SyntheticEvaluator`` for a TPE run of many workers: the study's first batch to begin (the one
+    that creates the file ``marker``) waits, before it evaluates, until another running trial proposes
+    one of its points, or the study has its ``n_trials`` trials. So a trial that meets a point being
+    evaluated is made to happen whenever TPE repeats that point (it waits on trials' states, never on a
+    time; no deadlock: the other workers run on)."""
+
+    def __init__(self, space: StudySpace, storage: str, marker: str, *, n_trials: int, call_log: str) -> None:
+        super().__init__(call_log=call_log)
+        self.space, self.storage, self.marker, self.n_trials = space, storage, marker, n_trials
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return super().evaluate_many(points)
+        import optuna
+        from optuna.trial import TrialState
+
+        from spectune.study._records import trial_point
+        from spectune.study._storage import open_storage
+
+        study = optuna.load_study(study_name=self.space.name, storage=open_storage(self.storage))
+        mine = set(points)
+        while True:
+            trials = study.get_trials(deepcopy=False)
+            running = [trial_point(self.space, t) for t in trials if t.state == TrialState.RUNNING]
+            if len(trials) >= self.n_trials or sum(point in mine for point in running) > len(mine):
+                break
+            time.sleep(0.005)  # a poll of the trials' states, not a wait for a time to pass
         return super().evaluate_many(points)

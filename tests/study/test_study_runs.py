@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +17,10 @@ from pathlib import Path
 import optuna
 import pytest
 from study_doubles import (
+    HALTED,
     EnvironmentEvaluator,
     GatedEvaluator,
+    HeldPointEvaluator,
     MeetingEvaluator,
     SyntheticEvaluator,
     fingerprint,
@@ -198,59 +199,52 @@ def test_tpe_runs_its_budget_and_answers_repeated_points_from_storage(tmp_path):
 _KILLED_RUN = """
 import sys
 sys.path.insert(0, {here!r})
-from study_doubles import SyntheticEvaluator, fingerprint, make_space
+from study_doubles import HaltingEvaluator, fingerprint, make_space
 from spectune.study import run_study
 if __name__ == "__main__":  # worker processes are spawned and import this module
-    run_study(make_space(batch_sizes=(1, 8, 64), max_k=4), SyntheticEvaluator(delay_s=0.1, call_log={calls!r}),
+    run_study(make_space(batch_sizes=(1, 8, 64), max_k=4), HaltingEvaluator({after}, call_log={calls!r}),
               fingerprint(), storage={storage!r}, strategy={strategy!r}, workers={workers})
 """
 
 
-def _wait_until_gone(group: int) -> None:
-    """SIGKILL is delivered asynchronously: wait until no process of the group is left."""
-    for _ in range(200):
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-
-
-def _kill_mid_run(tmp_path: Path, strategy: str, workers: int, after: int):
-    """Start a study in its own process group, SIGKILL the group once ``after`` trials are complete;
-    (the outcome just after the kill, the call log)."""
-    space = make_space(batch_sizes=(1, 8, 64), max_k=4)
-    storage = str(tmp_path / "s.journal")
-    calls = tmp_path / "calls.log"
+def _start_killable_run(tmp_path: Path, strategy: str, workers: int, after: int) -> subprocess.Popen[bytes]:
+    """A study in its own process group, evaluated by ``HaltingEvaluator(after)``, its stdout a pipe that
+    every process of the run holds; returns once one of them halts (its first line), the study partly
+    done and a batch held mid-trial."""
+    calls, storage = tmp_path / "calls.log", tmp_path / "s.journal"
     script = tmp_path / "run.py"
     script.write_text(
         textwrap.dedent(
-            _KILLED_RUN.format(here=str(HERE), calls=str(calls), storage=storage, workers=workers, strategy=strategy)
+            _KILLED_RUN.format(
+                here=str(HERE), after=after, calls=str(calls), storage=str(storage), workers=workers, strategy=strategy
+            )
         )
     )
-    process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
-    before = None
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                outcome = load_outcome(storage, space.name)
-            except SpectuneError:  # not created yet
-                outcome = None
-            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= after:
-                os.killpg(process.pid, signal.SIGKILL)  # the run and its workers, mid-trial
-                process.wait()
-                _wait_until_gone(process.pid)
-                before = load_outcome(storage, space.name)
-                break
-            time.sleep(0.05)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert before is not None, "the study never got going"
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, start_new_session=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()  # EOF instead: every process ended without halting
+    if line != HALTED:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise AssertionError(f"the study ended (exit code {process.returncode}) before a worker halted: {line!r}")
+    return process
+
+
+def _until_every_process_is_gone(process: subprocess.Popen[bytes]) -> None:
+    """EOF on the run's stdout: the run and every worker, which hold its write end, have exited."""
+    process.communicate()  # reads to EOF, then closes the pipe and reaps the run
+
+
+def _kill_mid_run(tmp_path: Path, strategy: str, workers: int, after: int):
+    """SIGKILL a study's process group once a worker has evaluated ``after`` points and holds its next batch;
+    (the outcome just after the kill, the call log)."""
+    process = _start_killable_run(tmp_path, strategy, workers, after)
+    os.killpg(process.pid, signal.SIGKILL)  # the run and its workers, mid-trial
+    _until_every_process_is_gone(process)
     assert process.returncode == -signal.SIGKILL
-    return before, calls
+    return load_outcome(str(tmp_path / "s.journal"), make_space(batch_sizes=(1, 8, 64), max_k=4).name), (
+        tmp_path / "calls.log"
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -278,7 +272,8 @@ def test_sigkill_mid_structured_search_then_rerun_loses_nothing_and_ends_as_an_u
     assert len(points) == len(set(points))
     assert not [t for t in after.trials if t.state == "RUNNING" and t.point is not None]
     simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
-    assert sum(n - 1 for n in simulated.values()) <= workers * BATCH_POINTS  # only what the kill interrupted
+    # Only what the kill interrupted: not the halted batch (held before its simulations), another worker's.
+    assert sum(n - 1 for n in simulated.values()) <= (workers - 1) * BATCH_POINTS
     # Every decision is a function of the stored results: the resumed search ends where one never killed
     # does (with two workers, a point one of them took may have stopped mattering by the time it is done).
     whole = str(tmp_path / "whole.journal")
@@ -313,49 +308,18 @@ def test_sigkill_mid_study_then_rerun_keeps_every_completed_trial_and_runs_nothi
     # (a worker evaluates the free points of one batch size together, up to BATCH_POINTS).
     simulated = Counter(line.split()[1] for line in calls.read_text().splitlines())
     batch = min(BATCH_POINTS, max(sum(1 for p in space.points() if p.batch_size == b) for b in space.batch_sizes))
-    assert sum(n - 1 for n in simulated.values()) <= workers * batch
+    assert sum(n - 1 for n in simulated.values()) <= (workers - 1) * batch  # the halted batch: never simulated
 
 
 def test_workers_stop_by_themselves_when_their_run_is_killed(tmp_path):
     space = make_space(batch_sizes=(1, 8, 64), max_k=4)
-    storage = str(tmp_path / "s.journal")
-    script = tmp_path / "run.py"
-    script.write_text(
-        textwrap.dedent(
-            _KILLED_RUN.format(
-                here=str(HERE), calls=str(tmp_path / "calls.log"), storage=storage, workers=2, strategy="exhaustive"
-            )
-        )
-    )
-    process = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                outcome = load_outcome(storage, space.name)
-            except SpectuneError:
-                outcome = None
-            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= 3:
-                break
-            time.sleep(0.05)
-        os.kill(process.pid, signal.SIGKILL)  # the run only: its workers are orphaned
-        process.wait()
-        gone = False
-        for _ in range(300):
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                gone = True
-                break
-            time.sleep(0.05)
-        assert gone, "orphaned workers kept running"
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    done = sum(t.state == "COMPLETE" for t in load_outcome(storage, space.name).trials)
-    assert done < space.size  # they stopped, not finished the study
+    process = _start_killable_run(tmp_path, "exhaustive", workers=2, after=1)
+    os.kill(process.pid, signal.SIGKILL)  # the run only: its workers are orphaned
+    _until_every_process_is_gone(process)  # returns only if the orphans stop
+    done = sum(t.state == "COMPLETE" for t in load_outcome(str(tmp_path / "s.journal"), space.name).trials)
+    # An orphan that went on would finish the study; each stops after two batches at most (its first and
+    # the held one the run's death lets go), of at most 11 points (its share of a bucket's 21 free points).
+    assert 0 < done < space.size
 
 
 def _stop_after(simulations: int, calls: Path, gate: Path) -> Callable[[], bool]:
@@ -398,7 +362,7 @@ def test_tpe_with_many_workers_simulates_each_point_once(tmp_path):
     calls = tmp_path / "calls.log"
     run_study(
         space,
-        SyntheticEvaluator(delay_s=0.3, call_log=str(calls)),
+        HeldPointEvaluator(space, storage, str(tmp_path / "held"), n_trials=12, call_log=str(calls)),
         fingerprint(),
         storage=storage,
         strategy="tpe",
