@@ -135,6 +135,52 @@ def test_three_ctrl_c_in_one_round_leave_its_points_to_the_resumed_search(tmp_pa
     assert _recommendation(resumed) == _recommendation(fresh)
 
 
+class _HeldUntilStopped(SyntheticEvaluator):
+    """Announces in ``folder`` each batch it starts, and never ends one: only a stop ends the run."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def evaluate_many(self, points: Sequence[Point]) -> list[dict[str, object]]:
+        Path(self.folder, str(os.getpid())).touch()
+        while True:
+            time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_three_stops_at_once_of_two_workers_in_one_round_leave_its_points_to_the_resumed_search(tmp_path):
+    """A second Ctrl-C with ``--workers`` ends the run at once (the parent's KeyboardInterrupt, raised here
+    by ``should_stop``) and terminates the workers mid-batch: their trials were left to die, RUNNING, and
+    counted as failures of their points."""
+    space = make_space(name="stopped-workers", batch_sizes=(1, 8, 32), max_k=4)
+    journal = tmp_path / "study.journal"
+    for attempt in range(3):
+        started = tmp_path / f"started-{attempt}"
+        started.mkdir()
+
+        def stop_at_once(started: Path = started) -> bool:
+            if any(started.iterdir()):  # a worker is in its batch
+                raise KeyboardInterrupt
+            return False
+
+        with pytest.raises(KeyboardInterrupt):
+            run_study(
+                space, _HeldUntilStopped(str(started)), fingerprint(), storage=str(journal), strategy="structured",
+                workers=2, should_stop=stop_at_once,
+            )  # fmt: skip
+    stopped = [t.point for t in load_outcome(str(journal), space.name).trials if t.state in ("FAIL", "RUNNING")]
+    assert stopped and max(stopped.count(p) for p in stopped) == 3  # the same points, stopped three times
+    state = _final_state(journal, space)
+    assert not state.given_up(), sorted(p.key for p in state.given_up())
+    assert sum(state.failures.values()) == 0
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=str(journal), strategy="structured")
+    fresh_journal = tmp_path / "fresh.journal"
+    run_study(space, SyntheticEvaluator(), fingerprint(), storage=str(fresh_journal), strategy="structured")
+    resumed, fresh = load_outcome(str(journal), space.name), load_outcome(str(fresh_journal), space.name)
+    assert sorted(_complete_points(resumed)) == sorted(_complete_points(fresh))
+
+
 class _FailingAtBatch(SyntheticEvaluator):
     """Raises a simulation error on its first batch: a real failure of the batch's points."""
 
@@ -190,17 +236,18 @@ def test_cli_ctrl_c_twice_in_the_same_round_three_times_then_a_resume_simulates_
     storage = out / "study.journal"
     command = [sys.executable, "-m", "spectune", "study", "run", str(document), "--out", str(out), "--no-progress"]
     fails: dict[str, int] = {}
-    for _ in range(8):
+    for _ in range(12):
         if max(fails.values(), default=0) >= 3:
             break
+        earlier = len(load_outcome(str(storage), "tiny").trials) if storage.exists() else 0
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
         try:
-            while process.poll() is None:  # until a trial of this run holds its point
+            while process.poll() is None:  # until a trial of this run holds its point: its round runs
                 if storage.exists():
                     outcome = load_outcome(str(storage), "tiny")
-                    if any(t.state == "RUNNING" for t in outcome.trials):
+                    if any(t.state == "RUNNING" and t.number >= earlier for t in outcome.trials):
                         break
                 time.sleep(0.05)
             process.send_signal(signal.SIGINT)
