@@ -130,7 +130,8 @@ def _entry(index: int, device: str, threads: int, work: Work, results: Any, stop
     # ``close`` terminates the workers of a run stopped at once (a second Ctrl-C): their running trials are
     # interrupted then, as the parent's are, and failed as stopped rather than by their points.
     signal.signal(signal.SIGTERM, _interrupt)
-    work(index, results, keep_going)
+    with contextlib.suppress(KeyboardInterrupt):  # one landing outside a batch: the parent is closing, no traceback
+        work(index, results, keep_going)
 
 
 def _interrupt(signum: int, frame: object) -> None:
