@@ -47,6 +47,9 @@ class WorkerPool:
                 process.terminate()
         for process in self.processes:
             process.join(timeout=10)
+            if process.is_alive():  # deaf to SIGTERM (stuck in a call that never returns to Python)
+                process.kill()
+                process.join()
 
 
 def usable_cores() -> int:
@@ -124,7 +127,15 @@ def _entry(index: int, device: str, threads: int, work: Work, results: Any, stop
 
     torch.set_num_threads(threads)
     _open_device(device, index)
-    work(index, results, keep_going)
+    # ``close`` terminates the workers of a run stopped at once (a second Ctrl-C): their running trials are
+    # interrupted then, as the parent's are, and failed as stopped rather than by their points.
+    signal.signal(signal.SIGTERM, _interrupt)
+    with contextlib.suppress(KeyboardInterrupt):  # one landing outside a batch: the parent is closing, no traceback
+        work(index, results, keep_going)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _open_device(device: str, worker_index: int) -> None:

@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 from spectune.study._abandoned import disown_trials
 from spectune.study._objective import NO_POINT_LEFT, Evaluator, Settled, record_result, settle_trial
-from spectune.study._records import as_metrics
+from spectune.study._records import ATTR_INTERRUPTED, as_metrics
 from spectune.study._space import Point, StudySpace
 
 __all__ = ["BatchRun", "run_batch"]
@@ -78,8 +78,8 @@ def run_batch(
                 duplicate_of = None if holder == trial.number else holder
                 _tell(study, trial, record_result(space, trial, results[settled.point], duplicate_of), untold)
                 completed += 1
-        except BaseException:
-            _fail_untold(study, list(untold.values()))
+        except BaseException as error:
+            _fail_untold(study, list(untold.values()), interrupted=isinstance(error, KeyboardInterrupt))
             raise
     return BatchRun(completed, no_point_left=no_point > 0)
 
@@ -103,12 +103,15 @@ def _tell(
     del untold[trial.number]
 
 
-def _fail_untold(study: optuna.Study, trials: list[optuna.Trial]) -> None:
-    """End the trials a batch that cannot finish has not told, FAIL; hand the ones whose write is refused
-    too to ``disown_trials`` (their owner, this process, is alive, so nothing else would fail them)."""
+def _fail_untold(study: optuna.Study, trials: list[optuna.Trial], *, interrupted: bool) -> None:
+    """End the trials a batch that cannot finish has not told, FAIL (``interrupted``: marked as stopped by
+    Ctrl-C, no failure of their points); hand the ones whose write is refused too to ``disown_trials``
+    (their owner, this process, is alive, so nothing else would fail them)."""
     refused = []
     for trial in trials:
         try:
+            if interrupted:
+                trial.set_user_attr(ATTR_INTERRUPTED, True)
             study.tell(trial, state=TrialState.FAIL)
         except Exception:  # noqa: BLE001 -- the batch's own error is the one raised
             refused.append(trial._trial_id)

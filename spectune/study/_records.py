@@ -25,6 +25,7 @@ from spectune.study._space import Point, StudySpace
 
 __all__ = [
     "ATTR_DUPLICATE_OF",
+    "ATTR_INTERRUPTED",
     "ATTR_OWNER",
     "ATTR_REFINEMENT",
     "ATTR_RESULT",
@@ -44,6 +45,10 @@ ATTR_OWNER = "spectune.owner"
 ATTR_RESULT = "spectune.result"  # the trial's StudyMetrics.to_attr()
 ATTR_DUPLICATE_OF = "spectune.duplicate_of"
 ATTR_REFINEMENT = "spectune.refinement"  # a point's refinement level (absent: 0), written before its params
+# On a trial failed because its run was stopped (Ctrl-C), not by its point: it counts as no failure of
+# the point, else three interruptions of one round would give its points up and the search, resumed,
+# would silently go on without them.
+ATTR_INTERRUPTED = "spectune.interrupted"
 PARAM_BATCH_SIZE = "batch_size"
 PARAM_COMBO = "combo"
 PARAM_K = "num_speculative_tokens"
@@ -270,7 +275,11 @@ class SearchState:
                 state.num_live_trials += 1
                 if point is not None:
                     state.claimed.add(point)
-            elif trial.state in (TrialState.FAIL, TrialState.RUNNING) and point is not None:
+            elif (
+                trial.state in (TrialState.FAIL, TrialState.RUNNING)
+                and point is not None
+                and not trial.user_attrs.get(ATTR_INTERRUPTED)
+            ):
                 state.failures[point] += 1
         state.claimed -= state.completed.keys()
         return state

@@ -42,7 +42,10 @@ searches in flight (the screening of every combo, each kept combo's two directio
 -- so that they can be simulated together; a step that depends on another's result is not in the list
 until that result is known. Every decision is a pure function of the ``SearchState`` read from
 storage, so the search resumes after a crash and runs unchanged with many workers: a point held by a
-running trial is left out, and a worker with nothing to take waits for the others' results.
+running trial is left out, and a worker with nothing to take waits for the others' results. A round's
+points are all decided on the results known when it began, so a search whose round was cut (``n_trials``,
+a stop) decides the rest knowing part of it, and may take a few points more or fewer than an uncut run
+(a refinement that fits the budget sooner, a combo it then need not follow); it stops by the same rules.
 """
 
 from __future__ import annotations
