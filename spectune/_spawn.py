@@ -1,10 +1,16 @@
-"""A study's worker processes on this machine: one plain pool of spawned processes.
+"""A study's worker processes on this machine: one plain pool of spawned processes, started early.
 
 ``start_workers`` spawns N processes (``multiprocessing``'s spawn context, so each starts a fresh
 interpreter with the environment as it is then: start them after anything that changes how the
-libraries load, such as ``TRITON_INTERPRET``). Each opens its device and runs the work it was given
-until the work ends, ``stop`` is set (a graceful Ctrl-C in the parent) or the parent is gone (an
-orphan of a killed run). ``close`` stops and joins them.
+libraries load, such as ``TRITON_INTERPRET``). Each imports what a study's work needs, opens its
+device, then waits for ``begin`` to hand it the work, which it runs until the work ends, ``stop`` is
+set (a graceful Ctrl-C in the parent) or the parent is gone (an orphan of a killed run). ``close``
+stops and joins them.
+
+Why the work comes later: ``spectune study run`` starts the pool as soon as the study is validated, so
+that the workers' imports and device contexts (seconds on a GPU machine) overlap the parent's own
+start-up and the storage's preparation instead of following them. On one H200 this kept the warm
+decision study near the time it had before the pool was plain (``benchmarks/results``, 2026-12-04).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import queue
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +31,7 @@ __all__ = ["WorkerPool", "max_workers", "start_workers", "usable_cores", "worker
 # worker's serving loop is host work, so past a few a core they only time-slice, and each holds its
 # own imports (hundreds of MB): --workers 1000 on 2 cores grew without finishing.
 WORKERS_PER_CORE = 4
+_WORK_POLL_S = 0.1  # a waiting worker looks this often whether its parent is gone
 MIN_MAX_WORKERS = 8
 
 # What a worker runs: ``work(index, results, keep_going)``, picklable (it is sent to a fresh process).
@@ -38,6 +46,12 @@ class WorkerPool:
     processes: list[BaseProcess]
     results: Any  # multiprocessing Queue
     stop: Any  # multiprocessing Event
+    inbox: Any  # multiprocessing Queue: the work, once per worker
+
+    def begin(self, work: Work) -> None:
+        """Hand every worker ``work`` (picklable: ``work(index, results, keep_going)``)."""
+        for _ in self.processes:
+            self.inbox.put(work)
 
     def close(self) -> None:
         """Stop every worker still running and wait for it."""
@@ -76,18 +90,19 @@ def workers_error(workers: int) -> str | None:
     )
 
 
-def start_workers(count: int, device: str, work: Work) -> WorkerPool:
-    """Spawn ``count`` workers that each open ``device`` (a document's ``simulation.device``) and run
-    ``work(index, results, keep_going)``; a process that cannot be started stops those that were."""
+def start_workers(count: int, device: str) -> WorkerPool:
+    """Spawn ``count`` workers that each import the study's libraries, open ``device`` (a document's
+    ``simulation.device``) and wait for ``WorkerPool.begin``; a process that cannot be started stops
+    those that were."""
     context = multiprocessing.get_context("spawn")
-    results, stop = context.Queue(), context.Event()
+    results, stop, inbox = context.Queue(), context.Event(), context.Queue()
     # The workers share the cores: each with torch's default (one thread a core) oversubscribes them.
     threads = max(1, (os.cpu_count() or 1) // count)
     processes: list[BaseProcess] = [
-        context.Process(target=_entry, args=(i, device, threads, work, results, stop), daemon=True)
+        context.Process(target=_entry, args=(i, device, threads, inbox, results, stop), daemon=True)
         for i in range(count)
     ]
-    pool = WorkerPool(processes, results, stop)
+    pool = WorkerPool(processes, results, stop, inbox)
     with _sigint_ignored_by_children():
         try:
             for process in processes:
@@ -114,9 +129,9 @@ def _sigint_ignored_by_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _entry(index: int, device: str, threads: int, work: Work, results: Any, stop: Any) -> None:
-    """Open the device and run the work; ``keep_going()`` turns False once ``stop`` is set or the
-    parent is gone."""
+def _entry(index: int, device: str, threads: int, inbox: Any, results: Any, stop: Any) -> None:
+    """Import, open the device, wait for the work and run it; ``keep_going()`` turns False once
+    ``stop`` is set or the parent is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it sets ``stop``
     import torch
 
@@ -127,6 +142,17 @@ def _entry(index: int, device: str, threads: int, work: Work, results: Any, stop
 
     torch.set_num_threads(threads)
     _open_device(device, index)
+    import optuna  # noqa: F401  (what the work imports, paid while the parent prepares the study)
+
+    import spectune.simulator  # noqa: F401
+    import spectune.study  # noqa: F401
+
+    work: Work | None = None
+    while work is None and keep_going():
+        with contextlib.suppress(queue.Empty):
+            work = inbox.get(timeout=_WORK_POLL_S)
+    if work is None:
+        return
     # ``close`` terminates the workers of a run stopped at once (a second Ctrl-C): their running trials are
     # interrupted then, as the parent's are, and failed as stopped rather than by their points.
     signal.signal(signal.SIGTERM, _interrupt)

@@ -22,6 +22,7 @@ from spectune.cli._interpreter import use_interpreter_if_asked
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
+    from spectune._spawn import WorkerPool
     from spectune.config import StudyDocument
     from spectune.study import StudyOutcome, StudyProgress, StudySpace
 
@@ -169,18 +170,27 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) a study; print the recommendation and write its artefacts to OUT."""
+    from spectune._spawn import start_workers
+
     document = _load_study(study, n_trials, workers)
     plan = _plan_run(document, study, storage=storage, out=out, sampler=sampler, workers=workers)
-    console = _console()
-    _print_plan(console, document, plan)
-    _search_and_report(
-        console,
-        document,
-        plan,
-        n_trials=n_trials if n_trials is not None else document.trials.n_trials,
-        workers=workers,
-        progress=sys.stderr.isatty() if progress is None else progress,
-    )
+    # Started now, the workers import and open the device while this process prepares the study (_spawn).
+    pool = start_workers(workers, document.simulation.device) if workers > 1 else None
+    try:
+        console = _console()
+        _print_plan(console, document, plan)
+        _search_and_report(
+            console,
+            document,
+            plan,
+            n_trials=n_trials if n_trials is not None else document.trials.n_trials,
+            workers=workers,
+            progress=sys.stderr.isatty() if progress is None else progress,
+            pool=pool,
+        )
+    finally:
+        if pool is not None:
+            pool.close()
 
 
 @dataclass(frozen=True)
@@ -260,6 +270,7 @@ def _search_and_report(
     n_trials: int | None,
     workers: int,
     progress: bool,
+    pool: WorkerPool | None,
 ) -> None:
     """Run the trials, then report and write the artefacts; a first Ctrl-C still reports, exiting 130."""
     import optuna
@@ -274,7 +285,7 @@ def _search_and_report(
         finished = run_study(
             plan.space, SimulationEvaluator(document, workers), document_fingerprint(document),
             storage=plan.storage_url, strategy=plan.sampler, n_trials=n_trials, workers=workers, seed=document.seed,
-            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, device=document.simulation.device,
+            keep_combos=document.trials.keep_combos, progress=update, should_stop=stop, device=document.simulation.device, pool=pool,
             **({} if document.trials.refine_budget is None else {"refine_budget": document.trials.refine_budget}),
         )  # fmt: skip
         close()

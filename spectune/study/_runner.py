@@ -22,7 +22,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-from spectune._spawn import start_workers, workers_error
+from spectune._spawn import WorkerPool, start_workers, workers_error
 from spectune.errors import SpectuneError
 from spectune.study._abandoned import fail_abandoned_trials
 from spectune.study._batch import run_batch
@@ -116,17 +116,20 @@ def run_study(
     progress: Callable[[StudyProgress], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     device: str = "cpu",
+    pool: WorkerPool | None = None,
 ) -> StudyRun:
     """Create or resume the study and run it to its end.
 
-    ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
-    only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
-    space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
-    between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
-    running trial and stops. ``device``: the device each worker process opens before its first trial
-    (a document's ``simulation.device``; ``_spawn``). ``storage``: a journal path or database URL, or a storage
-    already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
-    = 1) and which the caller closes.
+        ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
+        only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
+        space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
+        between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
+        running trial and stops. ``device``: the device each worker process opens before its first trial
+        (a document's ``simulation.device``; ``_spawn``). ``pool``: workers already started
+    (``start_workers(workers, device)``, so that their start-up overlapped the caller's), which the caller
+    closes; None: this starts and closes its own. ``storage``: a journal path or database URL, or a storage
+        already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
+        = 1) and which the caller closes.
     """
     refusal = workers_error(workers)
     if refusal is not None:
@@ -163,7 +166,7 @@ def run_study(
         if workers == 1:
             completed = _worker_loop(spec, 0, study, on_trial=report, keep_going=lambda: not should_stop())
         else:
-            completed = _run_processes(spec, device, on_poll=report, should_stop=should_stop)
+            completed = _run_processes(spec, device, pool, on_poll=report, should_stop=should_stop)
         report()
     finally:
         if isinstance(storage, str):
@@ -305,10 +308,12 @@ def _worker_main(spec: _WorkerSpec, index: int, results: multiprocessing.Queue, 
 def _run_processes(
     spec: _WorkerSpec,
     device: str,
+    pool: WorkerPool | None,
     on_poll: Callable[[], None],
     should_stop: Callable[[], bool],
 ) -> int:
-    workers = start_workers(spec.workers, device, functools.partial(_worker_main, spec))
+    workers = pool if pool is not None and len(pool.processes) == spec.workers else start_workers(spec.workers, device)
+    workers.begin(functools.partial(_worker_main, spec))
     processes, results = workers.processes, workers.results
     finished: dict[int, tuple[str, object]] = {}
     try:
