@@ -144,13 +144,15 @@ def readme_headline(results: Results) -> str:
     warm = [row for row in results.study if row["run"] == "warm" and row["mps"] == "yes" and row["V"] == "4096"]
     if not warm:
         raise PageError("study-latest.csv: no warm run under MPS at V = 4096")
-    median = statistics.median(float(row["wall_s"]) for row in warm)
+    # The newest measurement only (the last row's study and commit): older commits' runs are history.
+    latest = [row for row in warm if (row["study"], row["commit"]) == (warm[-1]["study"], warm[-1]["commit"])]
+    median = statistics.median(float(row["wall_s"]) for row in latest)
     return _prose(
         f"On an H200, one simulated step at batch size 256, K = 5 (block verification, probabilistic drafts, "
         f"V = 128256) runs at {_number(step['steps_per_s'])} steps/s, {share:.0%} of its logit-read floor "
-        f"({step['date']}, {step['commit']}); `studies/decision.yaml` at V = 4096 with 8 workers under MPS "
-        f"takes {median:.1f} s once Triton's cache holds its kernels (median of {len(warm)} runs, "
-        f"{warm[-1]['date']}). Every measurement, with its date and commit: "
+        f"({step['date']}, {step['commit']}); {latest[-1]['study']} at V = 4096 with 8 workers under MPS "
+        f"takes {median:.1f} s once Triton's cache holds its kernels (median of {len(latest)} runs, "
+        f"{latest[-1]['date']}, {latest[-1]['commit']}). Every measurement, with its date and commit: "
         "[docs/performance.md](docs/performance.md)."
     )
 

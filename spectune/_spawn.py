@@ -9,8 +9,8 @@ stops and joins them.
 
 Why the work comes later: ``spectune study run`` starts the pool as soon as the study is validated, so
 that the workers' imports and device contexts (seconds on a GPU machine) overlap the parent's own
-start-up and the storage's preparation instead of following them. On one H200 this kept the warm
-decision study near the time it had before the pool was plain (``benchmarks/results``, 2026-12-04).
+start-up and the storage's preparation instead of falling inside the first round
+(``benchmarks/results/study-gpu-2026-12-04-house.md``).
 """
 
 from __future__ import annotations
