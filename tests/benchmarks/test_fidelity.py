@@ -34,8 +34,11 @@ def test_suite_document_simulates(document: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_quick_replay_writes_results_and_docs(tmp_path: Path) -> None:
-    out, docs = tmp_path / "fidelity.csv", tmp_path / "fidelity.md"
+@pytest.fixture(scope="module")
+def quick_replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``benchmarks/fidelity.py --quick`` run once for the tests that read its CSV and page."""
+    folder = tmp_path_factory.mktemp("fidelity")
+    out, docs = folder / "fidelity.csv", folder / "fidelity.md"
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "fidelity.py"), "--quick", "--out", str(out), "--docs", str(docs)],
         capture_output=True,
@@ -43,6 +46,11 @@ def test_quick_replay_writes_results_and_docs(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+    return out, docs
+
+
+def test_quick_replay_writes_results_and_docs(quick_replay: tuple[Path, Path]) -> None:
+    out, docs = quick_replay
     with out.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     measured = (ROOT / "benchmarks" / "fidelity" / "a8-qwen3-moe-h100" / "measured.csv").read_text().splitlines()
@@ -56,15 +64,10 @@ def test_quick_replay_writes_results_and_docs(tmp_path: Path) -> None:
     assert "## Where the simulated time falls short" in text
 
 
-def test_quick_replay_reports_the_time_each_baseline_step_lacks_per_layer_and_all_reduce(tmp_path: Path) -> None:
-    out, docs = tmp_path / "fidelity.csv", tmp_path / "fidelity.md"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fidelity.py"), "--quick", "--out", str(out), "--docs", str(docs)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+def test_quick_replay_reports_the_time_each_baseline_step_lacks_per_layer_and_all_reduce(
+    quick_replay: tuple[Path, Path],
+) -> None:
+    out, docs = quick_replay
     with out.open(newline="") as handle:
         rows = {(row["point"], row["metric"]): row for row in csv.DictReader(handle)}
     # A8 at batch 1 and 4 on TP 2: Qwen3-30B-A3B has 48 layers, two all-reduces each
