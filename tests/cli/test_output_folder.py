@@ -92,7 +92,11 @@ def test_export_again_replaces_its_own_files_and_leaves_the_users_others_alone(j
     assert sorted(manifest["files"]) == sorted(
         p.name for p in folder.iterdir() if p.name not in ("notes.txt", ".spectune-manifest.json")
     )
-    again = _cli("export", "tiny", "--storage", str(journal), "--out", str(folder), "--vllm-synthetic-form", "legacy")
+    legacy = ("--vllm-synthetic-form", "legacy")
+    refused = _cli("export", "tiny", "--storage", str(journal), "--out", str(folder), *legacy)
+    assert refused.exit_code == 1  # vLLM 0.33.0, the default release, refuses the scalar form
+    assert "--vllm-synthetic-form legacy: vLLM 0.33.0 refuses the scalar synthetic_acceptance_rate" in refused.output
+    again = _cli("export", "tiny", "--storage", str(journal), "--out", str(folder), *legacy, "--vllm-version", "0.32")
     assert again.exit_code == 0, again.output
     assert "synthetic_acceptance_rate" in json.loads((folder / "vllm-synthetic.json").read_text())
     assert (folder / "notes.txt").read_text() == "mine\n"
@@ -213,3 +217,9 @@ def test_a_full_disk_mid_export_leaves_the_other_studys_set_whole(tmp_path, tiny
     assert result["same"], result  # byte for byte the first study's set, no temporary folder left
     assert "No space left on device" in result["stderr"] and "are unchanged" in result["stderr"], result["stderr"]
     assert ".spectune-manifest.json" in result["before"] and "report.html" in result["before"]
+
+
+def test_export_names_the_releases_it_writes_for(journal, tmp_path):
+    result = _cli("export", "tiny", "--storage", str(journal), "--out", str(tmp_path / "o"), "--vllm-version", "0.20")
+    assert result.exit_code == 1
+    assert result.output.strip() == "error: --vllm-version: must be one of 0.33.0, 0.32, got '0.20'"
