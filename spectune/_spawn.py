@@ -145,7 +145,6 @@ def _entry(index: int, device: str, threads: int, inbox: Any, results: Any, stop
     import optuna  # noqa: F401  (what the work imports, paid while the parent prepares the study)
 
     import spectune.simulator  # noqa: F401
-    import spectune.study  # noqa: F401
 
     work: Work | None = None
     while work is None and keep_going():

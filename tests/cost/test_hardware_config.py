@@ -113,7 +113,17 @@ def test_eagle3_head_for_llama_8b_is_about_0_4b_parameters():
 _NO_DRAFT_LLM = {"deepseek-v3", "gemma-4-31b"}
 
 
-@pytest.mark.parametrize("method", [m for m in METHODS])
+# vLLM serves these, spectune does not simulate them (simulate and study refuse them with a located line)
+_NOT_SIMULATED = ("custom_class", "extract_hidden_states")
+
+
+@pytest.mark.parametrize("method", _NOT_SIMULATED)
+def test_a_method_spectune_does_not_simulate_has_no_default_drafter(method):
+    with pytest.raises(SpectuneError, match=f"no drafter for method '{method}'"):
+        default_drafter(method, TargetModelSpec.model_validate("llama-3.1-8b"))
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m not in _NOT_SIMULATED])
 @pytest.mark.parametrize("target", TARGET_MODEL_PRESET_NAMES)
 def test_every_method_has_a_default_drafter_for_every_target_preset(method, target):
     if method == "draft_model" and target in _NO_DRAFT_LLM:
