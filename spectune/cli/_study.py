@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from spectune._interrupt import interrupted
@@ -65,8 +66,14 @@ def print_summary(console: Console, outcome: StudyOutcome) -> None:
     if recommendation is None:
         console.print(f"study {outcome.space.name}: no completed trial yet")
         return
+    # With policies searched, the line names the winning one as the report does (e.g. "static K = 6: ...").
+    policy = (
+        f"{recommendation.verdict.winner.describe()}: "
+        if len(outcome.space.policies) > 1 and recommendation.verdict
+        else ""
+    )
     console.print(
-        f"Recommendation: [bold]{recommendation.combo.label}[/bold] (aggregate "
+        f"Recommendation: [bold]{escape(policy + recommendation.combo.label)}[/bold] (aggregate "
         f"{recommendation.aggregate_throughput_tokens_per_s:,.0f} output tokens/s over batch sizes)"
     )
     console.print(_table(summary_rows(outcome)))

@@ -47,6 +47,9 @@ def test_a_study_over_policies_simulates_each_runtime_and_says_what_it_skipped(r
     )
     notes = [line for line in lines if line.startswith("note: ")]
     assert any(n.startswith("note: policies: ") for n in notes), result.output
+    # the recommendation line names the winning policy, as the report's header does
+    recommended = next(line for line in lines if line.startswith("Recommendation: "))
+    assert re.match(r"Recommendation: (the K table|static K = \d+|adaptive verification[^:]*): eagle3/", recommended)
     assert any(n.startswith("note: SGLang adaptive steps (K <= ") and n.endswith("sglang.txt serves it") for n in notes)
     trials = (out / "trials.csv").read_text().splitlines()
     header = trials[0].split(",")
