@@ -271,7 +271,10 @@ def test_a_write_that_fails_midway_leaves_the_previous_artefacts_whole(study, tm
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     failed = subprocess.run(
-        [*command, "--vllm-synthetic-form", "legacy"], capture_output=True, text=True, preexec_fn=small_files
+        [*command, "--vllm-synthetic-form", "legacy", "--vllm-version", "0.32"],
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
     )
     assert failed.returncode == 1 and "internal error" not in failed.stderr, failed.stderr
     assert f"cannot write {folder}/" in failed.stderr

@@ -77,6 +77,8 @@ def test_export_rewrites_the_artefacts_from_storage_with_the_legacy_synthetic_fo
             str(tmp_path),
             "--vllm-synthetic-form",
             "legacy",
+            "--vllm-version",
+            "0.32",
         ],
     )
     assert result.exit_code == 0, result.output
