@@ -10,7 +10,7 @@ import typer
 from spectune._files import SAFE_NAME_RULE, is_safe_name
 from spectune.cli._errors import handle_errors
 from spectune.cli._study import StorageOption, _refuse_if_nothing_feasible
-from spectune.config import DEFAULT_VLLM_VERSION, FIELDS_ADDED_FOR_VLLM_0_33, VLLM_VERSIONS
+from spectune.config import DEFAULT_VLLM_VERSION, FIELDS_ADDED_FOR_VLLM_0_33, VLLM_VERSIONS, unknown_vllm_version
 from spectune.errors import SpectuneError
 
 if TYPE_CHECKING:
@@ -65,8 +65,9 @@ def export(
 
 def _check_vllm_version(version: str, synthetic_form: str) -> None:
     """The export writes what the named release accepts: 0.33.0 refuses the legacy scalar synthetic form."""
-    if version not in VLLM_VERSIONS:
-        raise SpectuneError(f"--vllm-version: must be one of {', '.join(VLLM_VERSIONS)}, got {version!r}")
+    unknown = unknown_vllm_version(version)
+    if unknown is not None:
+        raise SpectuneError(f"--vllm-version: {unknown}")
     if synthetic_form == "legacy" and version != "0.32":
         raise SpectuneError(
             f"--vllm-synthetic-form legacy: vLLM {version} refuses the scalar synthetic_acceptance_rate; write the "

@@ -18,6 +18,7 @@ from spectune.config import (
     is_trtllm_options,
     load_trtllm_options,
     read_mapping,
+    unknown_vllm_version,
     validate_source,
 )
 from spectune.errors import DocumentError, Problem
@@ -39,10 +40,9 @@ def validate(
     ] = DEFAULT_VLLM_VERSION,
 ) -> None:
     """Check speculative configs and spectune documents; one line per problem, exit 1 if any is invalid."""
-    if vllm_version not in VLLM_VERSIONS:
-        raise DocumentError(
-            [Problem("--vllm-version", None, "", f"must be one of {', '.join(VLLM_VERSIONS)}, got {vllm_version!r}")]
-        )
+    unknown = unknown_vllm_version(vllm_version)
+    if unknown is not None:
+        raise DocumentError([Problem("--vllm-version", None, "", unknown)])
     files, problems = find_documents(paths)
     missing_paths = len(problems)
     invalid = warnings = 0

@@ -40,7 +40,7 @@ from spectune.config._speculative import (
 from spectune.config._step_times import STEP_TIME_COLUMNS, CostModelConfig, StepTimeTable, read_step_time_table
 from spectune.config._study import DEFAULT_POLICIES, POLICY_RUNTIMES, StudyDocument, combo_label
 from spectune.config._trtllm import TrtllmSpeculativeConfig, is_trtllm_options, load_trtllm_options
-from spectune.config._vllm_rules import DEFAULT_VLLM_VERSION, VLLM_VERSIONS
+from spectune.config._vllm_rules import DEFAULT_VLLM_VERSION, VLLM_VERSIONS, unknown_vllm_version
 from spectune.config._workload import LengthDistribution, WorkloadConfig
 
 __all__ = [
@@ -97,5 +97,6 @@ __all__ = [
     "read_mapping",
     "read_step_time_table",
     "unconditional_to_conditional",
+    "unknown_vllm_version",
     "validate_source",
 ]

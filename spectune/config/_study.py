@@ -519,9 +519,11 @@ class StudyDocument(SpectuneModel):
 
     def _all_combinations(self) -> list[tuple[tuple[StudyCandidate, str, str, Runtime], str | None]]:
         out = []
+        runtimes = self.runtimes()
         for candidate in self.candidates:
             rules, samplings = self._combination_choices(candidate)
             method = candidate.speculative.method
+            on_v1 = v1_fallback_reasons(candidate.speculative)
             for rule in rules:
                 for sampling in samplings:
                     reason = None
@@ -529,16 +531,13 @@ class StudyDocument(SpectuneModel):
                         reason = f"'{method}' proposes tokens without a distribution"
                     elif method in _DISTRIBUTION_FREE_METHODS and rule == "block":
                         reason = f"'{method}' has no draft distribution; vLLM verifies it with 'standard'"
-                    elif v1_fallback_reasons(candidate.speculative) and (
-                        rule == "block" or sampling == "probabilistic"
-                    ):
+                    elif on_v1 and (rule == "block" or sampling == "probabilistic"):
                         reason = (
-                            f"vLLM serves {v1_fallback_reasons(candidate.speculative)[0][1]} on its V1 runner, as "
-                            "standard verification of one-hot drafts"
+                            f"vLLM serves {on_v1[0][1]} on its V1 runner, as standard verification of one-hot drafts"
                         )
-                    for runtime in self.runtimes():
+                    for runtime in runtimes:
                         why = reason or _runtime_problem(candidate.speculative, rule, sampling, runtime)
-                        if reason is not None and runtime != self.runtimes()[0]:
+                        if reason is not None and runtime != runtimes[0]:
                             continue  # a combo that cannot differ is skipped once, under its own label
                         out.append(((candidate, rule, sampling, runtime), why))
         return out

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_VLLM_VERSION",
     "VLLM_VERSIONS",
+    "unknown_vllm_version",
     "is_served_config",
     "refuses_early_2026_forms",
     "served_on_v1",
@@ -34,6 +35,15 @@ DEFAULT_VLLM_VERSION = "0.33.0"
 # 0.32 differs from 0.33.0 only in what spectune knows of it: the early-2026 forms (strict/probabilistic,
 # the scalar synthetic_acceptance_rate) that 0.33.0 refuses.
 VLLM_VERSIONS = ("0.33.0", "0.32")
+
+
+def unknown_vllm_version(version: str) -> str | None:
+    """What ``--vllm-version`` says of a release spectune has no rules for, else None."""
+    if version in VLLM_VERSIONS:
+        return None
+    return f"must be one of {', '.join(VLLM_VERSIONS)}, got {version!r}"
+
+
 FieldPath = tuple[str | int, ...]
 
 

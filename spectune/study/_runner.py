@@ -120,22 +120,24 @@ def run_study(
 ) -> StudyRun:
     """Create or resume the study and run it to its end.
 
-        ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
-        only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
-        space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
-        between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
-        running trial and stops. ``device``: the device each worker process opens before its first trial
-        (a document's ``simulation.device``; ``_spawn``). ``pool``: workers already started
+    ``n_trials``: the number of COMPLETE trials the study should hold when done (a resumed study runs
+    only the rest). None: every point (exhaustive), until converged (structured), or 25 % of the
+    space (tpe). ``evaluator`` must be picklable when ``workers > 1``. ``should_stop`` is asked
+    between trials (a graceful Ctrl-C): every worker, in this process or in its own, finishes its
+    running trial and stops. ``device``: the device each worker process opens before its first trial
+    (a document's ``simulation.device``; ``_spawn``). ``pool``: the ``workers`` processes, already started
     (``start_workers(workers, device)``, so that their start-up overlapped the caller's), which the caller
     closes; None: this starts and closes its own. ``storage``: a journal path or database URL, or a storage
-        already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
-        = 1) and which the caller closes.
+    already opened by ``open_storage`` (or a wrapper of one), which runs in this process only (workers
+    = 1) and which the caller closes.
     """
     refusal = workers_error(workers)
     if refusal is not None:
         raise SpectuneError(refusal)
     if n_trials is not None and n_trials < 1:
         raise SpectuneError(f"--n-trials: must be >= 1, got {n_trials}")
+    if pool is not None and len(pool.processes) != workers:
+        raise ValueError(f"a pool of {len(pool.processes)} workers for a run of {workers}")
     if not isinstance(storage, str) and workers != 1:
         raise ValueError("a storage object runs the study in this process only: give its path or URL for workers > 1")
     resolved = resolve_strategy(space, strategy)
@@ -312,7 +314,7 @@ def _run_processes(
     on_poll: Callable[[], None],
     should_stop: Callable[[], bool],
 ) -> int:
-    workers = pool if pool is not None and len(pool.processes) == spec.workers else start_workers(spec.workers, device)
+    workers = pool if pool is not None else start_workers(spec.workers, device)
     workers.begin(functools.partial(_worker_main, spec))
     processes, results = workers.processes, workers.results
     finished: dict[int, tuple[str, object]] = {}
