@@ -397,7 +397,9 @@ def pick_score(
     return winner, top, ranking
 
 
-def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation]) -> list[list[Point]]:
+def precision_requests(
+    space: StudySpace, completed: Mapping[Point, Evaluation], *, runtimes: Sequence[str] | None = None
+) -> list[list[Point]]:
     """Groups of refined points that would settle a decision the noise leaves open, most decisive first.
 
     A group is a whole tie set simulated again with ``REFINE_FACTOR`` times the requests (its tie set
@@ -410,11 +412,13 @@ def precision_requests(space: StudySpace, completed: Mapping[Point, Evaluation])
     - the K table: a bucket of the recommended combo whose tie set holds K tied only through noise,
       when the table without them would differ.
     With runtime policies, each runtime's combos are one such decision (each policy needs its own best
-    combo and table), the runtimes in document order.
+    combo and table), the runtimes in document order (only ``runtimes``, when given: the others cannot win).
     Points already evaluated are included (the caller skips them); the groups are deterministic.
     """
     groups: list[list[Point]] = []
     for runtime in dict.fromkeys(c.runtime for c in space.combos):
+        if runtimes is not None and runtime not in runtimes:
+            continue
         scores = [combo_score(space, c, completed) for c in space.combos if c.runtime == runtime]
         groups += _precision_groups(space, completed, scores)
     return groups

@@ -15,12 +15,20 @@ So instead of a black-box search over (bucket, combo, K):
 2. keep the ``keep_combos`` best combos there *of each runtime* (as served with K drafts, with adaptive
    verification, with SGLang's adaptive steps: each policy needs its own best), and any other within
    noise of the last of them (after adaptive precision, below, when the noise alone decides);
+2b. a runtime policy (adaptive verification, SGLang's adaptive steps) is screened only on the combos
+   the K-as-served runtime keeps, and first follows one combo with each bucket only bracketed. Once
+   every bracket is known, a runtime whose best table trails the best by more than the noise and
+   ``CONTENTION_MARGIN`` is done: it cannot win, and settling it would move it by the noise. One that
+   can still win is then searched like the K-as-served runtime: all its combos screened, ``keep_combos``
+   followed, every bucket settled, refined (step 4). On the decision study, where the runtime policies
+   trail by 13-16 %, that leaves out about a quarter of the points;
 3. for each kept combo, settle the representative bucket, then walk outwards in both directions
    bucket by bucket, starting each bucket's K search at the neighbour's optimum (towards larger
    batches, at the smallest K that ties with it) and hill-climbing (preferring smaller K at larger
    batch sizes, where the optimum moves down);
 3b. for a single-K policy (static K, adaptive verification under one K max), once the tables are
-   settled: each K of a kept combo's table at every bucket, so that one K is known everywhere;
+   settled: each K of a kept combo's table at every bucket, so that one K is known everywhere (for a
+   runtime that cannot win, only its table's K at the representative bucket: reported, not searched);
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
    the recommendation open (``_recommend.precision_requests``), while the work added (simulated
    steps) stays within ``refine_budget`` times the search's own;
@@ -59,15 +67,19 @@ from spectune.study._recommend import (
     TieSet,
     bucket_tie_set,
     choose_in_bucket,
+    combo_gap,
+    combo_score,
+    combo_tie,
     common_precision,
     is_tie,
+    pick_score,
     precision_requests,
     refine_pair,
     schedule_ks,
     tied_by_noise_only,
 )
 from spectune.study._records import Evaluation, SearchState
-from spectune.study._space import Point, StudySpace
+from spectune.study._space import Combo, Point, StudySpace
 
 __all__ = [
     "REFINE_BUDGET",
@@ -81,6 +93,9 @@ __all__ = [
 # Adaptive precision may add this share of the search's own work (simulated steps: a simulation with
 # 4x the requests has about 4x the steps).
 REFINE_BUDGET = 0.5
+# A runtime policy whose bracketed table trails the best by more than this (and outside the noise) is
+# not settled: settling moves a table by the noise, not by this much.
+CONTENTION_MARGIN = 0.02
 
 
 def structured_next_points(
@@ -141,36 +156,104 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
     space = state.space
     rep = space.representative_bucket()
     rep_batch_size = space.batch_sizes[rep]
+    runtimes = list(dict.fromkeys(c.runtime for c in space.combos))
+    # Without the K-as-served runtime ('none') every runtime is searched in full, as one.
+    settled = {runtime for runtime in runtimes if runtime == "none" or "none" not in runtimes}
+    screened = [c for c in space.combos if c.runtime in settled]
     needed = [Point.off(rep_batch_size)]
-    needed += _screening_steps(state, rep_batch_size)
+    needed += _screening_steps(state, rep_batch_size, screened)
     needed += [Point.off(b) for b in space.batch_sizes if b != rep_batch_size]
     needed = [p for p in needed if not state.is_settled(p)]
     if not needed:
-        kept: list[str] = []
-        for runtime in dict.fromkeys(c.runtime for c in space.combos):  # each runtime keeps its own combos
-            kept_here, contest = _kept_combos(
-                state,
-                rep_batch_size,
-                keep_combos,
-                lambda group: _refinement_steps(state, refine_budget, [group]),
-                runtime,
-            )
-            needed += contest
-            kept += kept_here if not contest else []
-        for label in kept:
-            needed += _chain_steps(state, label, rep)
+        # Each runtime keeps its own combos; a runtime policy first follows one, bracketed, not settled.
+        kept = _follow(state, runtimes, settled, keep_combos, refine_budget, needed)
         if not needed:
-            needed = _single_k_steps(state, kept)
+            contending = _contending_runtimes(state, runtimes) - settled
+            settled |= contending
+            kept += _follow(state, sorted(contending, key=runtimes.index), settled, keep_combos, refine_budget, needed)
+        if not needed:
+            needed = _single_k_steps(state, list(dict.fromkeys(kept)), settled)
     if not needed:
-        needed = _refinement_steps(state, refine_budget, precision_requests(state.space, state.completed))
+        groups = precision_requests(state.space, state.completed, runtimes=[r for r in runtimes if r in settled])
+        needed = _refinement_steps(state, refine_budget, groups)
     return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
 
 
-def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
-    """Every K of the first combo (its whole curve: the anchor of the others, found in one round rather
-    than a bracket search's four); once they are known, every other combo's steps, warm from its best."""
+def _follow(
+    state: SearchState,
+    runtimes: list[str],
+    settled: set[str],
+    keep_combos: int,
+    refine_budget: float,
+    needed: list[Point],
+) -> list[str]:
+    """The combos each of ``runtimes`` follows from the representative bucket, their steps added to
+    ``needed``: ``keep_combos`` of a runtime in ``settled``, each bucket settled; else one, each bucket
+    only bracketed (its best K known with both neighbours), enough to tell whether it can still win."""
     space = state.space
-    first = space.combos[0].label
+    rep = space.representative_bucket()
+    kept: list[str] = []
+    base_kept: list[str] = []
+    for runtime in runtimes:
+        settle = runtime in settled
+        if runtime != "none" and "none" in runtimes:
+            if not base_kept:
+                continue  # the K-as-served runtime's kept combos are still being decided
+            screening = _policy_screening_steps(state, runtime, base_kept, settle)
+            if screening:
+                needed += screening
+                continue
+        kept_here, contest = _kept_combos(
+            state,
+            space.batch_sizes[rep],
+            keep_combos if settle else 1,
+            lambda group: _refinement_steps(state, refine_budget, [group]),
+            runtime,
+        )
+        needed += contest
+        if contest:
+            continue
+        kept += kept_here
+        if runtime == "none":
+            base_kept = kept_here
+        for label in kept_here:
+            needed += _chain_steps(state, label, rep, settle=settle)
+    return kept
+
+
+def _contending_runtimes(state: SearchState, runtimes: list[str]) -> set[str]:
+    """The runtimes whose best table can still win once its buckets are settled: the top one (most
+    buckets covered, fewest missing the SLOs, best aggregate) and every other as covered and as feasible
+    that ties with it by the noise rule or trails it by less than ``CONTENTION_MARGIN``. A table of
+    bracketed optima is a slight overestimate (the best of noisy neighbours), so a runtime left out
+    would lose once settled too."""
+    space = state.space
+    bests = []
+    for runtime in runtimes:
+        scores = [combo_score(space, combo, state.completed) for combo in space.runtime_combos(runtime)]
+        picked = pick_score(space, scores, state.completed)
+        if picked is not None:
+            bests.append(picked[1])
+    if not bests:
+        return set(runtimes)
+    most = max(s.buckets_covered for s in bests)
+    eligible = [s for s in bests if s.buckets_covered == most]
+    fewest = min(len(s.infeasible_batch_sizes) for s in eligible)
+    eligible = [s for s in eligible if len(s.infeasible_batch_sizes) == fewest]
+    top = max(eligible, key=lambda s: s.aggregate_throughput_tokens_per_s)
+    contending = {top.combo.runtime}
+    for other in eligible:
+        gap, stderr, _ = combo_gap(space, top, other, state.completed)
+        if combo_tie(gap, stderr) or gap < CONTENTION_MARGIN:
+            contending.add(other.combo.runtime)
+    return contending
+
+
+def _screening_steps(state: SearchState, batch_size: int, combos: list[Combo]) -> list[Point]:
+    """Every K of the first combo (its whole curve: the anchor of the others, found in one round rather
+    than a bracket search's four); once they are known, every other of ``combos``' steps, warm from its best."""
+    space = state.space
+    first = combos[0].label
     middle = space.middle_k
     curve = [space.point(batch_size, first, k) for k in sorted(space.k_values[1:], key=lambda k: (abs(k - middle), k))]
     steps = [p for p in curve if not state.is_settled(p)]
@@ -179,19 +262,37 @@ def _screening_steps(state: SearchState, batch_size: int) -> list[Point]:
     anchor = _best_k(state, first, batch_size)
     anchor = middle if anchor is None else anchor
     return [
-        step
-        for c in space.combos[1:]
-        for step in _curve_steps(state, c.label, batch_size, start=anchor, prefer_lower=False)
+        step for c in combos[1:] for step in _curve_steps(state, c.label, batch_size, start=anchor, prefer_lower=False)
     ]
 
 
-def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
+def _policy_screening_steps(state: SearchState, runtime: str, base_kept: list[str], settle: bool) -> list[Point]:
+    """A runtime policy's screening at the representative bucket: only its combos of the candidate,
+    rule and sampling that the K-as-served runtime keeps (they rank the same: the rule and sampling set
+    the acceptance, which the policy does not change), or all of them when none is such or the policy can
+    still win (``settle``); each hill-climbs from the first combo's best, as the screening does (a
+    runtime policy's best K sits below its twin's: it trims what the K drafted)."""
+    space = state.space
+    batch_size = space.batch_sizes[space.representative_bucket()]
+    combos = space.runtime_combos(runtime)
+    twins = {(c.candidate, c.rejection_sample_method, c.draft_sample_method) for c in map(space.combo, base_kept)}
+    chosen = [c for c in combos if (c.candidate, c.rejection_sample_method, c.draft_sample_method) in twins]
+    anchor = _best_k(state, space.combos[0].label, batch_size) or space.middle_k
+    return [
+        step
+        for combo in (combos if settle or not chosen else chosen)
+        for step in _curve_steps(state, combo.label, batch_size, start=anchor, prefer_lower=False)
+    ]
+
+
+def _chain_steps(state: SearchState, label: str, rep: int, *, settle: bool = True) -> list[Point]:
     """One kept combo: settle the representative bucket and walk outwards each way. Each bucket starts
     from its neighbour's best so far, once the neighbour has a result with K >= 1 (the start may move
     with later results; the bucket's own hill-climb follows from what it has found), so the buckets'
-    climbs and plateaus overlap; the walk stops at the first bucket whose neighbour has no result yet."""
+    climbs and plateaus overlap; the walk stops at the first bucket whose neighbour has no result yet.
+    Without ``settle`` each bucket's climb stops at its bracket (no plateau)."""
     space = state.space
-    steps = _plateau_steps(state, label, space.batch_sizes[rep])
+    steps = _plateau_steps(state, label, space.batch_sizes[rep]) if settle else []
     for direction in (1, -1):
         index = rep + direction
         while 0 <= index < len(space.batch_sizes):
@@ -206,7 +307,7 @@ def _chain_steps(state: SearchState, label: str, rep: int) -> list[Point]:
             )
             if curve:
                 steps += curve
-            else:
+            elif settle:
                 # Towards smaller batches the table may not fall below the larger neighbour's K (it would
                 # rise there), so the plateau matters only down to the smallest K tied at that neighbour.
                 ties = _tie_range(state, label, neighbour) if direction < 0 else None
@@ -272,18 +373,23 @@ def _kept_combos(
     return kept, []
 
 
-def _single_k_steps(state: SearchState, kept: list[str]) -> list[Point]:
+def _single_k_steps(state: SearchState, kept: list[str], settled: set[str]) -> list[Point]:
     """For a single-K policy (static K, adaptive verification under one K max): each K of a kept combo's
     table at every bucket, so that one K is compared over all buckets. The best single K is usually one of
-    the per-bucket optima; once the tables are settled, these are the points it still lacks."""
+    the per-bucket optima; once the tables are settled, these are the points it still lacks. A runtime
+    that cannot win (not ``settled``) gets only its table's K at the representative bucket: a single K no
+    better than its table, reported, not searched."""
     space = state.space
     runtimes = {POLICY_RUNTIMES[p] for p in space.policies if p in SINGLE_K_POLICIES}
+    rep = space.representative_bucket()
     steps: list[Point] = []
     for label in kept:
         if space.combo(label).runtime not in runtimes:
             continue
         table = schedule_ks(_bucket_tie_sets(state, label))
-        for k in sorted({k for k in table if k}):
+        ks = {k for k in table if k} if space.combo(label).runtime in settled else {table[rep] or 0}
+        ks.discard(0)
+        for k in sorted(ks):
             steps += [space.point(b, label, k) for b in space.batch_sizes]
     return [p for p in steps if not state.is_settled(p)]
 

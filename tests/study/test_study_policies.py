@@ -91,6 +91,76 @@ def test_the_structured_search_finds_every_policys_exhaustive_answer(tmp_path):
     assert structured.recommendation.policy == exhaustive.recommendation.policy
 
 
+def _runtime_points(outcome, runtime):
+    return [p for p in outcome.completed if p.combo is not None and p.combo.runtime == runtime]
+
+
+def test_a_runtime_policy_that_cannot_win_is_bracketed_at_every_bucket_not_settled(tmp_path):
+    options = dict(batch_sizes=(1, 8, 32, 128), max_k=6, methods=("eagle3",))
+    behind = RuntimeScaled({"vllm_adaptive": 0.85, "sglang_adaptive": 0.85})
+    exhaustive = _outcome(tmp_path, behind, **options)
+    structured = _outcome(tmp_path, behind, strategy="structured", **options)
+    space = structured.space
+    rep = space.batch_sizes[space.representative_bucket()]
+    kept_here = {p.combo.label for p in structured.completed if p.combo and p.batch_size != rep}
+    for runtime in ("vllm_adaptive", "sglang_adaptive"):
+        points = _runtime_points(structured, runtime)
+        followed = {p.combo.label for p in points if p.batch_size != rep}
+        assert len(followed) == 1, (runtime, followed)  # one combo, not keep_combos
+        assert not [p for p in points if p.refinement], runtime  # no precision spent on a loser
+        # screened only on the rule/sampling the K-as-served runtime keeps (SGLang has one combo: itself)
+        screened = {p.combo for p in points if p.batch_size == rep}
+        twins = {(c.candidate, c.rejection_sample_method, c.draft_sample_method) for c in map(space.combo, kept_here)}
+        assert runtime == "sglang_adaptive" or all(
+            (c.candidate, c.rejection_sample_method, c.draft_sample_method) in twins for c in screened
+        )
+        # bracketed: its best K at every bucket is the exhaustive optimum of that combo (unimodal double)
+        (label,) = followed
+        for b in space.batch_sizes:
+            found = max(
+                (
+                    e
+                    for p, e in structured.completed.items()
+                    if p.combo and p.combo.label == label and p.batch_size == b and not p.refinement
+                ),
+                key=lambda e: e.throughput,
+            )
+            truth = max(
+                (
+                    e
+                    for p, e in exhaustive.completed.items()
+                    if p.combo and p.combo.label == label and p.batch_size == b and not p.refinement
+                ),
+                key=lambda e: e.throughput,
+            )
+            assert found.point == truth.point, (runtime, b)
+    scores = {s.policy: s for s in policy_scores(space, structured.completed)}
+    assert set(scores) == set(ALL_POLICIES)  # every policy is still reported, a single K max included
+    assert len({c.num_speculative_tokens for c in scores["adaptive_verification"].score.choices}) == 1
+    assert structured.recommendation.policy == exhaustive.recommendation.policy == "k_table"
+    contending = _outcome(tmp_path / "contending", SyntheticEvaluator(), strategy="structured", **options)
+    assert len(_runtime_points(structured, "vllm_adaptive")) < len(_runtime_points(contending, "vllm_adaptive"))
+
+
+def test_a_runtime_policy_within_reach_of_the_k_table_is_settled_as_the_table_is(tmp_path):
+    options = dict(batch_sizes=(1, 8, 32, 128), max_k=6, methods=("eagle3",))
+    close = RuntimeScaled({"vllm_adaptive": 0.99})  # within CONTENTION_MARGIN: it must be searched in full
+    exhaustive = _outcome(tmp_path, close, **options)
+    structured = _outcome(tmp_path, close, strategy="structured", **options)
+    truth = {s.policy: s for s in policy_scores(exhaustive.space, exhaustive.completed)}
+    found = {s.policy: s for s in policy_scores(structured.space, structured.completed)}
+    for policy in ("adaptive_verification", "adaptive_verification_table"):
+        ks = [c.num_speculative_tokens for c in found[policy].score.choices]
+        assert ks == [c.num_speculative_tokens for c in truth[policy].score.choices], policy
+        assert found[policy].combo == truth[policy].combo, policy
+    followed = {
+        p.combo.label
+        for p in _runtime_points(structured, "vllm_adaptive")
+        if p.batch_size != structured.space.batch_sizes[structured.space.representative_bucket()]
+    }
+    assert len(followed) == 2  # keep_combos, as the K-as-served runtime
+
+
 def test_adaptive_verification_that_wins_outside_the_noise_is_recommended_and_named(tmp_path):
     outcome = _outcome(
         tmp_path, RuntimeScaled({"vllm_adaptive": 1.06}), batch_sizes=(1, 8, 64), max_k=5, methods=("eagle3",)
@@ -183,8 +253,13 @@ def test_a_study_over_policies_resumes_after_sigkill_and_never_simulates_a_point
                 outcome = load_outcome(storage, space.name)
             except SpectuneError:  # not created yet
                 outcome = None
-            # past the screening, into the runtimes' chains
-            if outcome is not None and sum(t.state == "COMPLETE" for t in outcome.trials) >= 12:
+            # past the screening, into the runtimes' chains: points of every runtime stored
+            done = (
+                {t.point.combo.runtime for t in outcome.trials if t.state == "COMPLETE" and t.point.combo}
+                if outcome
+                else set()
+            )
+            if len(done) == 3:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
                 _wait_until_gone(process.pid)
