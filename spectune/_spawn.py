@@ -154,13 +154,26 @@ def _entry(index: int, device: str, threads: int, inbox: Any, results: Any, stop
         return
     # ``close`` terminates the workers of a run stopped at once (a second Ctrl-C): their running trials are
     # interrupted then, as the parent's are, and failed as stopped rather than by their points.
+    global _working
+    _working = True
     signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.suppress(KeyboardInterrupt):  # one landing outside a batch: the parent is closing, no traceback
-        work(index, results, keep_going)
+        try:
+            work(index, results, keep_going)
+        finally:
+            _working = False
+
+
+_working = False  # while True, SIGTERM interrupts the work; after it, the process is only exiting
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    if _working:
+        raise KeyboardInterrupt
+    # ``close`` terminates a worker whose work is over, often inside the interpreter's exit (its queues'
+    # finalizers): an exception there prints a traceback, so end the way SIGTERM's default action does.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _open_device(device: str, worker_index: int) -> None:
