@@ -42,13 +42,13 @@ from spectune.study._polling import (
 )
 from spectune.study._records import (
     ATTR_OWNER,
-    ATTR_REFINEMENT,
     PARAM_BATCH_SIZE,
     PARAM_COMBO,
     PARAM_K,
     SearchState,
     is_abandoned,
     owner_attr,
+    point_attrs,
     trial_point,
 )
 from spectune.study._space import Point, StudySpace
@@ -175,8 +175,8 @@ class SpectuneSampler(BaseSampler):
             # Every point is evaluated or held: the objective sees this mark and stops without simulating.
             study._storage.set_trial_user_attr(trial._trial_id, ATTR_NO_POINT_LEFT, True)
             point = next(iter(self.space.points()))
-        if point.refinement:  # written before the params, so whoever sees the params sees it too
-            study._storage.set_trial_user_attr(trial._trial_id, ATTR_REFINEMENT, point.refinement)
+        for name, value in point_attrs(point).items():  # before the params: whoever sees those sees these
+            study._storage.set_trial_user_attr(trial._trial_id, name, value)
         return params_of(self.space, point)
 
     def sample_independent(
