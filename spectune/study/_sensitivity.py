@@ -52,6 +52,8 @@ def sensitivity_points(space: StudySpace, completed: Mapping[Point, Evaluation])
     ``SENSITIVITY_AUCS``; none when no adaptive-verification policy is searched or the AUC is measured."""
     if not any(policy in ADAPTIVE_VERIFICATION_POLICIES for policy in space.policies):
         return []
+    if not any(assumed_batch_sizes(space, candidate.name) for candidate in space.candidates):
+        return []  # measured everywhere: no need to score the policies
     entry = _best_entry(space, policy_scores(space, completed), completed)
     if entry is None:
         return []
