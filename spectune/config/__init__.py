@@ -20,7 +20,7 @@ from spectune.config._metrics import (
 from spectune.config._models import DrafterSpec, TargetModelSpec, default_drafter
 from spectune.config._overrides import apply_overrides
 from spectune.config._policy import SglangAdaptive, SglangAdaptiveSlot, SlotParameters
-from spectune.config._profile import AcceptanceProfile, AcceptanceRates
+from spectune.config._profile import DEFAULT_CONFIDENCE_AUC, AcceptanceProfile, AcceptanceRates
 from spectune.config._rates import (
     acceptance_length_to_rates,
     conditional_to_unconditional,
@@ -30,7 +30,7 @@ from spectune.config._rates import (
     unconditional_to_conditional,
 )
 from spectune.config._schema import document_json_schema
-from spectune.config._simulation import SimulationDocument, SimulationOptions
+from spectune.config._simulation import AcceptanceSource, SimulationDocument, SimulationOptions
 from spectune.config._speculative import (
     FIELDS_ADDED_FOR_VLLM_0_33,
     MAX_NUM_SPECULATIVE_TOKENS,
@@ -46,9 +46,11 @@ from spectune.config._workload import LengthDistribution, WorkloadConfig
 __all__ = [
     "AcceptanceProfile",
     "AcceptanceRates",
+    "AcceptanceSource",
     "CSV_METRICS",
     "Constraint",
     "CostModelConfig",
+    "DEFAULT_CONFIDENCE_AUC",
     "DEFAULT_POLICIES",
     "DEFAULT_VLLM_VERSION",
     "DOCUMENT_KINDS",

@@ -18,7 +18,18 @@ from spectune.config._extrapolation import ExtrapolationRule, extend_conditional
 from spectune.config._rates import conditional_to_unconditional, mean_acceptance_length, unconditional_to_conditional
 from spectune.config._speculative import MAX_NUM_SPECULATIVE_TOKENS
 
-__all__ = ["AcceptanceCounts", "AcceptanceProfile", "AcceptanceRates", "BatchSizeBin", "MeasuredAcceptance"]
+__all__ = [
+    "DEFAULT_CONFIDENCE_AUC",
+    "AcceptanceCounts",
+    "AcceptanceProfile",
+    "AcceptanceRates",
+    "BatchSizeBin",
+    "MeasuredAcceptance",
+]
+
+# What ``confidence_auc`` is where nothing sets it. No public measurement of this AUC was found;
+# docs/policies.md says why 0.75 (a drafter well short of perfect).
+DEFAULT_CONFIDENCE_AUC = 0.75
 
 _Rate = float
 _Fraction = Annotated[float, Field(ge=0.0, le=1.0)]

@@ -109,6 +109,12 @@ class AcceptanceSource(AcceptanceRates):
             else chosen.model_copy(update={"extrapolation": self.extrapolation})
         )
 
+    def confidence_auc_at(self, batch_size: int) -> float | None:
+        """The confidence_auc that applies at ``batch_size`` running requests: its bin's (``rates_for_batch``),
+        else the source's; None where neither sets it (the documented default then applies)."""
+        chosen = self.rates_for_batch(batch_size).confidence_auc
+        return chosen if chosen is not None else self.confidence_auc
+
 
 class SimulationOptions(SpectuneModel):
     """How the simulation runs (not what it simulates)."""

@@ -1,8 +1,10 @@
 """``report.html``: one self-contained page (inline CSS and SVG, no scripts, no network).
 
-It shows the recommendation and its schedule, throughput against K for every combo at every bucket
-(error bars of the comparison noise, the recommended combo's tie set shaded, the chosen point ringed), and, when p99 TPOT is a second objective, each bucket's throughput/TPOT
-trade-off with its Pareto front.
+It shows the recommendation and its schedule, the policies compared (and, where adaptive verification
+rests on an assumed confidence_auc, how it moves with it), throughput against K for every combo at every
+bucket (error bars of the comparison noise, the recommended combo's tie set shaded, the chosen point
+ringed), and, when p99 TPOT is a second objective, each bucket's throughput/TPOT trade-off with its
+Pareto front.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from html import escape
 
 from spectune.config import or_nan
 from spectune.export._svg import PALETTE, Band, Series, chart_svg
-from spectune.export._tables import policy_rows, summary_rows
+from spectune.export._tables import auc_rows, policy_rows, summary_rows
 from spectune.export._vllm import vllm_serve_command, vllm_speculative_config
 from spectune.study import Evaluation, StudyOutcome, pareto_front, provenance_notes, recommendation_provenance
 
@@ -88,7 +90,7 @@ def _k_curves(outcome: StudyOutcome, batch_size: int) -> str:
 
 
 def _pareto_chart(outcome: StudyOutcome, batch_size: int) -> str:
-    evaluations = [e for p, e in outcome.completed.items() if p.batch_size == batch_size]
+    evaluations = [e for p, e in outcome.completed.items() if p.batch_size == batch_size and p.confidence_auc is None]
     front = pareto_front(evaluations)
     limit = next((c for c in outcome.space.constraints if c.metric == "tpot_p99_ms" and c.op == "<="), None)
     series = [
@@ -165,6 +167,17 @@ def report_html(outcome: StudyOutcome) -> str:
                 + (f"<p>{escape(recommendation.verdict.sentence())}</p>" if recommendation.verdict else "")
             )
             parts.append(_table(policies))
+        sensitivity = recommendation.auc_sensitivity
+        if sensitivity is not None:
+            parts.append(
+                "<h3>Adaptive verification against the acceptance estimate's quality (confidence_auc)</h3>"
+                f"<p>{escape(sensitivity.sentence())}. The same chosen K max per batch size, simulated again with "
+                "the estimate ranking accepted drafts above rejected ones as a weak and a strong drafter's would "
+                "(docs/policies.md).</p>"
+            )
+            rows = auc_rows(recommendation)
+            if rows:
+                parts.append(_table(rows))
     parts.append(
         "<h2>Throughput against K</h2><p>Error bars: \u00b11 standard error of the noise a comparison within a batch "
         "size sees (its points simulate the same requests). Shaded: the recommended combo's tie set, every K within "

@@ -18,7 +18,7 @@ from spectune.study import (
     recommendation_provenance,
 )
 
-__all__ = ["TRIAL_COLUMNS", "pareto_rows", "policy_rows", "summary_rows", "tie_cell", "trials_csv"]
+__all__ = ["TRIAL_COLUMNS", "auc_rows", "pareto_rows", "policy_rows", "summary_rows", "tie_cell", "trials_csv"]
 
 # The point's columns, the metrics marked for the CSV (StudyMetrics), then the trial's.
 TRIAL_COLUMNS = (
@@ -51,13 +51,18 @@ def _fixed(value: float | None) -> str:
 def trials_csv(outcome: StudyOutcome) -> str:
     """One row per trial, every state; K = 0 rows have no method (speculation off). A study that searched
     a runtime policy has a ``runtime`` column after the draft sampling (none, vllm_adaptive,
-    sglang_adaptive); one that did not keeps the columns it always had."""
+    sglang_adaptive), and one that simulated adaptive verification at other confidence_auc values
+    (``_sensitivity``) a ``confidence_auc`` column after ``requests_factor`` (empty: the acceptance's own);
+    one that did neither keeps the columns it always had."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     runtimes = any(c.runtime != "none" for c in outcome.space.combos)
+    aucs = any(t.point is not None and t.point.confidence_auc is not None for t in outcome.trials)
     columns = list(TRIAL_COLUMNS)
     if runtimes:
         columns.insert(columns.index("draft_sample_method") + 1, "runtime")
+    if aucs:
+        columns.insert(columns.index("requests_factor") + 1, "confidence_auc")
     writer.writerow(columns)
     for trial in outcome.trials:
         point = trial.point
@@ -76,6 +81,7 @@ def trials_csv(outcome: StudyOutcome) -> str:
                 *([combo.runtime if combo else ""] if runtimes else []),
                 point.num_speculative_tokens if point else "",
                 point.requests_factor if point else "",  # > 1: simulated again with more requests (precision)
+                *([_auc(point)] if aucs else []),
                 *(_number(trial.metrics, name) for name in CSV_METRICS),
                 feasible,
                 "" if trial.duplicate_of is None else trial.duplicate_of,
@@ -106,6 +112,31 @@ def policy_rows(recommendation: Recommendation) -> list[dict[str, str]]:
                 else f"K {chosen.num_speculative_tokens}"
             )
             row[name] = f"{k}, {chosen.evaluation.throughput:,.0f} tokens/s"
+        rows.append(row)
+    return rows
+
+
+def auc_rows(recommendation: Recommendation) -> list[dict[str, str]]:
+    """Where adaptive verification's confidence_auc is assumed: per value simulated, the best adaptive entry's
+    throughput per bucket, its aggregate, how far that is from the best policy no estimate touches, and the
+    policy recommended between the two (``_sensitivity``); empty elsewhere or before they are simulated."""
+    sensitivity = recommendation.auc_sensitivity
+    if sensitivity is None or not sensitivity.simulated:
+        return []
+    rows = []
+    for outcome in sensitivity.outcomes:
+        assert outcome.entry is not None
+        row = {"confidence_auc": f"{outcome.confidence_auc:g}" + (" (assumed)" if outcome.assumed else "")}
+        for choice in outcome.entry.score.choices:
+            evaluation = choice.evaluation
+            k = choice.num_speculative_tokens
+            row[f"{choice.first_batch_size}-{choice.last_batch_size}"] = (
+                f"{f'K <= {k}' if k else OFF}, {evaluation.throughput:,.0f}" if evaluation is not None else "-"
+            )
+        row["aggregate tokens/s"] = f"{outcome.entry.aggregate_throughput_tokens_per_s:,.0f}"
+        if sensitivity.reference is not None and outcome.gap is not None:
+            row[f"vs {sensitivity.reference.describe()}"] = f"{outcome.gap:+.1%}" + (" (tie)" if outcome.tied else "")
+            row["recommended"] = outcome.recommended.describe() if outcome.recommended is not None else "-"
         rows.append(row)
     return rows
 
@@ -150,11 +181,18 @@ def tie_cell(choice: BucketChoice) -> str:
     return choice.ties.describe() if choice.ties is not None else "-"
 
 
+def _auc(point: Point | None) -> str:
+    return f"{point.confidence_auc:g}" if point is not None and point.confidence_auc is not None else ""
+
+
 def pareto_rows(outcome: StudyOutcome) -> list[dict[str, str]]:
     """With two objectives: each bucket's Pareto front (throughput up, p99 TPOT down), fastest first."""
     rows = []
     for batch_size in outcome.space.batch_sizes:
-        evaluations = [e for p, e in outcome.completed.items() if p.batch_size == batch_size]
+        # a point at another confidence_auc (``_sensitivity``) is a what-if, not a config to pick
+        evaluations = [
+            e for p, e in outcome.completed.items() if p.batch_size == batch_size and p.confidence_auc is None
+        ]
         for evaluation in sorted(pareto_front(evaluations), key=lambda e: -e.throughput):
             point = evaluation.point
             rows.append(

@@ -22,10 +22,10 @@ from statistics import NormalDist
 
 import numpy as np
 
+from spectune.config import DEFAULT_CONFIDENCE_AUC
+
 __all__ = ["DEFAULT_CONFIDENCE_AUC", "BinormalFeatures", "OnlineAcceptanceEstimator", "binormal_separation"]
 
-# No public measurement of this AUC was found; docs/policies.md says why 0.75 (a drafter well short of perfect).
-DEFAULT_CONFIDENCE_AUC = 0.75
 _MAX_LOG_ODDS = 40.0
 _INIT_SLOPE = 0.5
 _INIT_INTERCEPT = -0.2

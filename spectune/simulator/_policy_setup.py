@@ -37,12 +37,8 @@ def runtime_verifies(document: SimulationDocument) -> bool:
 def confidence_auc(document: SimulationDocument, batch_size: int) -> float:
     """The acceptance's confidence_auc at ``batch_size`` (its bin's, else the source's), else the default."""
     acceptance = document.acceptance
-    if acceptance is None:
-        return DEFAULT_CONFIDENCE_AUC
-    chosen = acceptance.rates_for_batch(batch_size).confidence_auc
-    if chosen is not None:
-        return chosen
-    return acceptance.confidence_auc if acceptance.confidence_auc is not None else DEFAULT_CONFIDENCE_AUC
+    chosen = acceptance.confidence_auc_at(batch_size) if acceptance is not None else None
+    return chosen if chosen is not None else DEFAULT_CONFIDENCE_AUC
 
 
 def runtime_policy(

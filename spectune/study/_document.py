@@ -5,7 +5,7 @@ validated again): the candidate's speculative base with the point's K, rule and 
 acceptance and drafter, the study's deployment, and the workload as a closed loop at the point's
 batch size. The K = 0 point (speculation off) is plain decoding, the same for every candidate. The
 combo's runtime adds vLLM's ``enable_adaptive_verification`` (K is the drafting depth and the budget's
-cap) or SGLang's adaptive steps: one slot, candidate steps 1..K, starting at K (a bucket is simulated
+cap; a point's ``confidence_auc`` replaces the acceptance's) or SGLang's adaptive steps: one slot, candidate steps 1..K, starting at K (a bucket is simulated
 at one batch size, so one slot serves it; ``sglang_candidate_steps``).
 """
 
@@ -125,7 +125,12 @@ def simulation_document(document: StudyDocument, point: Point) -> SimulationDocu
         )
         if point.combo.runtime == "vllm_adaptive":
             speculative = speculative.model_copy(update={"enable_adaptive_verification": True})
-        update |= {"speculative": speculative, "acceptance": candidate.acceptance, "drafter": candidate.drafter}
+        acceptance = candidate.acceptance
+        if point.confidence_auc is not None:  # the sensitivity to it (``_sensitivity``): in place of any given
+            auc = {"confidence_auc": point.confidence_auc}
+            bins = [b.model_copy(update=auc) for b in acceptance.bins] if acceptance.bins else acceptance.bins
+            acceptance = acceptance.model_copy(update=auc | {"bins": bins})
+        update |= {"speculative": speculative, "acceptance": acceptance, "drafter": candidate.drafter}
         if point.combo.runtime == "sglang_adaptive":
             update["sglang_adaptive"] = _sglang_adaptive(point.num_speculative_tokens)
     return _plain_decoding(document).model_copy(update=update)

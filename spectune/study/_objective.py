@@ -27,7 +27,6 @@ from spectune.config import OBJECTIVE_METRICS, StudyMetrics
 from spectune.study._polling import HOLDER_POLL_S
 from spectune.study._records import (
     ATTR_DUPLICATE_OF,
-    ATTR_REFINEMENT,
     ATTR_RESULT,
     PARAM_BATCH_SIZE,
     PARAM_COMBO,
@@ -35,6 +34,7 @@ from spectune.study._records import (
     Evaluation,
     SearchState,
     is_abandoned,
+    with_point_attrs,
 )
 from spectune.study._sampler import ATTR_NO_POINT_LEFT, wait_for_earlier_trials
 from spectune.study._space import Point, StudySpace
@@ -105,7 +105,7 @@ def settle_trial(
     storage = trial.study._storage
     point = suggest_point(space, trial)
     attrs = storage.get_trial_user_attrs(trial._trial_id)
-    point = point.refined(int(attrs.get(ATTR_REFINEMENT, 0)))
+    point = with_point_attrs(point, attrs)
     if attrs.get(ATTR_NO_POINT_LEFT):
         return Settled(point, pruned=NO_POINT_LEFT)
     earlier = wait_for_earlier_trials(trial.study, trial.number)

@@ -19,6 +19,7 @@ from spectune.errors import SpectuneError
 from spectune.study._objective import ATTR_SURPLUS
 from spectune.study._recommendation import Recommendation, recommend
 from spectune.study._records import ATTR_DUPLICATE_OF, ATTR_OWNER, Evaluation, SearchState, trial_metrics, trial_point
+from spectune.study._sampler import exhaustive_points
 from spectune.study._space import Point, StudySpace
 from spectune.study._storage import (
     ATTR_DOCUMENT_SHA256,
@@ -129,7 +130,7 @@ def _search_unfinished(settings: Any, state: SearchState) -> bool:
         return False
     strategy, keep_combos, refine_budget = (settings.get(k) for k in ("strategy", "keep_combos", "refine_budget"))
     if strategy == "exhaustive":
-        return bool(state.free_points())
+        return bool(exhaustive_points(state))
     if strategy != "structured" or not isinstance(keep_combos, int) or not isinstance(refine_budget, int | float):
         return False
     return not structured_converged(state, keep_combos=keep_combos, refine_budget=float(refine_budget))

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spectune.config import StudyDocument
+from spectune.config import POLICY_RUNTIMES, AcceptanceSource, StudyDocument
 from spectune.study._recommendation import Recommendation
 from spectune.study._records import Evaluation
 from spectune.study._space import Point, StudySpace
@@ -74,6 +74,7 @@ def study_context(document: StudyDocument) -> dict[str, Any]:
         pairs = workload.lengths_csv.pairs
         prompt, output = sum(p for p, _ in pairs) / len(pairs), sum(o for _, o in pairs) / len(pairs)
     temperatures, _ = workload.temperature_mix
+    adaptive = any(POLICY_RUNTIMES[policy] == "vllm_adaptive" for policy in document.search.policies)
     return {
         "zero_row": zero_row_context(document, prompt, output),
         "target_model": document.target_model.name,
@@ -88,10 +89,17 @@ def study_context(document: StudyDocument) -> dict[str, Any]:
                 "measured_with": candidate.acceptance.measured_with,
                 "measured_temperature": candidate.acceptance.measured_temperature,
                 "extrapolation": candidate.acceptance.extrapolation,
+                # Only where adaptive verification is searched: other studies' spaces stay as stored.
+                **({"confidence_auc_assumed_at": _assumed_auc_at(candidate.acceptance, document)} if adaptive else {}),
             }
             for candidate in document.candidates
         },
     } | _step_time_spread(document)
+
+
+def _assumed_auc_at(acceptance: AcceptanceSource, document: StudyDocument) -> list[int]:
+    """The study's batch sizes where the acceptance sets no confidence_auc (the documented default applies)."""
+    return [b for b in document.schedule.batch_sizes if acceptance.confidence_auc_at(b) is None]
 
 
 def _step_time_spread(document: StudyDocument) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 its combo chosen as ``_recommend`` describes (near-ties to the earlier combo in the document), and its
 K per bucket merged into ``num_speculative_tokens_per_batch_size`` rows (one row for a single-K
 policy). SGLang's adaptive steps, where searched, are compared with it in a note and exported by
-``sglang.txt``.
+``sglang.txt``. Where adaptive verification is searched on an acceptance whose ``confidence_auc`` is
+assumed, a note says how the answer moves with it (``_sensitivity``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from spectune.study._recommend import (
     underfilled,
 )
 from spectune.study._records import Evaluation
+from spectune.study._sensitivity import AucSensitivity, auc_sensitivity
 from spectune.study._space import Combo, Point, StudySpace
 from spectune.study._zero_row import zero_row_notes
 
@@ -56,6 +58,8 @@ class Recommendation:
     sglang: PolicyScore | None = None
     verdict: PolicyVerdict | None = None
     sglang_preferred: bool = False  # sglang.txt serves ``sglang`` (not behind the recommendation outside noise)
+    # How adaptive verification moves with an assumed confidence_auc (``_sensitivity``), where that applies.
+    auc_sensitivity: AucSensitivity | None = None
 
     @property
     def speculation_off_everywhere(self) -> bool:
@@ -108,6 +112,9 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
     sglang = next((s for s in scores if s.policy == "sglang_adaptive"), None)
     if len(space.policies) > 1:
         notes.append(verdict.sentence())
+    sensitivity = auc_sensitivity(space, scores, completed)
+    if sensitivity is not None:
+        notes.append(sensitivity.sentence())
     sglang_preferred = False
     if sglang is not None:
         note, sglang_preferred = _sglang_note(space, sglang, chosen, completed)
@@ -156,6 +163,7 @@ def recommend(space: StudySpace, completed: Mapping[Point, Evaluation]) -> Recom
         sglang=sglang,
         sglang_preferred=sglang_preferred,
         verdict=verdict,
+        auc_sensitivity=sensitivity,
     )
 
 

@@ -13,7 +13,7 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from spectune.errors import SpectuneError
 from spectune.study._space import Point, StudySpace
 
 __all__ = [
+    "ATTR_CONFIDENCE_AUC",
     "ATTR_DUPLICATE_OF",
     "ATTR_INTERRUPTED",
     "ATTR_OWNER",
@@ -37,14 +38,17 @@ __all__ = [
     "as_metrics",
     "is_abandoned",
     "owner_attr",
+    "point_attrs",
     "trial_metrics",
     "trial_point",
+    "with_point_attrs",
 ]
 
 ATTR_OWNER = "spectune.owner"
 ATTR_RESULT = "spectune.result"  # the trial's StudyMetrics.to_attr()
 ATTR_DUPLICATE_OF = "spectune.duplicate_of"
 ATTR_REFINEMENT = "spectune.refinement"  # a point's refinement level (absent: 0), written before its params
+ATTR_CONFIDENCE_AUC = "spectune.confidence_auc"  # a point's confidence_auc override (absent: none), likewise
 # On a trial failed because its run was stopped (Ctrl-C), not by its point: it counts as no failure of
 # the point, else three interruptions of one round would give its points up and the search, resumed,
 # would silently go on without them.
@@ -113,7 +117,25 @@ def trial_point(space: StudySpace, trial: FrozenTrial) -> Point | None:
             f"study {space.name!r}, trial {trial.number}: combo {params[PARAM_COMBO]!r} is not one of the study's "
             f"({', '.join(c.label for c in space.combos)}); the storage holds a trial this study did not make"
         ) from None
-    return point.refined(int(trial.user_attrs.get(ATTR_REFINEMENT, 0)))
+    return with_point_attrs(point, trial.user_attrs)
+
+
+def point_attrs(point: Point) -> dict[str, Any]:
+    """What a trial's params do not say of its point, as the user attributes that carry it (none for a
+    plain point: trials of studies that never set them read the same)."""
+    attrs: dict[str, Any] = {}
+    if point.refinement:
+        attrs[ATTR_REFINEMENT] = point.refinement
+    if point.confidence_auc is not None:
+        attrs[ATTR_CONFIDENCE_AUC] = point.confidence_auc
+    return attrs
+
+
+def with_point_attrs(point: Point, attrs: Mapping[str, Any]) -> Point:
+    """The point of a trial's params completed by its user attributes (``point_attrs``)."""
+    point = point.refined(int(attrs.get(ATTR_REFINEMENT, 0)))
+    auc = attrs.get(ATTR_CONFIDENCE_AUC)
+    return point if auc is None else replace(point, confidence_auc=float(auc))
 
 
 def as_metrics(metrics: StudyMetrics | Mapping[str, Any]) -> StudyMetrics:

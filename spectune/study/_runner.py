@@ -29,7 +29,7 @@ from spectune.study._batch import run_batch
 from spectune.study._objective import Evaluator
 from spectune.study._polling import DECIDE_AGAIN_S, IDLE_JOURNAL_POLL_S, WORKER_RESULT_POLL_S
 from spectune.study._records import SearchState
-from spectune.study._sampler import SpectuneSampler, Strategy
+from spectune.study._sampler import SpectuneSampler, Strategy, exhaustive_points
 from spectune.study._space import StudySpace
 from spectune.study._storage import (
     StudyFingerprint,
@@ -258,7 +258,7 @@ def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
     if spec.strategy == "structured":
         free = len(structured_next_points(state, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget))
     elif spec.strategy == "exhaustive":
-        points = state.free_points()
+        points = exhaustive_points(state)
         free = sum(1 for p in points if p.batch_size == points[0].batch_size) if points else 1
     else:
         return 1
@@ -282,7 +282,7 @@ def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait"
     has_free = (
         structured_next_point(state, **search) is not None
         if spec.strategy == "structured"
-        else bool(state.free_points())
+        else bool(exhaustive_points(state))
     )
     if has_free:
         return "run"

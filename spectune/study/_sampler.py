@@ -15,8 +15,9 @@ atomically by every Optuna storage, so this holds for local processes on a journ
 machines sharing a PostgreSQL database alike.
 
 Strategies: ``structured`` (see ``_structured``), ``exhaustive`` (every point once, bucket by
-bucket), ``tpe`` (Optuna's seeded ``TPESampler`` over the same three params; it may propose a point
-already evaluated, which the objective answers from storage instead of simulating again).
+bucket, then those of ``_sensitivity``), ``tpe`` (Optuna's seeded ``TPESampler`` over the same three
+params; it may propose a point already evaluated, which the objective answers from storage instead of
+simulating again).
 """
 
 from __future__ import annotations
@@ -42,15 +43,16 @@ from spectune.study._polling import (
 )
 from spectune.study._records import (
     ATTR_OWNER,
-    ATTR_REFINEMENT,
     PARAM_BATCH_SIZE,
     PARAM_COMBO,
     PARAM_K,
     SearchState,
     is_abandoned,
     owner_attr,
+    point_attrs,
     trial_point,
 )
+from spectune.study._sensitivity import sensitivity_points
 from spectune.study._space import Point, StudySpace
 from spectune.study._storage import reads_are_cheap
 from spectune.study._structured import REFINE_BUDGET, structured_next_point
@@ -59,6 +61,7 @@ __all__ = [
     "ATTR_NO_POINT_LEFT",
     "SpectuneSampler",
     "Strategy",
+    "exhaustive_points",
     "poll_intervals",
     "search_space",
     "wait_for_earlier_trials",
@@ -122,8 +125,17 @@ def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
         time.sleep(next(delays))
 
 
+def exhaustive_points(state: SearchState) -> list[Point]:
+    """The exhaustive search's free points: the space's, in order; once all of them are settled, the
+    points that show how adaptive verification moves with an assumed ``confidence_auc`` (``_sensitivity``)."""
+    free = state.free_points()
+    if free or any(not state.is_settled(point) for point in state.space.points()):
+        return free
+    return [point for point in sensitivity_points(state.space, state.completed) if state.is_free(point)]
+
+
 def exhaustive_next_point(state: SearchState) -> Point | None:
-    return next((point for point in state.space.points() if state.is_free(point)), None)
+    return next(iter(exhaustive_points(state)), None)
 
 
 class SpectuneSampler(BaseSampler):
@@ -175,8 +187,8 @@ class SpectuneSampler(BaseSampler):
             # Every point is evaluated or held: the objective sees this mark and stops without simulating.
             study._storage.set_trial_user_attr(trial._trial_id, ATTR_NO_POINT_LEFT, True)
             point = next(iter(self.space.points()))
-        if point.refinement:  # written before the params, so whoever sees the params sees it too
-            study._storage.set_trial_user_attr(trial._trial_id, ATTR_REFINEMENT, point.refinement)
+        for name, value in point_attrs(point).items():  # before the params: whoever sees those sees these
+            study._storage.set_trial_user_attr(trial._trial_id, name, value)
         return params_of(self.space, point)
 
     def sample_independent(

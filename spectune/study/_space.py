@@ -85,14 +85,18 @@ class Point:
     """One simulation: ``combo`` at K, at one bucket's batch size; ``combo`` is None exactly when K = 0.
 
     ``refinement`` r > 0 is the same configuration simulated again with ``REFINE_FACTOR ** r`` times
-    the bucket's requests (adaptive precision): a separate simulation with its own result. Points
-    sort by (batch size, label, K, refinement).
+    the bucket's requests (adaptive precision): a separate simulation with its own result.
+    ``confidence_auc``, set only on a point of adaptive verification, simulates it with that ranking
+    quality of the acceptance estimate in place of the one its acceptance gives (``_sensitivity``): a
+    separate simulation too, outside the space the search walks. Points sort by (batch size, label, K,
+    refinement, confidence_auc).
     """
 
     batch_size: int
     combo: Combo | None
     num_speculative_tokens: int
     refinement: int = 0
+    confidence_auc: float | None = None
 
     def __post_init__(self) -> None:
         if self.combo is not None and not isinstance(self.combo, Combo):
@@ -101,6 +105,14 @@ class Point:
             raise ValueError(
                 f"a point has no combo exactly when K = 0, got combo {self.combo} at K = {self.num_speculative_tokens}"
             )
+        if self.confidence_auc is not None:
+            if self.combo is None or self.combo.runtime != "vllm_adaptive":
+                raise ValueError(
+                    f"confidence_auc changes only adaptive verification's points, got it on {self.label} at K = "
+                    f"{self.num_speculative_tokens}"
+                )
+            if not 0.5 <= self.confidence_auc <= 1.0:
+                raise ValueError(f"confidence_auc must be in [0.5, 1], got {self.confidence_auc}")
 
     @classmethod
     def off(cls, batch_size: int, refinement: int = 0) -> Point:
@@ -115,14 +127,20 @@ class Point:
     @property
     def key(self) -> str:
         """The canonical identity used to spot duplicates across trials and workers."""
-        base = f"bs={self.batch_size}|{self.label}|K={self.num_speculative_tokens}"
-        return f"{base}|requests x{self.requests_factor}" if self.refinement else base
+        key = f"bs={self.batch_size}|{self.label}|K={self.num_speculative_tokens}"
+        if self.refinement:
+            key += f"|requests x{self.requests_factor}"
+        # Unset, it leaves every key as it was before the field existed.
+        return f"{key}|confidence_auc={self.confidence_auc:g}" if self.confidence_auc is not None else key
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Point):
             return NotImplemented
-        mine = (self.batch_size, self.label, self.num_speculative_tokens, self.refinement)
-        return mine < (other.batch_size, other.label, other.num_speculative_tokens, other.refinement)
+        return self._order() < other._order()
+
+    def _order(self) -> tuple[int, str, int, int, float]:
+        auc = -1.0 if self.confidence_auc is None else self.confidence_auc
+        return (self.batch_size, self.label, self.num_speculative_tokens, self.refinement, auc)
 
     @property
     def is_off(self) -> bool:

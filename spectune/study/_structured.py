@@ -32,6 +32,9 @@ So instead of a black-box search over (bucket, combo, K):
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
    the recommendation open (``_recommend.precision_requests``), while the work added (simulated
    steps) stays within ``refine_budget`` times the search's own;
+4b. where adaptive verification is searched and nothing measures its acceptance estimate's
+   ``confidence_auc``: its best entry's chosen table at a weak and a strong ranker
+   (``_sensitivity``), so that the recommendation says how the answer moves with it;
 5. with budget left (``n_trials``), fill the rest of the space nearest the known optima.
 
 The search is shaped for rounds: a round's points run side by side (lockstep, parallel workers), so on
@@ -79,6 +82,7 @@ from spectune.study._recommend import (
     tied_by_noise_only,
 )
 from spectune.study._records import Evaluation, SearchState
+from spectune.study._sensitivity import sensitivity_points
 from spectune.study._space import Combo, Point, StudySpace
 
 __all__ = [
@@ -176,6 +180,8 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
     if not needed:
         groups = precision_requests(state.space, state.completed, runtimes=[r for r in runtimes if r in settled])
         needed = _refinement_steps(state, refine_budget, groups)
+    if not needed:
+        needed = sensitivity_points(space, state.completed)
     return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
 
 
@@ -400,8 +406,13 @@ def _bucket_tie_sets(state: SearchState, label: str) -> list[TieSet | None]:
 
 def _refinement_steps(state: SearchState, refine_budget: float, groups: list[list[Point]]) -> list[Point]:
     """The refined points of every group (most decisive first) that fits the budget, whole."""
-    spent = sum(_work(state, p) for p in [*state.completed, *state.claimed] if p.refinement)
-    allowance = refine_budget * sum(_work(state, p) for p in state.completed if not p.refinement) - spent
+    # The sensitivity points (``confidence_auc`` set) come after every refinement and count in none of it.
+    searched = [p for p in [*state.completed, *state.claimed] if p.confidence_auc is None]
+    spent = sum(_work(state, p) for p in searched if p.refinement)
+    allowance = refine_budget * sum(
+        _work(state, p) for p in state.completed if not p.refinement and p.confidence_auc is None
+    )
+    allowance -= spent
     steps: list[Point] = []
     for group in groups:
         todo = [p for p in group if not state.is_settled(p)]

@@ -39,7 +39,10 @@ def make_space(
     objectives: tuple[str, ...] = ("throughput",),
     weights: tuple[float, ...] = (),
     policies: tuple[str, ...] = ("k_table",),
+    assumed_auc: bool = False,
 ) -> StudySpace:
+    """``assumed_auc``: the space says that no candidate's acceptance sets confidence_auc at any bucket
+    (as ``study_context`` does for a document that searches adaptive verification without one)."""
     candidates = tuple(
         Candidate(m, {"method": m} | ({"model": f"org/{m}-head"} if m != "ngram" else {})) for m in methods
     )
@@ -74,6 +77,9 @@ def make_space(
         objectives=objectives,  # type: ignore[arg-type]
         constraints=constraints,
         policies=policies,
+        context={"candidates": {m: {"confidence_auc_assumed_at": list(batch_sizes)} for m in methods}}
+        if assumed_auc
+        else {},
     )
 
 

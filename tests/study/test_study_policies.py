@@ -221,7 +221,7 @@ sys.path.insert(0, {here!r})
 from study_doubles import SyntheticEvaluator, fingerprint, make_space
 from spectune.study import run_study
 if __name__ == "__main__":
-    run_study(make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",), policies={policies!r}),
+    run_study(make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",), policies={policies!r}, assumed_auc=True),
               SyntheticEvaluator(delay_s=0.05, call_log={calls!r}), fingerprint(), storage={storage!r},
               strategy="structured")
 """
@@ -237,7 +237,8 @@ def _wait_until_gone(group: int) -> None:
 
 
 def test_a_study_over_policies_resumes_after_sigkill_and_never_simulates_a_point_twice(tmp_path):
-    space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",), policies=ALL_POLICIES)
+    # confidence_auc assumed: the resumed run ends with adaptive verification's points at other values
+    space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",), policies=ALL_POLICIES, assumed_auc=True)
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"
     script = tmp_path / "run.py"
@@ -286,6 +287,7 @@ def test_a_study_over_policies_resumes_after_sigkill_and_never_simulates_a_point
     run_study(space, SyntheticEvaluator(), fingerprint(), storage=whole, strategy="structured")
     uninterrupted = load_outcome(whole, space.name)
     assert set(points) == {t.point for t in uninterrupted.trials if t.state == "COMPLETE"}
+    assert any(p.confidence_auc is not None for p in points)
     assert after.recommendation.policy == uninterrupted.recommendation.policy
     assert after.recommendation.schedule == uninterrupted.recommendation.schedule
 

@@ -1,9 +1,11 @@
 """``search.policies`` as a user meets it: ``spectune study run`` on a tiny real study, the files it writes
 for vLLM and SGLang, ``spectune export`` of an adaptive winner, resuming, and located errors."""
 
+import html
 import json
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,26 @@ def test_a_study_in_studies_without_policies_hashes_and_searches_as_with_policie
     labels = [c.label for c in space_from_document(original).combos]
     assert labels == [c.label for c in space_from_document(pinned).combos]
     assert all(label.count("/") == 2 for label in labels)  # 'candidate/rule/sampling', as before runtimes
+
+
+def test_where_nothing_measures_confidence_auc_every_output_says_how_the_answer_moves_with_it(ran):
+    _, out, result = ran
+    assert result.exit_code == 0, result.output
+    # the tiny study's acceptance sets no confidence_auc: its best adaptive entry is simulated at 0.6 and 0.95
+    shape = (
+        r"confidence_auc 0\.75 is assumed \(the default: nothing measures it for eagle3\): adaptive verification"
+        r"( over a K table)? \(K <= \d\) against (the K table|static K = \d): [+-]\d+\.\d% at 0\.75 \(assumed"
+        r"(; within the noise)?\), [+-]\d+\.\d% at 0\.6( \(within the noise\))?, [+-]\d+\.\d% at 0\.95"
+        r"( \(within the noise\))?: (.+ stays recommended|the answer flips: .+)"
+    )
+    notes = [line.removeprefix("note: ") for line in result.output.splitlines() if line.startswith("note: confidence")]
+    assert len(notes) == 1 and re.fullmatch(shape, notes[0]), result.output
+    assert f"# note: {notes[0]}" in (out / "recommended.yaml").read_text().splitlines()
+    report = (out / "report.html").read_text()
+    assert html.escape(notes[0]) in report and "(confidence_auc)</h3>" in report and "<th>confidence_auc</th>" in report
+    assert "<td>0.75 (assumed)</td>" in report and "<td>0.6</td>" in report and "<td>0.95</td>" in report
+    trials = (out / "trials.csv").read_text().splitlines()
+    header = trials[0].split(",")
+    assert header[header.index("requests_factor") + 1] == "confidence_auc"
+    values = Counter(row.split(",")[header.index("confidence_auc")] for row in trials[1:])
+    assert set(values) == {"", "0.6", "0.95"} and values["0.6"] == values["0.95"] >= 1
