@@ -30,7 +30,7 @@ So instead of a black-box search over (bucket, combo, K):
    settled: each K of a kept combo's table at every bucket, so that one K is known everywhere (for a
    runtime that cannot win, only its table's K at the representative bucket: reported, not searched);
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
-   the recommendation open (``_recommend.precision_requests``), while the work added (simulated
+   the recommendation open (``_precision.precision_requests``), while the work added (simulated
    steps) stays within ``refine_budget`` times the search's own;
 4b. where adaptive verification is searched and nothing measures its acceptance estimate's
    ``confidence_auc``: its best entry's chosen table at a weak and a strong ranker
@@ -66,6 +66,7 @@ from collections.abc import Callable
 
 from spectune.config import POLICY_RUNTIMES, StudyMetrics
 from spectune.study._policies import SINGLE_K_POLICIES
+from spectune.study._precision import precision_requests, refine_pair
 from spectune.study._recommend import (
     TieSet,
     bucket_tie_set,
@@ -76,8 +77,6 @@ from spectune.study._recommend import (
     common_precision,
     is_tie,
     pick_score,
-    precision_requests,
-    refine_pair,
     schedule_ks,
     tied_by_noise_only,
 )

@@ -311,7 +311,7 @@ def test_adaptive_precision_settles_each_policys_own_table_not_only_the_overall_
     from study_doubles import PlantedEvaluator
 
     from spectune.study import StudySpace
-    from spectune.study._recommend import precision_requests
+    from spectune.study._precision import precision_requests
     from spectune.study._space import Candidate, Combo
 
     plain, adaptive = Combo("eagle3", "standard", "greedy"), Combo("eagle3", "standard", "greedy", "vllm_adaptive")
