@@ -4,10 +4,13 @@
 with ``TRITON_INTERPRET=1``); ``spectune.kernels.reference.rejection_sample`` is the same function
 in plain PyTorch (the simulator's CPU backend). The simulator's engine calls the kernels through
 ``validate_inputs`` / ``plan_for`` / ``launch(inputs, plan, rows=RowTable(...))`` (each logit row read
-where a row table says), writes a step's inputs with ``write_step`` (numpy twin: ``host_step``) and
-draws a large vocabulary's base noise with ``philox_normals``; the per-step seed mix is
-``kernel_seeds`` (torch form ``kernel_seeds_torch``). Importing this package imports neither Triton
-nor the kernels: the first call does (``write_step`` and ``philox_normals`` are loaded when named).
+where a row table says; ``plan`` makes ``plan_for``'s choice from sizes alone), writes a step's inputs
+with ``write_step`` (numpy twin: ``host_step``) and draws a large vocabulary's base noise with
+``philox_normals``; the per-step seed mix is ``kernel_seeds`` (torch form ``kernel_seeds_torch``).
+``launch``, ``write_step`` and ``philox_normals`` take ``compile_only=True`` to compile their kernels
+into Triton's cache without launching them (``spectune warm-up``). Importing this package imports
+neither Triton nor the kernels: the first call does (``write_step`` and ``philox_normals`` are loaded
+when named).
 """
 
 from typing import Any
@@ -15,10 +18,12 @@ from typing import Any
 from ._arguments import RowTable, StepTables
 from ._contract import DEFAULT_TILE, VerifyInputs, validate_inputs
 from ._launcher import interpreted, launch, plan_for, rejection_sample, sm_count
+from ._plan import LaunchPlan, plan
 from ._seeds import kernel_seeds, kernel_seeds_torch, seed_bases
 
 __all__ = [
     "DEFAULT_TILE",
+    "LaunchPlan",
     "MEMBER_FIELDS",
     "ROW_FIELDS",
     "RowTable",
@@ -30,6 +35,7 @@ __all__ = [
     "kernel_seeds_torch",
     "launch",
     "philox_normals",
+    "plan",
     "plan_for",
     "rejection_sample",
     "seed_bases",

@@ -6,7 +6,9 @@ grid is one launch of the small-grid kernel (``_small_grid.py``). Larger grids l
 residual decision (``_residual_kernel.py``). No host synchronisation and no data-dependent
 allocation, so a call can be captured in a CUDA graph. On the CPU the same kernels run under
 Triton's interpreter, which must be switched on (``TRITON_INTERPRET=1``) before the first call
-imports them.
+imports them. ``launch(..., compile_only=True)`` takes the same path but starts each kernel with
+Triton's ``warmup`` (``start_kernel``): every variant the call needs is compiled into Triton's cache
+and nothing runs (``spectune warm-up``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 
@@ -24,7 +27,16 @@ from ._arguments import Inputs, Logits, Outputs, RowTable, Sizes, VocabSizes, Wo
 from ._contract import METHODS, VerifyInputs, validate_inputs
 from ._plan import LaunchPlan, tile_size_for
 
-__all__ = ["RowTable", "interpreted", "launch", "plan_for", "rejection_sample", "sm_count", "tile_size_for"]
+__all__ = [
+    "RowTable",
+    "interpreted",
+    "launch",
+    "plan_for",
+    "rejection_sample",
+    "sm_count",
+    "start_kernel",
+    "tile_size_for",
+]
 
 # int32 counters a device keeps for the small-grid kernel: four a request block of a call.
 _COUNTER_INTS = 1 << 16
@@ -109,12 +121,18 @@ def plan_for(inputs: VerifyInputs, **overrides: object) -> LaunchPlan:
 
 
 def launch(
-    inputs: VerifyInputs, plan: LaunchPlan | None = None, rows: RowTable | None = None
+    inputs: VerifyInputs,
+    plan: LaunchPlan | None = None,
+    rows: RowTable | None = None,
+    *,
+    compile_only: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the kernels on validated inputs as ``plan`` (default ``plan_for(inputs)``) says.
 
     ``rows``: read each logit row where the table says (the simulator's banks) instead of at
     ``inputs``' strides; the plan then uses plain loads (a bulk copy addresses a tensor, not a table).
+    ``compile_only``: compile every kernel variant the call needs into Triton's cache and launch none
+    (the outputs are returned unwritten); under the interpreter nothing is compiled.
     """
     if plan is None:
         plan = plan_for(inputs, row_table=rows is not None)
@@ -140,6 +158,7 @@ def launch(
         METHODS.index(inputs.method),
         inputs.draft_logits is not None,
         -(-num_requests // plan.block_requests),
+        compile_only,
     )
     if plan.small_grid:
         _launch_small_grid(call)
@@ -160,6 +179,10 @@ class _Call(NamedTuple):
     method: int  # METHODS index
     has_draft: bool
     num_blocks: int  # request blocks of BLOCK_R requests
+    compile_only: bool = False  # start each kernel with Triton's warmup: compiled, not launched
+
+    def start(self, kernel: Any, grid: tuple[int, ...]) -> Callable[..., object]:
+        return start_kernel(kernel, grid, self.compile_only)
 
     def size_arguments(self) -> tuple[int, int, VocabSizes]:
         """The kernels' ``num_requests``, ``num_drafts`` and ``vocab_sizes``."""
@@ -206,7 +229,7 @@ def _launch_passes(call: _Call, inputs: VerifyInputs) -> None:
     target_desc, draft_desc = _descriptors(inputs.target_logits, inputs.draft_logits, plan)
     pass_a_rows = sizes.num_drafts + 1 + (sizes.num_drafts if has_draft else 0)  # draft rows: programs of their own
     capped = plan.pass_a_registers is not None and not plan.interpreting
-    verify_module._verify_kernel[(call.num_blocks, pass_a_rows, -(-sizes.num_tiles // plan.pass_a_tiles))](
+    call.start(verify_module._verify_kernel, (call.num_blocks, pass_a_rows, -(-sizes.num_tiles // plan.pass_a_tiles)))(
         call.logits,
         target_desc,
         draft_desc,
@@ -222,7 +245,7 @@ def _launch_passes(call: _Call, inputs: VerifyInputs) -> None:
         **common,
         **({"maxnreg": plan.pass_a_registers} if capped else {}),
     )
-    decision_module._decide_kernel[(call.num_blocks,)](
+    call.start(decision_module._decide_kernel, (call.num_blocks,))(
         call.logits,
         call.inputs,
         call.work,
@@ -243,7 +266,7 @@ def _launch_residuals(call: _Call, block: bool, common: dict[str, int], padding:
     plan, sizes = call.plan, call.sizes
     residual_module = _kernel_modules()[2]
     slots = sizes.num_drafts if block else 1
-    residual_module._residual_kernel[(call.num_blocks, slots, -(-sizes.num_tiles // plan.residual_tiles))](
+    call.start(residual_module._residual_kernel, (call.num_blocks, slots, -(-sizes.num_tiles // plan.residual_tiles)))(
         call.logits,
         call.inputs,
         call.work,
@@ -254,7 +277,7 @@ def _launch_residuals(call: _Call, block: bool, common: dict[str, int], padding:
         num_warps=plan.direct_warps,
         **common,
     )
-    residual_module._decide_residual_kernel[(call.num_blocks,)](
+    call.start(residual_module._decide_residual_kernel, (call.num_blocks,))(
         call.logits,
         call.inputs,
         call.work,
@@ -281,7 +304,7 @@ def _launch_small_grid(call: _Call) -> None:
     options = {} if plan.interpreting else {"maxnreg": _plan.SMALL_GRID_REGISTERS, "launch_cooperative_grid": barrier}
     module = _kernel_modules()[3]
     for stage in (1, 2) if has_draft and not barrier else (0,):
-        module._small_grid_kernel[(call.num_blocks, sizes.num_drafts + 1, sizes.num_tiles)](
+        call.start(module._small_grid_kernel, (call.num_blocks, sizes.num_drafts + 1, sizes.num_tiles))(
             call.logits,
             call.inputs,
             call.work,
@@ -299,6 +322,24 @@ def _launch_small_grid(call: _Call) -> None:
             num_stages=1,
             **options,
         )
+
+
+def start_kernel(kernel: Any, grid: tuple[int, ...], compile_only: bool) -> Callable[..., object]:
+    """``kernel[grid]``, to be called with the kernel's arguments; with ``compile_only`` Triton's
+    ``kernel.warmup`` at that grid instead, which compiles the variant those arguments select into
+    Triton's cache (or loads it from there) and launches nothing, and then its launcher."""
+    if not compile_only:
+        return kernel[grid]
+
+    def compile_kernel(*args: Any, **kwargs: Any) -> object:
+        compiled = kernel.warmup(*args, grid=grid, **kwargs)
+        if compiled is not None:  # None under the interpreter, which compiles nothing
+            # Triton builds a variant's C launcher (into its cache too) where the variant is first
+            # launched; asking for it builds it now and launches nothing.
+            compiled.run  # noqa: B018
+        return compiled
+
+    return compile_kernel
 
 
 def _check_row_table(inputs: VerifyInputs, rows: RowTable, plan: LaunchPlan) -> None:

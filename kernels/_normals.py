@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launcher import start_kernel
+
 __all__ = ["philox_normals"]
 
 _BLOCK = 1024
@@ -41,13 +43,18 @@ def _normals_kernel(out, numel, seed, stream, BLOCK: tl.constexpr):
     tl.store(out + i, normal, mask=live)
 
 
-def philox_normals(shape: tuple[int, ...], seed: int, stream: int, device: torch.device) -> torch.Tensor:
+def philox_normals(
+    shape: tuple[int, ...], seed: int, stream: int, device: torch.device, *, compile_only: bool = False
+) -> torch.Tensor:
     """float64 standard normals of ``shape`` on ``device``: stream ``stream`` (0 <= stream < 2**32) of
-    ``seed`` (0 <= seed < 2**63), element i in row-major order the i-th of the stream."""
+    ``seed`` (0 <= seed < 2**63), element i in row-major order the i-th of the stream.
+    ``compile_only``: compile the kernel for these sizes into Triton's cache and return the tensor unwritten."""
     if not 0 <= seed < 2**63 or not 0 <= stream < 2**32:
         raise ValueError(f"seed must be in [0, 2**63) and stream in [0, 2**32), got {seed} and {stream}")
     out = torch.empty(shape, dtype=torch.float64, device=device)
     numel = out.numel()
     if numel:
-        _normals_kernel[(triton.cdiv(numel, _BLOCK),)](out, numel, seed, stream, BLOCK=_BLOCK)
+        start_kernel(_normals_kernel, (triton.cdiv(numel, _BLOCK),), compile_only)(
+            out, numel, seed, stream, BLOCK=_BLOCK
+        )
     return out

@@ -28,6 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._launcher import start_kernel
 from ._seeds import STEP_MIX_INT64
 
 __all__ = ["MEMBER_FIELDS", "ROW_FIELDS", "write_step"]
@@ -148,14 +149,17 @@ def write_step(
     int_base: torch.Tensor,
     out: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor],
     vocab: int,
+    *,
+    compile_only: bool = False,
 ) -> None:
     """Launch the step writer: ``staged`` int64 [3 R + 9 M] (ROW_FIELDS by row, then MEMBER_FIELDS
     by member), ``out`` (target rows [R, K+1], draft rows [R, K] or None, tokens [R, K], temperature
-    [R], seeds [R]). Asynchronous; no host synchronisation, so it can be captured in a CUDA graph."""
+    [R], seeds [R]). Asynchronous; no host synchronisation, so it can be captured in a CUDA graph.
+    ``compile_only``: compile the variant these arguments select into Triton's cache, write nothing."""
     target_rows, draft_rows, tokens, temperature, seeds = out
     num_members = (staged.numel() - len(ROW_FIELDS) * num_rows) // len(MEMBER_FIELDS)
     members = staged[len(ROW_FIELDS) * num_rows :]
-    _write_step_kernel[(triton.cdiv(num_rows, _BLOCK),)](
+    start_kernel(_write_step_kernel, (triton.cdiv(num_rows, _BLOCK),), compile_only)(
         staged,
         members,
         row_member,

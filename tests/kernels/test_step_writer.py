@@ -122,3 +122,26 @@ def test_draws_are_uniform_and_independent_across_positions_and_steps():
         counts = np.bincount(columns[:, position], minlength=4)
         assert ((counts - num_requests / 4) ** 2 / (num_requests / 4)).sum() < 21  # p ~ 1e-4 at 3 degrees
     assert abs((columns[:, 0] == columns[:, 1]).mean() - 1 / 4) < 0.015
+
+
+def test_compile_only_writes_nothing(device):
+    """``compile_only`` (``spectune warm-up``) compiles the kernel (nothing under the interpreter) and
+    launches none: the outputs keep what they held, where a launch writes placeholders (k = 0)."""
+    rows, num_drafts = 16, 2
+    staged = torch.zeros(len(ROW_FIELDS) * rows + len(MEMBER_FIELDS), dtype=torch.int64, device=device)
+    indices = torch.zeros(rows, dtype=torch.int64, device=device)
+    floats = torch.zeros(1, dtype=torch.float32, device=device)
+
+    def step(compile_only):
+        out = (
+            torch.zeros((rows, num_drafts + 1), dtype=torch.int64, device=device),
+            torch.zeros((rows, num_drafts), dtype=torch.int64, device=device),
+            torch.zeros((rows, num_drafts), dtype=torch.int64, device=device),
+            torch.zeros(rows, dtype=torch.float32, device=device),
+            torch.zeros(rows, dtype=torch.int64, device=device),
+        )
+        write_step(staged, rows, indices, indices, indices, floats, indices, out, _VOCAB, compile_only=compile_only)
+        return out[2]
+
+    assert bool((step(compile_only=True) == 0).all())
+    assert bool((step(compile_only=False) == -1).all())
