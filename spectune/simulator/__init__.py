@@ -8,9 +8,18 @@ clock by ``spectune.cost``'s step times.
 from spectune.simulator._groups import lockstep_groups
 from spectune.simulator._metrics import SimulationResult
 from spectune.simulator._run import simulate, simulate_many
+from spectune.simulator._warm_up import kernel_variants, warm_up
 
 # Bump whenever a change alters simulated numbers: a study refuses to resume across versions, so that
 # trials simulated by different code are never compared.
 __version__ = "2026.11.29.1"
 
-__all__ = ["SimulationResult", "__version__", "lockstep_groups", "simulate", "simulate_many"]
+__all__ = [
+    "SimulationResult",
+    "__version__",
+    "kernel_variants",
+    "lockstep_groups",
+    "simulate",
+    "simulate_many",
+    "warm_up",
+]

@@ -155,6 +155,11 @@ class KernelCall:
         verifier, which holds this call: no cycle left for the garbage collector)."""
         self.graph, self.writer = None, None
 
+    def compile(self) -> None:
+        """Compile the call's kernels into Triton's cache, launching none: what ``launch_once`` would
+        compile at the call's first run (``spectune warm-up``; the writer is compiled apart)."""
+        launch(self.inputs, self.plan, rows=self.rows, compile_only=True)
+
     def launch_once(self) -> None:
         """The step's writes, the kernels and the copy of the counts, launched eagerly (or captured)."""
         if self.writer is not None:

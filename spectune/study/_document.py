@@ -33,6 +33,7 @@ __all__ = [
     "document_fingerprint",
     "sglang_candidate_steps",
     "simulation_document",
+    "simulation_documents",
     "space_from_document",
 ]
 
@@ -134,6 +135,12 @@ def simulation_document(document: StudyDocument, point: Point) -> SimulationDocu
         if point.combo.runtime == "sglang_adaptive":
             update["sglang_adaptive"] = _sglang_adaptive(point.num_speculative_tokens)
     return _plain_decoding(document).model_copy(update=update)
+
+
+def simulation_documents(document: StudyDocument) -> list[SimulationDocument]:
+    """The simulation of every point of the study's space: all a study can simulate (a refinement
+    simulates more requests of a point's workload and changes nothing else: ``simulation_document``)."""
+    return [simulation_document(document, point) for point in space_from_document(document).points()]
 
 
 def sglang_candidate_steps(max_num_speculative_tokens: int) -> list[int]:
