@@ -11,6 +11,7 @@ from spectune.cli._export import export
 from spectune.cli._simulate import simulate
 from spectune.cli._study import repair, run, show
 from spectune.cli._validate import schema, validate
+from spectune.cli._warm_up import warm_up_command
 
 __all__ = ["app", "main"]
 
@@ -25,6 +26,7 @@ app.command("validate")(validate)
 app.command("schema")(schema)
 app.command("calibrate")(calibrate_command)
 app.command("simulate")(simulate)
+app.command("warm-up")(warm_up_command)
 app.command("export")(export)
 
 study = typer.Typer(name="study", help="Search speculative configs with Optuna, per batch size.", no_args_is_help=True)

@@ -10,6 +10,7 @@ from spectune.study._document import (
     SimulationEvaluator,
     document_fingerprint,
     sglang_candidate_steps,
+    simulation_documents,
     space_from_document,
 )
 from spectune.study._objective import Evaluator
@@ -56,6 +57,7 @@ __all__ = [
     "resolve_strategy",
     "run_study",
     "sglang_candidate_steps",
+    "simulation_documents",
     "space_from_document",
     "structured_converged",
     "structured_next_point",

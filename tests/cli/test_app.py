@@ -14,7 +14,7 @@ runner = CliRunner()
 def test_importing_the_cli_registers_every_command():
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0, result.output
-    for command in ("validate", "schema", "calibrate", "simulate", "export", "study"):
+    for command in ("validate", "schema", "calibrate", "simulate", "warm-up", "export", "study"):
         assert f" {command} " in result.output, command
     study = runner.invoke(app, ["study", "--help"])
     for command in ("run", "show", "repair"):
