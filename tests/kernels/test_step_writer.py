@@ -23,6 +23,17 @@ def _synthesizer(rates, draft_sample_method, device="cpu", bank_rows=32):
     )
 
 
+def _outputs(rows, num_drafts, device):
+    """The step writer's outputs, zeroed: target rows, draft rows, tokens, temperature, seeds."""
+    return (
+        torch.zeros((rows, num_drafts + 1), dtype=torch.int64, device=device),
+        torch.zeros((rows, num_drafts), dtype=torch.int64, device=device),
+        torch.zeros((rows, num_drafts), dtype=torch.int64, device=device),
+        torch.zeros(rows, dtype=torch.float32, device=device),
+        torch.zeros(rows, dtype=torch.int64, device=device),
+    )
+
+
 def _offset(tensor, base):
     return (tensor.data_ptr() - base.data_ptr()) // tensor.element_size()
 
@@ -58,13 +69,7 @@ def test_the_kernel_writes_its_numpy_twins_step(device):
         ]
     staged = torch.from_numpy(np.concatenate([requests, steps_done, in_batch, fields.reshape(-1)])).to(device)
     assert staged.numel() == len(ROW_FIELDS) * total + len(MEMBER_FIELDS) * 3
-    out = (
-        torch.zeros((total, num_drafts + 1), dtype=torch.int64, device=device),
-        torch.zeros((total, num_drafts), dtype=torch.int64, device=device),
-        torch.zeros((total, num_drafts), dtype=torch.int64, device=device),
-        torch.zeros(total, dtype=torch.float32, device=device),
-        torch.zeros(total, dtype=torch.int64, device=device),
-    )
+    out = _outputs(total, num_drafts, device)
     row_member = torch.tensor([0] * 5 + [1] * 4 + [2] * 3, device=device)
     bases = torch.from_numpy(seed_bases(request_seeds)).to(device)
     index = torch.from_numpy(temperature_index).to(device)
@@ -133,13 +138,7 @@ def test_compile_only_writes_nothing(device):
     floats = torch.zeros(1, dtype=torch.float32, device=device)
 
     def step(compile_only):
-        out = (
-            torch.zeros((rows, num_drafts + 1), dtype=torch.int64, device=device),
-            torch.zeros((rows, num_drafts), dtype=torch.int64, device=device),
-            torch.zeros((rows, num_drafts), dtype=torch.int64, device=device),
-            torch.zeros(rows, dtype=torch.float32, device=device),
-            torch.zeros(rows, dtype=torch.int64, device=device),
-        )
+        out = _outputs(rows, num_drafts, device)
         write_step(staged, rows, indices, indices, indices, floats, indices, out, _VOCAB, compile_only=compile_only)
         return out[2]
 
