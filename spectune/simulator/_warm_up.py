@@ -17,8 +17,9 @@ What a simulation launches on CUDA, as its engine chooses (``_run``, ``_verifier
 - the step writer, with draft rows or without, where the draws are counter-based (CUDA's);
 - the base noise of the logit synthesizers (``philox_normals``), with either backend.
 
-A document alone launches exactly what ``kernel_variants`` lists for it; documents that run together
-(lockstep groups, a study's rounds) launch part of the union of what it lists for each.
+A document alone launches no variant ``kernel_variants`` does not list for it, and every listed one once
+its work fills both call sizes (a short simulation verifying ahead may need only the small one);
+documents that run together (lockstep groups, a study's rounds) launch part of the union of the lists.
 """
 
 from __future__ import annotations
