@@ -12,9 +12,18 @@ shift
 RUNS=${RUNS:-2}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
+LINKS=()
+trap 'for link in "${LINKS[@]}"; do rm -f "$link"; done' EXIT
 CSV=$OUT/study-cpu2.csv
 [[ -f "$CSV" ]] || echo "tree,commit,run,wall_s,simulations" >"$CSV"
 for tree in "$@"; do
+    # spectune.kernels is the repository's kernels/ (pyproject's package-dir): a tree imported through
+    # PYTHONPATH needs the link, else another install's kernels answer for it (removed at exit).
+    if [[ ! -e "$tree/spectune/kernels" ]]; then
+        ln -s ../kernels "$tree/spectune/kernels"
+        LINKS+=("$tree/spectune/kernels")
+    fi
+
     "$PYTHON" - "$tree" <<'PY'
 import sys, pathlib, re
 tree = pathlib.Path(sys.argv[1])

@@ -17,6 +17,8 @@ RUNS=${RUNS:-2}
 WORKERS=${WORKERS:-8}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
+LINKS=()
+trap 'for link in "${LINKS[@]}"; do rm -f "$link"; done' EXIT
 CSV=$OUT/study-gpu.csv
 echo "tree,commit,study,run,wall_s,simulations,table" >"$CSV"
 
@@ -48,7 +50,14 @@ run_one() { # tree study run
     echo "$tree,$commit,$study,$run,$(echo "$end - $start" | bc),$sims,\"$table\"" | tee -a "$CSV"
 }
 
-for tree in "$@"; do make_docs "$tree"; done
+for tree in "$@"; do
+    # spectune.kernels is the repository's kernels/ (pyproject's package-dir): a tree imported through
+    # PYTHONPATH needs the link, else another install's kernels answer for it (removed at exit).
+    if [[ ! -e "$tree/spectune/kernels" ]]; then
+        ln -s ../kernels "$tree/spectune/kernels"
+        LINKS+=("$tree/spectune/kernels")
+    fi
+ make_docs "$tree"; done
 for tree in "$@"; do run_one "$tree" kt first; done
 for run in $(seq 1 "$RUNS"); do
     for tree in "$@"; do run_one "$tree" kt "$run"; done
