@@ -15,11 +15,6 @@ from spectune.simulator._policy_setup import drafting_depth, runtime_verifies
 
 __all__ = ["lockstep_groups", "verifies"]
 
-# On the CPU a lockstep group shares the twin's per-step overhead, which pays while the group's rows stay
-# small; past about 512 requests a step its arrays outgrow the caches and a group runs slower than its
-# members one after another (benchmarks/results/simulator-cpu-2026-12-04-lockstep.md).
-CPU_GROUP_SLOTS = 512
-
 
 def lockstep_groups(documents: Sequence[SimulationDocument], processes: int = 1) -> list[list[int]]:
     """Indices of ``documents`` in the groups ``simulate_many`` runs together (document order kept)."""
@@ -32,17 +27,15 @@ def lockstep_groups(documents: Sequence[SimulationDocument], processes: int = 1)
             groups.extend([i] for i in indices)
             continue
         budget = _memory_budget(documents[indices[0]], processes)
-        slots_cap = CPU_GROUP_SLOTS if resolve_device(documents[indices[0]].simulation.device).type != "cuda" else None
         current: list[int] = []
-        used = slots = 0
+        used = 0
         for i in indices:
-            need, width = _member_bytes(documents[i]), _concurrency(documents[i])
-            if current and (used + need > budget or (slots_cap is not None and slots + width > slots_cap)):
+            need = _member_bytes(documents[i])
+            if current and used + need > budget:
                 groups.append(current)
-                current, used, slots = [], 0, 0
+                current, used = [], 0
             current.append(i)
             used += need
-            slots += width
         groups.append(current)
     return groups
 

@@ -43,24 +43,6 @@ def test_a_memory_budget_splits_the_group_and_keeps_the_numbers(simulation_docum
     ]
 
 
-def test_on_the_cpu_a_group_holds_at_most_cpu_group_slots_requests_a_step(simulation_document):
-    from spectune.simulator._groups import CPU_GROUP_SLOTS
-
-    documents = lockstep_documents(simulation_document, "standard", "greedy")[:3]
-    width = CPU_GROUP_SLOTS // 2 + 1  # two of them would pass the cap
-    wide = [
-        d.model_copy(update={"workload": d.workload.model_copy(update={"concurrency": width, "max_num_seqs": width})})
-        for d in documents
-    ]
-    assert [len(g) for g in lockstep_groups(wide)] == [1, 1, 1]
-    narrow = CPU_GROUP_SLOTS // 3
-    fitting = [
-        d.model_copy(update={"workload": d.workload.model_copy(update={"concurrency": narrow, "max_num_seqs": narrow})})
-        for d in documents
-    ]
-    assert [len(g) for g in lockstep_groups(fitting)] == [3]
-
-
 def test_the_default_memory_budget_is_split_between_the_processes_sharing_the_device(simulation_document, monkeypatch):
     """A study's N local workers each see the same free memory when they start: each takes 1/N of the
     default budget, so together they hold what one process alone would."""
