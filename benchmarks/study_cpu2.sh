@@ -12,16 +12,16 @@ shift
 RUNS=${RUNS:-2}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
-LINKS=()
-trap 'for link in "${LINKS[@]}"; do rm -f "$link"; done' EXIT
+MADE=()
+trap 'for link in "${MADE[@]}"; do rm -f "$link"; done' EXIT
 CSV=$OUT/study-cpu2.csv
 [[ -f "$CSV" ]] || echo "tree,commit,run,wall_s,simulations" >"$CSV"
 for tree in "$@"; do
     # spectune.kernels is the repository's kernels/ (pyproject's package-dir): a tree imported through
-    # PYTHONPATH needs the link, else another install's kernels answer for it (removed at exit).
+    # PYTHONPATH needs the link, else another install's kernels answer for it (removed at exit, as are the documents made here).
     if [[ ! -e "$tree/spectune/kernels" ]]; then
         ln -s ../kernels "$tree/spectune/kernels"
-        LINKS+=("$tree/spectune/kernels")
+        MADE+=("$tree/spectune/kernels")
     fi
 
     "$PYTHON" - "$tree" <<'PY'
@@ -31,6 +31,7 @@ text = (tree / "studies/decision.yaml").read_text()
 text = re.sub(r"device: auto", "device: cpu", text)
 (tree / "studies/decision-cpu-kt.yaml").write_text(re.sub(r"\n  policies: \[[^\]]*\]", "", text))
 PY
+    MADE+=("$tree/studies/decision-cpu-kt.yaml")
 done
 for run in $(seq 1 "$RUNS"); do
     for tree in "$@"; do

@@ -17,8 +17,8 @@ RUNS=${RUNS:-2}
 WORKERS=${WORKERS:-8}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
-LINKS=()
-trap 'for link in "${LINKS[@]}"; do rm -f "$link"; done' EXIT
+MADE=()
+trap 'for link in "${MADE[@]}"; do rm -f "$link"; done' EXIT
 CSV=$OUT/study-gpu.csv
 echo "tree,commit,study,run,wall_s,simulations,table" >"$CSV"
 
@@ -33,6 +33,7 @@ text = re.sub(r"device: auto", "device: cuda", text)
 (tree / "studies/decision-pol.yaml").write_text(text)
 (tree / "studies/decision-kt.yaml").write_text(re.sub(r"\n  policies: \[[^\]]*\]", "", text))
 PY
+    MADE+=("$tree/studies/decision-pol.yaml" "$tree/studies/decision-kt.yaml")
 }
 
 run_one() { # tree study run
@@ -52,10 +53,10 @@ run_one() { # tree study run
 
 for tree in "$@"; do
     # spectune.kernels is the repository's kernels/ (pyproject's package-dir): a tree imported through
-    # PYTHONPATH needs the link, else another install's kernels answer for it (removed at exit).
+    # PYTHONPATH needs the link, else another install's kernels answer for it (removed at exit, as are the documents made here).
     if [[ ! -e "$tree/spectune/kernels" ]]; then
         ln -s ../kernels "$tree/spectune/kernels"
-        LINKS+=("$tree/spectune/kernels")
+        MADE+=("$tree/spectune/kernels")
     fi
  make_docs "$tree"; done
 for tree in "$@"; do run_one "$tree" kt first; done
