@@ -14,7 +14,13 @@ import numpy as np
 
 from spectune.simulator._loop import LoopInputs, LoopTrace
 
-__all__ = ["merge_traces", "split_load"]
+__all__ = ["closed_share", "merge_traces", "split_load"]
+
+
+def closed_share(closed: int, replicas: int, replica: int) -> int:
+    """The clients of a closed loop of ``closed`` that replica ``replica`` of ``replicas`` serves: split as
+    evenly as they go, the first replicas taking one more."""
+    return closed // replicas + (1 if replica < closed % replicas else 0)
 
 
 def split_load(inputs: LoopInputs, replicas: int) -> list[tuple[np.ndarray, LoopInputs]]:
@@ -25,7 +31,7 @@ def split_load(inputs: LoopInputs, replicas: int) -> list[tuple[np.ndarray, Loop
         ids = np.arange(replica, len(inputs.output_tokens), replicas, dtype=np.int64)
         concurrency = None
         if closed is not None:
-            concurrency = closed // replicas + (1 if replica < closed % replicas else 0)
+            concurrency = closed_share(closed, replicas, replica)
             if concurrency == 0:
                 continue
             ids = np.arange(replica, len(inputs.output_tokens), min(replicas, closed), dtype=np.int64)

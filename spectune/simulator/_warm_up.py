@@ -38,6 +38,7 @@ from spectune.simulator._backend import backend_on, on_device
 from spectune.simulator._groups import verifies
 from spectune.simulator._kernel_call import KernelCall, call_inputs, slot_rows
 from spectune.simulator._policy_setup import drafting_depth
+from spectune.simulator._replicas import closed_share
 from spectune.simulator._verifiers import Draws, draws_for
 
 __all__ = ["EngineCall", "KernelVariants", "WarmUpReport", "kernel_variants", "member_concurrencies", "warm_up"]
@@ -81,8 +82,8 @@ class WarmUpReport:
 
 def member_concurrencies(document: SimulationDocument) -> list[int]:
     """The decode-batch bound of each engine member of ``document`` (one a data-parallel replica with load),
-    as ``DocumentRun`` sets it from ``_replicas.split_load``: a closed loop's clients split as evenly as
-    they go, else ``max_num_seqs`` each."""
+    as ``DocumentRun`` sets it from ``_replicas.split_load``: a closed loop's clients split by
+    ``closed_share``, else ``max_num_seqs`` each."""
     workload, replicas = document.workload, document.num_replicas
     closed = workload.concurrency
     if replicas == 1:
@@ -90,7 +91,7 @@ def member_concurrencies(document: SimulationDocument) -> list[int]:
     served = range(min(replicas, workload.num_requests))  # a replica past the last request gets none
     if closed is None:
         return [workload.max_num_seqs for _ in served]
-    split = [closed // replicas + (1 if replica < closed % replicas else 0) for replica in served]
+    split = [closed_share(closed, replicas, replica) for replica in served]
     return [clients for clients in split if clients > 0]
 
 
