@@ -60,13 +60,11 @@ class OnlineAcceptanceEstimator:
     def __init__(self, num_positions: int) -> None:
         self.slope = _INIT_SLOPE
         self.intercepts = np.full(num_positions, _INIT_INTERCEPT)
+        self.num_positions = num_positions
+        # the steps since the last refit, by width: (features, predictions, accepted, admitted) each; folded
+        # into the normal equations at the refit, all steps of one width in one pass
+        self._pending: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._steps_since_refit = 0
-        self._a = np.zeros(num_positions)  # per position: sum w f^2, sum w f, sum w (the arrowhead)
-        self._b = np.zeros(num_positions)
-        self._c = np.zeros(num_positions)
-        self._g0 = np.zeros(num_positions)  # per position: sum r f, sum r (the gradient)
-        self._g1 = np.zeros(num_positions)
-        self._counts = np.zeros(num_positions)
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """features: float64 [B, K] -> acceptance estimates float64 [B, K] (positions 0..K-1)."""
@@ -81,38 +79,50 @@ class OnlineAcceptanceEstimator:
 
         features, predictions: float64 [B, K] (the estimates made when the drafts were scored)
         num_accepted, num_admitted: int64 [B], drafts accepted (bonus excluded) and drafts verified
+        The arrays are kept until the refit, not copied: the caller must not write to them.
         """
-        width = features.shape[1]
-        position = np.arange(width)[None, :]
-        observed = (position <= num_accepted[:, None]) & (position < num_admitted[:, None])
-        label = (position < num_accepted[:, None]).astype(np.float64)
-        clamped = np.clip(features, -_MAX_LOG_ODDS, _MAX_LOG_ODDS)
-        weight = np.where(observed, predictions * (1.0 - predictions), 0.0)
-        residual = np.where(observed, label - predictions, 0.0)
-        self._a[:width] += (weight * clamped * clamped).sum(axis=0)
-        self._b[:width] += (weight * clamped).sum(axis=0)
-        self._c[:width] += weight.sum(axis=0)
-        self._g0[:width] += (residual * clamped).sum(axis=0)
-        self._g1[:width] += residual.sum(axis=0)
-        self._counts[:width] += observed.sum(axis=0)
+        self._pending.setdefault(features.shape[1], []).append((features, predictions, num_accepted, num_admitted))
         self._steps_since_refit += 1
         if self._steps_since_refit >= _REFIT_INTERVAL:
             self._steps_since_refit = 0
             self._refit()
 
+    def _normal_equations(self) -> tuple[np.ndarray, ...]:
+        """Per position, from the pending steps: sum w f^2, sum w f, sum w (the matrix, an arrowhead), sum r f,
+        sum r (the gradient) and the observations, where w = p (1 - p) and r = label - p over the graded
+        positions (the accepted drafts and the first rejected one, among those admitted)."""
+        sums = np.zeros((6, self.num_positions))
+        for width, steps in self._pending.items():
+            features, predictions, accepted, admitted = (np.concatenate(part) for part in zip(*steps))
+            position = np.arange(width)[None, :]
+            observed = (position <= accepted[:, None]) & (position < admitted[:, None])
+            label = position < accepted[:, None]
+            clamped = np.clip(features, -_MAX_LOG_ODDS, _MAX_LOG_ODDS)
+            weight = np.where(observed, predictions * (1.0 - predictions), 0.0)
+            residual = np.where(observed, label - predictions, 0.0)
+            sums[:, :width] += (
+                (weight * clamped * clamped).sum(axis=0),
+                (weight * clamped).sum(axis=0),
+                weight.sum(axis=0),
+                (residual * clamped).sum(axis=0),
+                residual.sum(axis=0),
+                observed.sum(axis=0),
+            )
+        self._pending.clear()
+        return tuple(sums)
+
     def _refit(self) -> None:
         # One Newton step on (X^T W X + ridge I) d = X^T r, whose matrix is an arrowhead: a shared slope
         # row and column, a diagonal of per-position intercepts; eliminate the intercepts, solve the slope.
-        c = self._c + _RIDGE
-        a = self._a.sum() + _RIDGE
-        slope_step = (self._g0.sum() - (self._b * self._g1 / c).sum()) / (a - (self._b * self._b / c).sum())
-        total = self._counts.sum()
+        a_sums, b, c_sums, g0, g1, counts = self._normal_equations()
+        c = c_sums + _RIDGE
+        a = a_sums.sum() + _RIDGE
+        slope_step = (g0.sum() - (b * g1 / c).sum()) / (a - (b * b / c).sum())
+        total = counts.sum()
         slope_step *= total / (total + _DAMPING_OBSERVATIONS)
         if not math.isfinite(slope_step) or self.slope + slope_step < 0.0:
             slope_step = 0.0
         self.slope += slope_step
-        intercept_step = (self._g1 - self._b * slope_step) / c
-        intercept_step *= self._counts / (self._counts + _DAMPING_OBSERVATIONS)
+        intercept_step = (g1 - b * slope_step) / c
+        intercept_step *= counts / (counts + _DAMPING_OBSERVATIONS)
         self.intercepts += np.where(np.isfinite(intercept_step), intercept_step, 0.0)
-        for accumulator in (self._a, self._b, self._c, self._g0, self._g1, self._counts):
-            accumulator.fill(0.0)

@@ -192,7 +192,7 @@ def profiled_cost_tables(
 
 def choose_budget(
     stale_survival: np.ndarray,
-    scheduled_drafts: np.ndarray,
+    scheduled_drafts: np.ndarray | None,
     num_sampling_requests: int,
     num_non_draft_tokens: int,
     tables: CostTables,
@@ -200,36 +200,54 @@ def choose_budget(
     """The step's verification budget b (draft tokens), as ``get_num_tokens`` picks it.
 
     stale_survival: float64 [B, K], each request's running product of last step's estimates
-    scheduled_drafts: int64 [B], drafts each request carries (K, or fewer near its end)
+    scheduled_drafts: int64 [B], drafts each request carries (K, or fewer near its end); None: K each
     Returns the first b maximising (num_sampling_requests + sum of the b best survivals) / cost(b).
     """
     num_requests, width = stale_survival.shape
-    valid = np.arange(width)[None, :] < scheduled_drafts[:, None]
-    scores = -np.sort(-stale_survival[valid])
+    if scheduled_drafts is None:
+        scores = np.sort(stale_survival, axis=None)[::-1]
+    else:
+        valid = np.arange(width)[None, :] < scheduled_drafts[:, None]
+        scores = np.sort(stale_survival[valid])[::-1]
     verify = tables.verify_s
     max_budget = min(int(scores.size), len(verify) - 1 - num_non_draft_tokens)
     if max_budget <= 0:
         return 0
-    expected = np.concatenate(([float(num_sampling_requests)], num_sampling_requests + np.cumsum(scores[:max_budget])))
+    expected = np.empty(max_budget + 1)
+    expected[0] = 0.0
+    np.cumsum(scores[:max_budget], out=expected[1:])
+    expected += num_sampling_requests
     draft_s = tables.draft_s[min(num_requests, len(tables.draft_s) - 1)]
     costs = draft_s + verify[num_non_draft_tokens : num_non_draft_tokens + max_budget + 1]
     return int(np.argmax(expected / costs))
 
 
-def admit_top_slots(fresh_survival: np.ndarray, scheduled_drafts: np.ndarray, budget: int) -> np.ndarray:
+def admit_top_slots(fresh_survival: np.ndarray, scheduled_drafts: np.ndarray | None, budget: int) -> np.ndarray:
     """Drafts admitted per request: the ``budget`` best (request, position) slots over the batch.
 
     fresh_survival: float64 [B, K], running products of this step's estimates (non-increasing along K)
-    scheduled_drafts: int64 [B]
+    scheduled_drafts: int64 [B]; None: K each
     Returns int64 [B]. Ties go to the earlier position, then the earlier request, so the admitted slots
     are a prefix of each request even where survival stays flat.
     """
     num_requests, width = fresh_survival.shape
-    if budget >= int(scheduled_drafts.sum()):
+    total = num_requests * width if scheduled_drafts is None else int(scheduled_drafts.sum())
+    if budget >= total:
+        if scheduled_drafts is None:
+            return np.full(num_requests, width, dtype=np.int64)
         return scheduled_drafts.astype(np.int64, copy=True)
     if budget <= 0:
         return np.zeros(num_requests, dtype=np.int64)
-    scores = np.where(np.arange(width)[None, :] < scheduled_drafts[:, None], fresh_survival, -np.inf)
-    # position-major order: a stable sort keeps earlier positions first among equal scores
-    order = np.argsort(-scores.T.ravel(), kind="stable")[:budget]
-    return np.bincount(order % num_requests, minlength=num_requests).astype(np.int64)
+    scores = fresh_survival
+    if scheduled_drafts is not None:
+        scores = np.where(np.arange(width)[None, :] < scheduled_drafts[:, None], fresh_survival, -np.inf)
+    # the b-th best score splits the slots: every one above it is admitted, and the ties at it in
+    # position-major order (earlier position, then earlier request) fill what the budget leaves
+    flat = scores.ravel()
+    threshold = np.partition(flat, flat.size - budget)[flat.size - budget]
+    admitted = np.count_nonzero(scores > threshold, axis=1)
+    left = budget - int(admitted.sum())
+    if left:
+        ties = np.flatnonzero((scores == threshold).T.ravel())[:left]
+        admitted += np.bincount(ties % num_requests, minlength=num_requests)
+    return admitted.astype(np.int64)

@@ -117,11 +117,11 @@ class AdaptiveVerification(StepPolicy):
         self.stale = np.ones((num_requests, max_k))  # each request's last estimates; 1 before its first step
         self.budget = 0
         self._rng = np.random.default_rng(seed)
+        self._rates: dict[int, np.ndarray] = {}  # conditional_rates by batch size, asked every step
 
     def plan(self, running: np.ndarray, k: int, num_sampling_requests: int, num_non_draft_tokens: int) -> None:
         survival = np.cumprod(self.stale[running, :k], axis=1)
-        scheduled = np.full(len(running), k, dtype=np.int64)
-        self.budget = choose_budget(survival, scheduled, num_sampling_requests, num_non_draft_tokens, self.tables)
+        self.budget = choose_budget(survival, None, num_sampling_requests, num_non_draft_tokens, self.tables)
         self.verified_drafts = self.budget
 
     def step_phases(self, step_time: StepTimeFn, batch: int, k: int, mean_context: float) -> Phases:
@@ -134,12 +134,14 @@ class AdaptiveVerification(StepPolicy):
     def settle(self, running: np.ndarray, k: int, emitted: np.ndarray, batch: int) -> np.ndarray:
         accepted = emitted - 1
         position = np.arange(k)[None, :]
-        later = self._rng.random((len(running), k)) < self.conditional_rates(batch)[None, :k]
+        rates = self._rates.get(batch)
+        if rates is None:
+            rates = self._rates[batch] = self.conditional_rates(batch)
+        later = self._rng.random((len(running), k)) < rates[None, :k]
         would_accept = (position < accepted[:, None]) | ((position > accepted[:, None]) & later)
         features = self.features.draw(would_accept)
         estimates = self.estimator.predict(features)
-        scheduled = np.full(len(running), k, dtype=np.int64)
-        admitted = admit_top_slots(np.cumprod(estimates, axis=1), scheduled, self.budget)
+        admitted = admit_top_slots(np.cumprod(estimates, axis=1), None, self.budget)
         kept = np.minimum(accepted, admitted)
         self.estimator.observe(features, estimates, kept, admitted)
         self.stale[running, :k] = estimates

@@ -70,6 +70,37 @@ def test_admission_is_the_global_top_b_and_prefix_closed() -> None:
             assert min(chosen) >= max(left)  # nothing left out scores above something admitted
 
 
+def _stable_top_slots(survival: np.ndarray, scheduled: np.ndarray, budget: int) -> np.ndarray:
+    """The admission by definition: the budget first slots of a stable sort, best first, position-major."""
+    requests, width = survival.shape
+    scores = np.where(np.arange(width)[None, :] < scheduled[:, None], survival, -np.inf)
+    order = np.argsort(-scores.T.ravel(), kind="stable")[:budget]
+    return np.bincount(order % requests, minlength=requests)
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_admission_breaks_ties_as_a_stable_sort_position_major(full: bool) -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        requests, width = int(rng.integers(1, 9)), int(rng.integers(1, 8))
+        # coarse confidences: many equal survivals within and across requests
+        confidences = np.where(rng.random((requests, width)) < 0.4, 1.0, rng.integers(1, 4, (requests, width)) / 4)
+        survival = np.cumprod(confidences, axis=1)
+        scheduled = np.full(requests, width) if full else rng.integers(0, width + 1, size=requests)
+        budget = int(rng.integers(0, int(scheduled.sum()) + 1))
+        expected = _stable_top_slots(survival, scheduled, budget)
+        assert np.array_equal(admit_top_slots(survival, None if full else scheduled, budget), expected)
+        if full:  # no schedule means K each, the same budget
+            assert choose_budget(survival, None, requests, requests, _tables(requests, width)) == choose_budget(
+                survival, scheduled, requests, requests, _tables(requests, width)
+            )
+
+
+def _tables(requests: int, width: int) -> CostTables:
+    sizes = requests * (width + 1) + 2
+    return CostTables(draft_s=np.linspace(1.0, 2.0, requests + 1), verify_s=1.0 + np.sqrt(np.arange(sizes)) / 8)
+
+
 def test_flat_verify_cost_up_to_a_capture_size_admits_up_to_the_edge_not_past() -> None:
     # the target costs 10 ms up to 16 tokens (one captured size), 20 ms at 32: four requests decode, each
     # with 7 drafts nearly sure to pass, so every draft up to 16 tokens is free and the next one doubles the step
