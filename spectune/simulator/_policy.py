@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from spectune.simulator._acceptance_estimate import BinormalFeatures, OnlineAcceptanceEstimator
+from spectune.simulator._acceptance_estimate import FeatureSampler, OnlineAcceptanceEstimator
 from spectune.simulator._adaptive_verification import CostTables, admit_top_slots, choose_budget
 from spectune.simulator._sglang_adaptive import AdaptiveSteps
 
@@ -103,7 +103,7 @@ class AdaptiveVerification(StepPolicy):
         k_for_batch: Callable[[int], int],
         *,
         tables: CostTables,
-        features: BinormalFeatures,
+        features: FeatureSampler,
         conditional_rates: Callable[[int], np.ndarray],
         num_requests: int,
         max_k: int,
@@ -136,7 +136,7 @@ class AdaptiveVerification(StepPolicy):
         position = np.arange(k)[None, :]
         later = self._rng.random((len(running), k)) < self.conditional_rates(batch)[None, :k]
         would_accept = (position < accepted[:, None]) | ((position > accepted[:, None]) & later)
-        features = self.features.draw(would_accept)
+        features = self.features.draw(would_accept, running)
         estimates = self.estimator.predict(features)
         scheduled = np.full(len(running), k, dtype=np.int64)
         admitted = admit_top_slots(np.cumprod(estimates, axis=1), scheduled, self.budget)
