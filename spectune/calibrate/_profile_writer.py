@@ -1,7 +1,7 @@
 """A calibration as an ``acceptance_profile`` document: the validated model, and its YAML text.
 
 No format read here records each draft's confidence beside its accept/reject, so a profile leaves
-``confidence_auc`` unset (the documented default applies; docs/policies.md).
+``confidence_auc`` unset (a simulation then ranks drafts by its synthesized draft logits; docs/policies.md).
 """
 
 from __future__ import annotations

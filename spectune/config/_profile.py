@@ -27,8 +27,10 @@ __all__ = [
     "MeasuredAcceptance",
 ]
 
-# What ``confidence_auc`` is where nothing sets it. No public measurement of this AUC was found;
-# docs/policies.md says why 0.75 (a drafter well short of perfect).
+# Where nothing sets ``confidence_auc`` the estimate learns from the synthesized rows' own feature, except
+# under synthetic acceptance: its rates, not its rows, decide what is accepted, so no row carries the signal
+# and the features are drawn at this value (as every simulation drew them before the rows' feature was
+# used: a study stored then says so). docs/policies.md says why 0.75.
 DEFAULT_CONFIDENCE_AUC = 0.75
 
 _Rate = float
@@ -108,8 +110,9 @@ class AcceptanceRates(SpectuneModel):
         ge=0.5,
         le=1.0,
         description="How well the drafter's confidence ranks accepted drafts above rejected ones (ROC AUC: "
-        "0.5 chance, 1 perfect); it sets what an acceptance estimate (vLLM's adaptive verification) can know "
-        "where no synthesized logits carry it. Null: the documented default (docs/policies.md).",
+        "0.5 chance, 1 perfect): what an acceptance estimate (vLLM's adaptive verification) can know. Null: the "
+        "estimate learns from vLLM's feature on the synthesized draft logits, whose AUC is the pair family's "
+        "(0.75 under synthetic acceptance, which no logits decide; docs/policies.md).",
     )
 
     @model_validator(mode="after")

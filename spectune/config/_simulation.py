@@ -111,7 +111,7 @@ class AcceptanceSource(AcceptanceRates):
 
     def confidence_auc_at(self, batch_size: int) -> float | None:
         """The confidence_auc that applies at ``batch_size`` running requests: its bin's (``rates_for_batch``),
-        else the source's; None where neither sets it (the documented default then applies)."""
+        else the source's; None where neither sets it (the synthesized draft logits' own then applies)."""
         chosen = self.rates_for_batch(batch_size).confidence_auc
         return chosen if chosen is not None else self.confidence_auc
 

@@ -1,10 +1,10 @@
 """``report.html``: one self-contained page (inline CSS and SVG, no scripts, no network).
 
 It shows the recommendation and its schedule, the policies compared (and, where adaptive verification
-rests on an assumed confidence_auc, how it moves with it), throughput against K for every combo at every
-bucket (error bars of the comparison noise, the recommended combo's tie set shaded, the chosen point
-ringed), and, when p99 TPOT is a second objective, each bucket's throughput/TPOT trade-off with its
-Pareto front.
+rests on a confidence_auc nothing measures, how it moves with it), throughput against K for every combo
+at every bucket (error bars of the comparison noise, the recommended combo's tie set shaded, the chosen
+point ringed), and, when p99 TPOT is a second objective, each bucket's throughput/TPOT trade-off with
+its Pareto front.
 """
 
 from __future__ import annotations

@@ -117,16 +117,17 @@ def policy_rows(recommendation: Recommendation) -> list[dict[str, str]]:
 
 
 def auc_rows(recommendation: Recommendation) -> list[dict[str, str]]:
-    """Where adaptive verification's confidence_auc is assumed: per value simulated, the best adaptive entry's
-    throughput per bucket, its aggregate, how far that is from the best policy no estimate touches, and the
-    policy recommended between the two (``_sensitivity``); empty elsewhere or before they are simulated."""
+    """Where nothing measures adaptive verification's confidence_auc: per value simulated (the synthesized
+    rows' first), the best adaptive entry's throughput per bucket, its aggregate, how far that is from the
+    best policy no estimate touches, and the policy recommended between the two (``_sensitivity``); empty
+    elsewhere or before they are simulated."""
     sensitivity = recommendation.auc_sensitivity
     if sensitivity is None or not sensitivity.simulated:
         return []
     rows = []
     for outcome in sensitivity.outcomes:
         assert outcome.entry is not None
-        row = {"confidence_auc": f"{outcome.confidence_auc:g}" + (" (assumed)" if outcome.assumed else "")}
+        row = {"confidence_auc": sensitivity.describe_value(outcome)}
         for choice in outcome.entry.score.choices:
             evaluation = choice.evaluation
             k = choice.num_speculative_tokens

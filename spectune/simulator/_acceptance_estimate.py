@@ -9,22 +9,28 @@ admitted) to the normal equations of a weighted logistic regression; every 100 s
 step updates the shared slope (kept >= 0) and the per-position intercepts: ridge 1e-3, each update scaled
 by n / (n + 50) for the n observations behind it.
 
-Where spectune's synthesized draft rows do not carry vLLM's feature (one-hot drafts, the twin's count-only
-path), ``BinormalFeatures`` draws it from a model of the drafter's ranking quality: feature | accepted ~
-N(mu, 1), feature | rejected ~ N(0, 1), whose ROC AUC is Phi(mu / sqrt 2): the profile's
-``confidence_auc``. The estimator then learns from those features exactly as from real ones.
+The engines hand back only each request's accepted count, not the bank rows they drew, so a draft's
+feature is drawn given its outcome. ``BankFeatures`` draws it from the synthesizer's own rows: vLLM's
+feature computed on the draft logits of a row picked in proportion to its acceptance probability (or to
+its rejection probability), which gives (feature, outcome) exactly the joint distribution of the rows the
+engines verify. ``BinormalFeatures`` draws it from a model of the drafter's ranking quality instead,
+feature | accepted ~ N(mu, 1), feature | rejected ~ N(0, 1), whose ROC AUC Phi(mu / sqrt 2) is a
+``confidence_auc`` the acceptance sets (measured, or a study's what-if). The estimator learns from either
+exactly as from real features.
 """
 
 from __future__ import annotations
 
 import math
 from statistics import NormalDist
+from typing import Protocol
 
 import numpy as np
 
-from spectune.config import DEFAULT_CONFIDENCE_AUC
+from spectune.workload import LogitSynthesizer
+from spectune.workload._confidence import bank_confidence
 
-__all__ = ["DEFAULT_CONFIDENCE_AUC", "BinormalFeatures", "OnlineAcceptanceEstimator", "binormal_separation"]
+__all__ = ["BankFeatures", "BinormalFeatures", "FeatureSampler", "OnlineAcceptanceEstimator", "binormal_separation"]
 
 _MAX_LOG_ODDS = 40.0
 _INIT_SLOPE = 0.5
@@ -42,6 +48,13 @@ def binormal_separation(confidence_auc: float) -> float:
     return min(math.sqrt(2.0) * NormalDist().inv_cdf(confidence_auc), _MAX_SEPARATION)
 
 
+class FeatureSampler(Protocol):
+    def draw(self, accepted: np.ndarray, running: np.ndarray) -> np.ndarray:
+        """accepted: bool [B, K], whether each draft of the running requests (ids int64 [B]) would be accepted
+        -> float64 [B, K] features (positions 0..K-1)."""
+        ...
+
+
 class BinormalFeatures:
     """Draws a draft's feature given whether it is accepted, for a ranking quality ``confidence_auc``."""
 
@@ -49,9 +62,82 @@ class BinormalFeatures:
         self.separation = binormal_separation(confidence_auc)
         self._rng = np.random.default_rng(seed)
 
-    def draw(self, accepted: np.ndarray) -> np.ndarray:
-        """accepted: bool [B, K], whether each draft would be accepted -> float64 [B, K] features."""
+    def draw(self, accepted: np.ndarray, running: np.ndarray | None = None) -> np.ndarray:
+        """accepted: bool [B, K], whether each draft would be accepted -> float64 [B, K] features (every
+        request and position alike: ``running`` is not read)."""
         return self.separation * accepted + self._rng.standard_normal(accepted.shape)
+
+
+class BankFeatures:
+    """Draws a draft's feature given whether it is accepted from ``synthesizer``'s banks, as its rows give it.
+
+    The engines verify a draft at position j of a request at temperature t on a row of bank (t, j) picked
+    uniformly and accept it with the row's probability p_i, so given that it is accepted the row is i with
+    probability p_i / sum p, and given that it is rejected (1 - p_i) / sum (1 - p). Each draw picks a row so
+    and returns its feature (``bank_confidence``): the features and outcomes then have the rows' joint
+    distribution, and the estimate is as informative as the synthesized logits make it. The rows are picked
+    by Walker's alias method, exactly and at a constant cost per draft (a binary search over the bank's
+    cumulative weights costs several times more a step). An outcome no row of the bank gives (a rejection
+    where every p_i is 1, an acceptance where every one is 0: the outcome came from another bin's bank, or
+    from a rate) draws from all its rows alike.
+
+    temperature_index: int64 [requests], each request's index into the synthesizer's temperatures, read at
+    the request ids ``draw`` is given.
+    """
+
+    def __init__(self, synthesizer: LogitSynthesizer, temperature_index: np.ndarray, seed: int) -> None:
+        num_temperatures, num_positions = len(synthesizer.temperature_values), synthesizer.num_speculative_tokens
+        rows = synthesizer.bank_rows
+        # per group g = (t K + j) 2 + accepted and column c: keep the column's own row with probability
+        # keep[g, c], else its alias; the two rows' features beside
+        shape = (num_temperatures, num_positions, 2, rows)
+        keep, own, other = np.empty(shape), np.empty(shape), np.empty(shape)
+        for t in range(num_temperatures):
+            for j in range(num_positions):
+                feature, accept = bank_confidence(synthesizer, j, t)
+                for outcome, weight in enumerate((1.0 - accept, accept)):
+                    keep[t, j, outcome], alias = _alias_table(weight if weight.sum() > 0.0 else np.ones(rows))
+                    own[t, j, outcome], other[t, j, outcome] = feature, feature[alias]
+        self._keep, self._own, self._other = keep.ravel(), own.ravel(), other.ravel()
+        self._rows = rows
+        self._position_start = 2 * rows * np.arange(num_positions, dtype=np.int64)  # each position's groups
+        # how far a request's temperature moves its groups (None: one temperature, every request at it)
+        self._temperature_offset = 2 * num_positions * rows * temperature_index if num_temperatures > 1 else None
+        self._rng = np.random.default_rng(seed)
+
+    def draw(self, accepted: np.ndarray, running: np.ndarray) -> np.ndarray:
+        """accepted: bool [B, K], whether each draft of the running requests (ids int64 [B]) would be accepted
+        -> float64 [B, K] features: one uniform and three lookups per draft."""
+        slot = accepted * self._rows
+        slot += self._position_start[: accepted.shape[1]]
+        if self._temperature_offset is not None:
+            slot += self._temperature_offset[running][:, None]
+        # one uniform gives the column (its whole part, of rows) and the coin (its fraction, independent of it)
+        share = self._rng.random(accepted.shape)
+        share *= self._rows
+        column = np.floor(share)
+        share -= column
+        np.minimum(column, self._rows - 1, out=column)  # u x rows rounds up to rows when u is within rounding of 1
+        slot += column.astype(np.int64)
+        return np.where(share < self._keep.take(slot), self._own.take(slot), self._other.take(slot))
+
+
+def _alias_table(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Walker's alias table of ``weights`` (float64 [N], sum > 0), built as Vose does: column c picked
+    uniformly, then row c kept with probability keep[c], else row alias[c], draws row i with probability
+    w_i / sum w. -> (keep float64 [N], alias int64 [N])."""
+    n = len(weights)
+    scaled = (weights * (n / weights.sum())).tolist()  # Python floats: the loop runs per row
+    keep, alias = [1.0] * n, list(range(n))
+    small = [i for i, value in enumerate(scaled) if value < 1.0]
+    large = [i for i, value in enumerate(scaled) if value >= 1.0]
+    while small and large:
+        low, high = small.pop(), large[-1]
+        keep[low], alias[low] = scaled[low], high
+        scaled[high] -= 1.0 - scaled[low]
+        if scaled[high] < 1.0:
+            small.append(large.pop())
+    return np.array(keep), np.array(alias, dtype=np.int64)
 
 
 class OnlineAcceptanceEstimator:

@@ -87,6 +87,8 @@ class DocumentRun:
                 step_timer,
                 part,
                 self._conditional_rates,
+                synthesizer=self._synthesizer,
+                temperature_index=requests.temperature_index if ids is None else requests.temperature_index[ids],
                 seed=document.seed + index,
                 limits=cost.limits,
             )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from spectune.simulator._acceptance_estimate import BinormalFeatures, OnlineAcceptanceEstimator
+from spectune.simulator._acceptance_estimate import FeatureSampler, OnlineAcceptanceEstimator
 from spectune.simulator._adaptive_verification import CostTables, admit_top_slots, choose_budget
 from spectune.simulator._sglang_adaptive import AdaptiveSteps
 
@@ -103,7 +103,7 @@ class AdaptiveVerification(StepPolicy):
         k_for_batch: Callable[[int], int],
         *,
         tables: CostTables,
-        features: BinormalFeatures,
+        features: FeatureSampler,
         conditional_rates: Callable[[int], np.ndarray],
         num_requests: int,
         max_k: int,
@@ -139,7 +139,7 @@ class AdaptiveVerification(StepPolicy):
             rates = self._rates[batch] = self.conditional_rates(batch)
         later = self._rng.random((len(running), k)) < rates[None, :k]
         would_accept = (position < accepted[:, None]) | ((position > accepted[:, None]) & later)
-        features = self.features.draw(would_accept)
+        features = self.features.draw(would_accept, running)
         estimates = self.estimator.predict(features)
         admitted = admit_top_slots(np.cumprod(estimates, axis=1), None, self.budget)
         kept = np.minimum(accepted, admitted)

@@ -13,8 +13,9 @@ one in the document), and the policies compare by the same noise rule as two com
 On a tie the preference follows ``POLICY_PREFERENCE``: the K table first (what the study has always
 recommended, and what every engine takes: vLLM, TensorRT-LLM, SGLang through pinned slots), then a
 static K, then the runtime policies, which must win outside the noise: they rest on an acceptance
-estimate whose quality the acceptance profile only assumes (``confidence_auc``). SGLang's policy is
-compared with the others but never recommended for vLLM: ``sglang.txt`` serves it.
+estimate whose quality no log spectune calibrates from measures (``confidence_auc``; unset, it is the
+synthesized drafter's). SGLang's policy is compared with the others but never recommended for vLLM:
+``sglang.txt`` serves it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from spectune.config import POLICY_RUNTIMES, AcceptanceSource, StudyDocument
 from spectune.study._recommendation import Recommendation
 from spectune.study._records import Evaluation
+from spectune.study._sensitivity import synthesized_auc_facts
 from spectune.study._space import Point, StudySpace
 from spectune.study._zero_row import zero_row_context
 
@@ -90,16 +91,21 @@ def study_context(document: StudyDocument) -> dict[str, Any]:
                 "measured_temperature": candidate.acceptance.measured_temperature,
                 "extrapolation": candidate.acceptance.extrapolation,
                 # Only where adaptive verification is searched: other studies' spaces stay as stored.
-                **({"confidence_auc_assumed_at": _assumed_auc_at(candidate.acceptance, document)} if adaptive else {}),
+                **(_confidence_auc_facts(candidate.label, candidate.acceptance, document) if adaptive else {}),
             }
             for candidate in document.candidates
         },
     } | _step_time_spread(document)
 
 
-def _assumed_auc_at(acceptance: AcceptanceSource, document: StudyDocument) -> list[int]:
-    """The study's batch sizes where the acceptance sets no confidence_auc (the documented default applies)."""
-    return [b for b in document.schedule.batch_sizes if acceptance.confidence_auc_at(b) is None]
+def _confidence_auc_facts(label: str, acceptance: AcceptanceSource, document: StudyDocument) -> dict[str, Any]:
+    """The study's batch sizes where the acceptance sets no confidence_auc (the simulation then ranks drafts
+    by the synthesized rows' own feature) and, where there are any, those rows' AUC (``_sensitivity``)."""
+    unmeasured = [b for b in document.schedule.batch_sizes if acceptance.confidence_auc_at(b) is None]
+    facts: dict[str, Any] = {"confidence_auc_assumed_at": unmeasured}
+    if unmeasured:
+        facts["synthesized_confidence_auc"] = synthesized_auc_facts(document, label, unmeasured)
+    return facts
 
 
 def _step_time_spread(document: StudyDocument) -> dict[str, Any]:

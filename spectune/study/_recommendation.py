@@ -4,8 +4,8 @@
 its combo chosen as ``_recommend`` describes (near-ties to the earlier combo in the document), and its
 K per bucket merged into ``num_speculative_tokens_per_batch_size`` rows (one row for a single-K
 policy). SGLang's adaptive steps, where searched, are compared with it in a note and exported by
-``sglang.txt``. Where adaptive verification is searched on an acceptance whose ``confidence_auc`` is
-assumed, a note says how the answer moves with it (``_sensitivity``).
+``sglang.txt``. Where adaptive verification is searched on an acceptance whose ``confidence_auc`` nothing
+measures, a note says how the answer moves with it (``_sensitivity``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Recommendation:
     sglang: PolicyScore | None = None
     verdict: PolicyVerdict | None = None
     sglang_preferred: bool = False  # sglang.txt serves ``sglang`` (not behind the recommendation outside noise)
-    # How adaptive verification moves with an assumed confidence_auc (``_sensitivity``), where that applies.
+    # How adaptive verification moves with a confidence_auc nothing measures (``_sensitivity``), where it applies.
     auc_sensitivity: AucSensitivity | None = None
 
     @property

@@ -127,7 +127,7 @@ def wait_for_earlier_trials(study: Study, number: int) -> list[FrozenTrial]:
 
 def exhaustive_points(state: SearchState) -> list[Point]:
     """The exhaustive search's free points: the space's, in order; once all of them are settled, the
-    points that show how adaptive verification moves with an assumed ``confidence_auc`` (``_sensitivity``)."""
+    points that show how adaptive verification moves with a ``confidence_auc`` nothing measures (``_sensitivity``)."""
     free = state.free_points()
     if free or any(not state.is_settled(point) for point in state.space.points()):
         return free

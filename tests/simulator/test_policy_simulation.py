@@ -5,14 +5,16 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from engine_cases import numbers, on_the_kernels, with_engine
 from typer.testing import CliRunner
 
 from spectune.cli import app
-from spectune.config import SglangAdaptive, SimulationDocument
-from spectune.simulator import simulate, simulate_many
-from spectune.simulator._acceptance_estimate import DEFAULT_CONFIDENCE_AUC
+from spectune.config import DEFAULT_CONFIDENCE_AUC, SglangAdaptive, SimulationDocument
+from spectune.simulator import _document_run, simulate, simulate_many
+from spectune.simulator._acceptance_estimate import BankFeatures, BinormalFeatures, binormal_separation
+from spectune.simulator._policy import AdaptiveVerification
 from spectune.simulator._policy_setup import confidence_auc
 
 runner = CliRunner()
@@ -102,10 +104,60 @@ def test_sglang_singleton_slots_reproduce_a_k_table_aligned_to_capture_sizes_exa
     assert numbers(sglang_result) == numbers(table_result)
 
 
-def test_confidence_auc_defaults_and_follows_the_acceptance() -> None:
-    assert confidence_auc(_document(), 4) == DEFAULT_CONFIDENCE_AUC
+SYNTHETIC = {"rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.8, 0.6, 0.4, 0.3]}
+BINS = {
+    "conditional_rates": [0.8, 0.7, 0.6, 0.5],
+    "bins": [
+        {"min_running": 1, "max_running": 4, "conditional_rates": [0.9], "confidence_auc": 0.9},
+        {"min_running": 5, "max_running": 64, "conditional_rates": [0.7]},
+    ],
+}
+
+
+def test_confidence_auc_follows_the_acceptance_and_is_none_where_the_rows_carry_it() -> None:
+    assert confidence_auc(_document(), 4) is None  # the synthesized rows' own feature
     document = _document(acceptance={"conditional_rates": [0.8], "confidence_auc": 0.9})
     assert confidence_auc(document, 4) == 0.9
+    assert (confidence_auc(_document(acceptance=BINS), 4), confidence_auc(_document(acceptance=BINS), 5)) == (0.9, None)
+    # synthetic acceptance is decided by its rates, not by rows that could carry the signal
+    assert confidence_auc(_document(speculative=SYNTHETIC, acceptance=None), 4) == DEFAULT_CONFIDENCE_AUC
+
+
+def _runtime_policy(document: SimulationDocument, monkeypatch: pytest.MonkeyPatch) -> AdaptiveVerification:
+    """The policy ``runtime_policy`` builds for the document's (only) replica."""
+    made, real = [], _document_run.runtime_policy
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(_document_run, "runtime_policy", recording)
+        _document_run.DocumentRun(document, torch.device("cpu"), None)
+    (policy,) = made
+    assert isinstance(policy, AdaptiveVerification)
+    return policy
+
+
+@pytest.mark.parametrize(
+    ("changes", "auc"),
+    [
+        ({}, None),
+        ({"acceptance": {"confidence_auc": 0.8}}, 0.8),
+        ({"acceptance": BINS, "workload": {"concurrency": 4}}, 0.9),  # the bin at the concurrency sets it
+        ({"acceptance": BINS}, None),  # at 6 the bin sets none
+        ({"speculative": SYNTHETIC, "acceptance": None}, DEFAULT_CONFIDENCE_AUC),
+    ],
+)
+def test_the_estimate_learns_from_the_synthesized_rows_unless_confidence_auc_applies(
+    monkeypatch: pytest.MonkeyPatch, changes: dict, auc: float | None
+) -> None:
+    speculative = {"enable_adaptive_verification": True, **changes.pop("speculative", {})}
+    features = _runtime_policy(_document(speculative=speculative, **changes), monkeypatch).features
+    if auc is None:
+        assert isinstance(features, BankFeatures)
+    else:
+        assert isinstance(features, BinormalFeatures) and features.separation == binormal_separation(auc)
 
 
 def _throughput(concurrency: int, k: int, **changes) -> float:

@@ -42,7 +42,8 @@ def make_space(
     assumed_auc: bool = False,
 ) -> StudySpace:
     """``assumed_auc``: the space says that no candidate's acceptance sets confidence_auc at any bucket
-    (as ``study_context`` does for a document that searches adaptive verification without one)."""
+    (as ``study_context`` does for a document that searches adaptive verification without one; it leaves
+    out the synthesized rows' AUC, which the searches do not read)."""
     candidates = tuple(
         Candidate(m, {"method": m} | ({"model": f"org/{m}-head"} if m != "ngram" else {})) for m in methods
     )

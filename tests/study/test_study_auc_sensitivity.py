@@ -1,10 +1,11 @@
-"""How a study shows adaptive verification moving with an assumed confidence_auc (``_sensitivity``): the
-points it adds (each simulated once, after the adaptive table is known, kept across a resume), the gaps
-and the verdict its note gives, and nothing extra where the AUC is measured or no adaptive policy is
-searched.
+"""How a study shows adaptive verification moving with a confidence_auc nothing measures (``_sensitivity``):
+the points it adds (each simulated once, after the adaptive table is known, kept across a resume), the
+synthesized rows' AUC, the gaps and the verdict its note gives, and nothing extra where the AUC is measured
+or no adaptive policy is searched.
 
 The evaluator plants exact curves (``PlantedEvaluator``, no noise) and scales adaptive verification's
-throughput at each confidence_auc by a factor the test chooses, so every number of the note is known.
+throughput at each confidence_auc by a factor the test chooses, and the space plants the synthesized rows'
+AUC by draft position, so every number of the note is known.
 """
 
 import math
@@ -12,14 +13,18 @@ import re
 from collections import Counter
 
 import pytest
+import torch
 from study_doubles import PlantedEvaluator, fingerprint
 
-from spectune.config import DEFAULT_CONFIDENCE_AUC, load_document
+from spectune.config import load_document
+from spectune.simulator import _document_run
+from spectune.simulator._acceptance_estimate import BankFeatures, BinormalFeatures, binormal_separation
 from spectune.simulator._policy_setup import confidence_auc
 from spectune.study import Point, StudySpace, load_outcome, run_study, space_from_document
 from spectune.study._document import simulation_document
 from spectune.study._sensitivity import SENSITIVITY_AUCS
 from spectune.study._space import Candidate, Combo
+from spectune.workload._confidence import draft_confidence_auc
 
 PLAIN = Combo("eagle3", "standard", "greedy")
 ADAPTIVE = Combo("eagle3", "standard", "greedy", "vllm_adaptive")
@@ -32,6 +37,9 @@ CURVES = {
 K_TABLE = math.sqrt(1000 * 6000)  # K 3 at batch size 1, K 2 at 8
 ADAPTIVE_TABLE = math.sqrt(900 * 5400)  # K <= 3 at 1, K <= 2 at 8: 10 % behind
 TABLE_POLICIES = ("k_table", "adaptive_verification_table")
+# The synthesized rows' AUC by draft position at every bucket; the adaptive table draws positions 0-2 at
+# batch size 1 and 0-1 at 8: mean 0.812, from 0.74 to 0.86.
+SYNTHESIZED = [0.86, 0.8, 0.74, 0.7]
 
 
 class AucPlanted(PlantedEvaluator):
@@ -49,8 +57,13 @@ class AucPlanted(PlantedEvaluator):
         return metrics
 
 
-def _space(policies=TABLE_POLICIES, assumed_at=(1, 8), name="auc") -> StudySpace:
+def _space(policies=TABLE_POLICIES, assumed_at=(1, 8), name="auc", synthesized=SYNTHESIZED) -> StudySpace:
+    """``synthesized``: the rows' AUC by position at each bucket nothing measures (None: a space stored before
+    it held them), or a mapping from batch size to it."""
     facts = {} if assumed_at is None else {"confidence_auc_assumed_at": list(assumed_at)}
+    if assumed_at and synthesized is not None:
+        by_batch = synthesized if isinstance(synthesized, dict) else dict.fromkeys(assumed_at, synthesized)
+        facts["synthesized_confidence_auc"] = {"greedy": {str(b): aucs for b, aucs in by_batch.items()}}
     return StudySpace(
         name=name,
         candidates=(Candidate("eagle3", {"method": "eagle3", "model": "org/head"}),),
@@ -121,30 +134,39 @@ def _gap(factor: float) -> str:
     return f"{ADAPTIVE_TABLE * factor / K_TABLE - 1:+.1%}"
 
 
-HEAD = "confidence_auc 0.75 is assumed (the default: nothing measures it for eagle3): "
+SYNTHESIZED_HEAD = "the simulation ranks drafts by the synthesized drafter's logits"
+HEAD = (
+    f"confidence_auc is not measured for eagle3: {SYNTHESIZED_HEAD} (AUC 0.81 on its rows, 0.74-0.86 by draft "
+    "position): "
+)
+MEAN = (0.86 + 0.8 + 0.74 + 0.86 + 0.8) / 5
 ENTRY = "adaptive verification over a K table (K <= 3)"
 
 
-def test_the_note_gives_each_values_gap_and_that_the_k_table_stays(tmp_path):
+def test_the_note_gives_the_synthesized_auc_each_values_gap_and_that_the_k_table_stays(tmp_path):
     outcome = _run(tmp_path, _space(), AucPlanted({0.6: 0.95, 0.95: 1.05}))
     assert outcome.recommendation.policy == "k_table"
     assert _note(outcome) == (
-        f"{HEAD}{ENTRY} against the K table: -10.0% at 0.75 (assumed), {_gap(0.95)} at 0.6, {_gap(1.05)} at 0.95: "
-        "the K table stays recommended"
+        f"{HEAD}{ENTRY} against the K table: -10.0% at 0.81 (synthesized), {_gap(0.95)} at 0.6, {_gap(1.05)} at "
+        "0.95: the K table stays recommended"
     )
     assert (_gap(0.95), _gap(1.05)) == ("-14.5%", "-5.5%")
+    sensitivity = outcome.recommendation.auc_sensitivity
+    assert sensitivity.base.confidence_auc == pytest.approx(MEAN)
+    assert [sensitivity.describe_value(o) for o in sensitivity.outcomes] == ["0.81 (synthesized)", "0.6", "0.95"]
 
 
 def test_the_note_says_the_answer_flips_and_near_which_value(tmp_path):
     outcome = _run(tmp_path, _space(), AucPlanted({0.6: 0.95, 0.95: 1.2}))
     assert outcome.recommendation.policy == "k_table"
     # where adaptive verification's margin over the K table (its log gap less the 0.5 % tie floor: no
-    # noise here) crosses 0, linear between 0.75 and 0.95
+    # noise here) crosses 0, linear between the synthesized rows' mean AUC and 0.95
     low, high = math.log(0.9) - 0.005, math.log(0.9 * 1.2) - 0.005
-    crossing = 0.75 + 0.2 * low / (low - high)
+    crossing = MEAN + (0.95 - MEAN) * low / (low - high)
+    assert f"{crossing:.2f}" == "0.90"
     assert _note(outcome) == (
-        f"{HEAD}{ENTRY} against the K table: -10.0% at 0.75 (assumed), -14.5% at 0.6, +8.0% at 0.95: the answer "
-        f"flips: {ENTRY} would be recommended at 0.95 (it switches near {crossing:.2f}, linearly interpolated)"
+        f"{HEAD}{ENTRY} against the K table: -10.0% at 0.81 (synthesized), -14.5% at 0.6, +8.0% at 0.95: the answer "
+        f"flips: {ENTRY} would be recommended at 0.95 (it switches near 0.90, linearly interpolated)"
     )
     sensitivity = outcome.recommendation.auc_sensitivity
     assert [o.recommended.policy for o in sensitivity.outcomes] == ["k_table", "k_table", "adaptive_verification_table"]
@@ -156,32 +178,55 @@ def test_an_adaptive_winner_that_a_weaker_estimate_would_unseat_is_named(tmp_pat
     assert outcome.recommendation.policy == "adaptive_verification_table"
     note = _note(outcome)
     assert note.startswith(
-        f"{HEAD}{ENTRY} against the K table: {_gap(1.2)} at 0.75 (assumed), {_gap(1.08)} at 0.6, {_gap(1.26)} at "
-        "0.95: the answer flips: the K table would be recommended at 0.6 (it switches near 0."
+        f"{HEAD}{ENTRY} against the K table: {_gap(1.2)} at 0.81 (synthesized), {_gap(1.08)} at 0.6, {_gap(1.26)} "
+        "at 0.95: the answer flips: the K table would be recommended at 0.6 (it switches near 0."
     ), note
     assert float(re.search(r"near (0\.\d+),", note).group(1)) == pytest.approx(
-        0.75 - 0.15 * (math.log(1.08) - 0.005) / ((math.log(1.08) - 0.005) - (math.log(0.972) - 0.005)), abs=0.005
+        MEAN - (MEAN - 0.6) * (math.log(1.08) - 0.005) / ((math.log(1.08) - 0.005) - (math.log(0.972) - 0.005)),
+        abs=0.005,
     )
 
 
-def test_only_the_buckets_whose_auc_is_assumed_move(tmp_path):
+def test_only_the_buckets_whose_auc_nothing_measures_move(tmp_path):
     outcome = _run(tmp_path, _space(assumed_at=(1,)), AucPlanted({0.6: 0.95, 0.95: 1.05}))
     moved = {t.point for t in outcome.trials if t.point.confidence_auc is not None}
     assert {(p.batch_size, p.num_speculative_tokens) for p in moved} == {(1, 3)}
     half = math.sqrt(0.95) * ADAPTIVE_TABLE / K_TABLE - 1  # only batch size 1 of the two moves
+    # the AUC over the rows batch size 1 draws from: positions 0-2
     assert _note(outcome).startswith(
-        "confidence_auc 0.75 is assumed (the default: nothing measures it for eagle3 at batch sizes 1): "
-        f"{ENTRY} against the K table: -10.0% at 0.75 (assumed), {half:+.1%} at 0.6"
+        f"confidence_auc is not measured for eagle3 at batch sizes 1: {SYNTHESIZED_HEAD} (AUC 0.80 on its rows, "
+        f"0.74-0.86 by draft position): {ENTRY} against the K table: -10.0% at 0.80 (synthesized), {half:+.1%} at 0.6"
     )
+
+
+def test_the_synthesized_auc_says_when_it_differs_between_batch_sizes(tmp_path):
+    space = _space(synthesized={1: SYNTHESIZED, 8: [0.9, 0.88, 0.8, 0.7]})
+    outcome = _run(tmp_path, space, AucPlanted({0.6: 0.95, 0.95: 1.05}))
+    assert _note(outcome).startswith(
+        f"confidence_auc is not measured for eagle3: {SYNTHESIZED_HEAD} (AUC 0.84 on its rows, 0.74-0.90 by draft "
+        f"position and batch size): {ENTRY} against the K table: -10.0% at 0.84 (synthesized), "
+    )
+
+
+def test_a_study_stored_before_the_synthesized_auc_says_it_assumed_the_default(tmp_path):
+    # its simulations drew the estimate's features at 0.75: the note says so
+    outcome = _run(tmp_path, _space(synthesized=None), AucPlanted({0.6: 0.95, 0.95: 1.05}))
+    assert _note(outcome) == (
+        f"confidence_auc 0.75 is assumed (the default: nothing measures it for eagle3): {ENTRY} against the K table: "
+        f"-10.0% at 0.75 (assumed), {_gap(0.95)} at 0.6, {_gap(1.05)} at 0.95: the K table stays recommended"
+    )
+    sensitivity = outcome.recommendation.auc_sensitivity
+    assert [sensitivity.describe_value(o) for o in sensitivity.outcomes] == ["0.75 (assumed)", "0.6", "0.95"]
 
 
 def test_without_an_estimate_free_policy_the_note_moves_against_its_own_number(tmp_path):
     outcome = _run(tmp_path, _space(policies=("adaptive_verification",)), AucPlanted({0.6: 0.9, 0.95: 1.1}))
     entry = outcome.recommendation.auc_sensitivity.entry
-    k = entry.max_num_speculative_tokens
+    assert entry.max_num_speculative_tokens == 2  # positions 0-1 at both batch sizes
     assert _note(outcome) == (
-        f"{HEAD}adaptive verification (K <= {k}): {entry.aggregate_throughput_tokens_per_s:,.0f} tokens/s at 0.75 "
-        "(assumed), -10.0% at 0.6, +10.0% at 0.95 (no policy the estimate does not touch was searched to hold it "
+        f"confidence_auc is not measured for eagle3: {SYNTHESIZED_HEAD} (AUC 0.83 on its rows, 0.80-0.86 by draft "
+        f"position): adaptive verification (K <= 2): {entry.aggregate_throughput_tokens_per_s:,.0f} tokens/s at 0.83 "
+        "(synthesized), -10.0% at 0.6, +10.0% at 0.95 (no policy the estimate does not touch was searched to hold it "
         "against)"
     )
 
@@ -229,6 +274,7 @@ candidates:
     acceptance: ACCEPTANCE
 search:
   num_speculative_tokens: {min: 1, max: 3}
+  draft_sample_methods: [greedy, probabilistic]
   policies: POLICIES
 schedule:
   batch_sizes: [1, 8, 64]
@@ -252,9 +298,46 @@ def _document(tmp_path, acceptance=RATES + "}", policies="[k_table, adaptive_ver
         (RATES + "}", "[static, k_table, sglang_adaptive]", None),  # no adaptive verification: not said
     ],
 )
-def test_the_space_says_where_the_documents_auc_is_assumed(tmp_path, acceptance, policies, assumed):
+def test_the_space_says_where_nothing_measures_the_documents_auc(tmp_path, acceptance, policies, assumed):
     facts = space_from_document(_document(tmp_path, acceptance, policies)).context["candidates"]["eagle3"]
     assert facts.get("confidence_auc_assumed_at") == assumed
+    synthesized = facts.get("synthesized_confidence_auc")
+    if not assumed:
+        assert synthesized is None
+        return
+    # per draft sampling of the adaptive combos, per such batch size, one AUC per position up to K max 3
+    assert set(synthesized) == {"greedy", "probabilistic"}
+    assert all(list(by_batch) == [str(b) for b in assumed] for by_batch in synthesized.values())
+    aucs = [auc for by_batch in synthesized.values() for by_position in by_batch.values() for auc in by_position]
+    assert len(aucs) == 2 * len(assumed) * 3 and all(0.6 < auc < 0.95 for auc in aucs), synthesized
+
+
+def _features(document):
+    """The feature sampler of the adaptive-verification policy a simulation of ``document`` builds."""
+    made, real = [], _document_run.runtime_policy
+
+    def recording(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_document_run, "runtime_policy", recording)
+        run = _document_run.DocumentRun(document, torch.device("cpu"), None)
+    (policy,) = made
+    return policy.features, run
+
+
+@pytest.mark.parametrize("sampling", ["greedy", "probabilistic"])
+def test_the_spaces_auc_is_that_of_the_rows_a_simulation_draws_its_features_from(tmp_path, sampling):
+    document = _document(tmp_path, RATES + BINS + "}")
+    space = space_from_document(document)
+    synthesized = space.context["candidates"]["eagle3"]["synthesized_confidence_auc"][sampling]
+    for batch_size in (8, 64):
+        point = space.point(batch_size, f"eagle3/standard/{sampling}/vllm_adaptive", 3)
+        features, run = _features(simulation_document(document, point))
+        assert isinstance(features, BankFeatures)  # drawn from the rows of the bin at its batch size
+        rows = [draft_confidence_auc(run._synthesizer(batch_size), j, 0) for j in range(3)]
+        assert synthesized[str(batch_size)] == pytest.approx(rows, abs=1e-4)
 
 
 def test_a_point_at_another_auc_simulates_it_in_place_of_the_acceptances(tmp_path):
@@ -262,11 +345,18 @@ def test_a_point_at_another_auc_simulates_it_in_place_of_the_acceptances(tmp_pat
     space = space_from_document(document)
     label = "eagle3/standard/greedy/vllm_adaptive"
     own = simulation_document(document, space.point(1, label, 2))
-    assert (confidence_auc(own, 1), confidence_auc(own, 8)) == (0.9, DEFAULT_CONFIDENCE_AUC)
+    assert (confidence_auc(own, 1), confidence_auc(own, 8)) == (0.9, None)  # None: the synthesized rows' own
     moved = simulation_document(document, Point(8, space.combo(label), 2, confidence_auc=0.6))
     assert (confidence_auc(moved, 1), confidence_auc(moved, 8)) == (0.6, 0.6)  # bins too: the point says
     assert moved.speculative.enable_adaptive_verification and moved.workload.concurrency == 8
     assert moved.acceptance.model_copy(update={"confidence_auc": None, "bins": own.acceptance.bins}) == own.acceptance
+    # the simulations draw the estimate's features so: the bin's value at 1, the rows' own at 8, the point's
+    measured, _ = _features(own)
+    unmeasured, _ = _features(simulation_document(document, space.point(8, label, 2)))
+    sensitivity, _ = _features(moved)
+    assert isinstance(measured, BinormalFeatures) and measured.separation == binormal_separation(0.9)
+    assert isinstance(unmeasured, BankFeatures)
+    assert isinstance(sensitivity, BinormalFeatures) and sensitivity.separation == binormal_separation(0.6)
 
 
 def test_on_a_noisy_study_of_every_policy_the_auc_points_change_nothing_else(tmp_path):

@@ -237,7 +237,7 @@ def _wait_until_gone(group: int) -> None:
 
 
 def test_a_study_over_policies_resumes_after_sigkill_and_never_simulates_a_point_twice(tmp_path):
-    # confidence_auc assumed: the resumed run ends with adaptive verification's points at other values
+    # nothing measures confidence_auc: the resumed run ends with adaptive verification's points at other values
     space = make_space(batch_sizes=(1, 8, 64), max_k=4, methods=("eagle3",), policies=ALL_POLICIES, assumed_auc=True)
     storage = str(tmp_path / "s.journal")
     calls = tmp_path / "calls.log"

@@ -211,19 +211,24 @@ def test_a_study_in_studies_without_policies_hashes_and_searches_as_with_policie
 def test_where_nothing_measures_confidence_auc_every_output_says_how_the_answer_moves_with_it(ran):
     _, out, result = ran
     assert result.exit_code == 0, result.output
-    # the tiny study's acceptance sets no confidence_auc: its best adaptive entry is simulated at 0.6 and 0.95
+    # the tiny study's acceptance sets no confidence_auc: its best adaptive entry is simulated on the synthesized
+    # rows' own ranking, then at 0.6 and 0.95
     shape = (
-        r"confidence_auc 0\.75 is assumed \(the default: nothing measures it for eagle3\): adaptive verification"
-        r"( over a K table)? \(K <= \d\) against (the K table|static K = \d): [+-]\d+\.\d% at 0\.75 \(assumed"
+        r"confidence_auc is not measured for eagle3: the simulation ranks drafts by the synthesized drafter's "
+        r"logits \(AUC (0\.\d\d) on its rows(, 0\.\d\d-0\.\d\d by draft position)?\): adaptive verification"
+        r"( over a K table)? \(K <= \d\) against (the K table|static K = \d): [+-]\d+\.\d% at \1 \(synthesized"
         r"(; within the noise)?\), [+-]\d+\.\d% at 0\.6( \(within the noise\))?, [+-]\d+\.\d% at 0\.95"
         r"( \(within the noise\))?: (.+ stays recommended|the answer flips: .+)"
     )
     notes = [line.removeprefix("note: ") for line in result.output.splitlines() if line.startswith("note: confidence")]
-    assert len(notes) == 1 and re.fullmatch(shape, notes[0]), result.output
+    assert len(notes) == 1, result.output
+    matched = re.fullmatch(shape, notes[0])
+    assert matched and 0.6 < float(matched.group(1)) < 0.95, notes[0]  # the bounds the synthesized rows are held to
     assert f"# note: {notes[0]}" in (out / "recommended.yaml").read_text().splitlines()
     report = (out / "report.html").read_text()
     assert html.escape(notes[0]) in report and "(confidence_auc)</h3>" in report and "<th>confidence_auc</th>" in report
-    assert "<td>0.75 (assumed)</td>" in report and "<td>0.6</td>" in report and "<td>0.95</td>" in report
+    synthesized = f"<td>{matched.group(1)} (synthesized)</td>"
+    assert synthesized in report and "<td>0.6</td>" in report and "<td>0.95</td>" in report
     trials = (out / "trials.csv").read_text().splitlines()
     header = trials[0].split(",")
     assert header[header.index("requests_factor") + 1] == "confidence_auc"
