@@ -43,6 +43,6 @@ for run in $(seq 1 "$RUNS"); do
         end=$(date +%s.%N)
         sims=$(grep -o '^[0-9]* complete trials ([0-9]* simulations)' "$log" | grep -o '([0-9]*' | tr -d '(')
         commit=$(cat "$tree/.commit" 2>/dev/null || echo "?")
-        echo "$tree,$commit,$run,$(echo "$end - $start" | bc),$sims" | tee -a "$CSV"
+        echo "$tree,$commit,$run,$("$PYTHON" -c "print(round($end - $start, 2))"),$sims" | tee -a "$CSV"
     done
 done

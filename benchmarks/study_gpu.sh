@@ -48,7 +48,7 @@ run_one() { # tree study run
     sims=$(grep -o '^[0-9]* complete trials ([0-9]* simulations)' "$log" | grep -o '([0-9]*' | tr -d '(')
     table=$(grep -o '"num_speculative_tokens_per_batch_size": \[\[[^"]*\]\]' "$log" | head -1 | sed 's/.*: //; s/ //g')
     commit=$(cat "$tree/.commit" 2>/dev/null || git -C "$tree" rev-parse --short HEAD 2>/dev/null || echo "?")
-    echo "$tree,$commit,$study,$run,$(echo "$end - $start" | bc),$sims,\"$table\"" | tee -a "$CSV"
+    echo "$tree,$commit,$study,$run,$("$PYTHON" -c "print(round($end - $start, 2))"),$sims,\"$table\"" | tee -a "$CSV"
 }
 
 for tree in "$@"; do
