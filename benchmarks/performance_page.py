@@ -138,7 +138,8 @@ def _simulator_row(results: Results, device: str, v: str, engine: str) -> dict[s
 
 
 def readme_headline(results: Results) -> str:
-    """One number per claim: a simulated step's speed, and the decision study's wall time, on an H200."""
+    """One number per claim: a simulated step's speed on an H200, and the decision study's wall time on the
+    GPU of its newest measurement (named)."""
     step = _simulator_row(results, "NVIDIA H200", "128256", "ahead")
     share = float(step["steps_per_s"]) / float(step["floor_steps_per_s"])
     warm = [row for row in results.study if row["run"] == "warm" and row["mps"] == "yes" and row["V"] == "4096"]
@@ -150,7 +151,8 @@ def readme_headline(results: Results) -> str:
     return _prose(
         f"On an H200, one simulated step at batch size 256, K = 5 (block verification, probabilistic drafts, "
         f"V = 128256) runs at {_number(step['steps_per_s'])} steps/s, {share:.0%} of its logit-read floor "
-        f"({step['date']}, {step['commit']}); {latest[-1]['study']} at V = 4096 with 8 workers under MPS "
+        f"({step['date']}, {step['commit']}); on an {latest[-1]['device']}, {latest[-1]['study']} at V = 4096 "
+        f"with 8 workers under MPS "
         f"takes {median:.1f} s once Triton's cache holds its kernels (median of {len(latest)} runs, "
         f"{latest[-1]['date']}, {latest[-1]['commit']}). Every measurement, with its date and commit: "
         "[docs/performance.md](docs/performance.md)."
