@@ -12,7 +12,7 @@ from spectune.simulator._warm_up import kernel_variants, warm_up
 
 # Bump whenever a change alters simulated numbers: a study refuses to resume across versions, so that
 # trials simulated by different code are never compared.
-__version__ = "2026.12.07.1"
+__version__ = "2026.11.29.1"
 
 __all__ = [
     "SimulationResult",

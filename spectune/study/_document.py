@@ -19,6 +19,7 @@ from typing import Any
 from spectune.config import (
     DEFAULT_POLICIES,
     FIELDS_ADDED_FOR_VLLM_0_33,
+    POLICY_RUNTIMES,
     SimulationDocument,
     StudyDocument,
     StudyMetrics,
@@ -107,6 +108,11 @@ def document_fingerprint(document: StudyDocument) -> dict[str, str]:
         speculative["num_speculative_tokens"] = default_num_speculative_tokens(
             speculative["method"], speculative.get("suffix_decoding_max_tree_depth")
         )
+    # Where no confidence_auc is set, adaptive verification's estimate learns from the synthesized rows'
+    # feature (``BankFeatures``), not a binormal model at 0.75 as before: a study that searches it does not
+    # resume across that change; one that does not simulated the same numbers and still resumes.
+    if any(POLICY_RUNTIMES[policy] == "vllm_adaptive" for policy in document.search.policies):
+        data["adaptive_verification_features"] = "synthesized rows"
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return {"document_sha256": hashlib.sha256(canonical.encode()).hexdigest(), "simulator_version": simulator_version()}
 

@@ -259,3 +259,25 @@ def test_the_fp8_rate_enters_the_hash_only_where_a_model_has_one_byte_weights(tm
 
     assert fingerprint(2.0, 1e15) == fingerprint(2.0, 2e15)  # BF16 weights never meet the FP8 rate
     assert fingerprint(1.0, 1e15) != fingerprint(1.0, 2e15)
+
+
+@pytest.mark.parametrize(
+    ("policies", "sha256_before"),
+    [
+        (None, "56c60837c9a58b2755513ece5723cd22acfc224a4658ee7d2b93d7e3ddadfcde"),
+        ("[static, k_table, sglang_adaptive]", "d3dd73a64c7a571ff124ba960c41a96e4309378addec734f6b946d375fa17704"),
+        ("[k_table, adaptive_verification]", "1a17c4f84ced521d55158bc46b47e5e9527ffb131ad48600bf3c341fa1dd54b3"),
+    ],
+)
+def test_only_a_study_searching_adaptive_verification_stops_resuming_across_its_synthesized_features(
+    tmp_path, policies, sha256_before
+):
+    # The hashes spectune a726602 computed, before adaptive verification learned from the synthesized rows
+    # where no confidence_auc is set: that changed its numbers only, so only a study searching it rehashes.
+    text = textwrap.dedent(STUDY)
+    if policies is not None:
+        text = text.replace("probabilistic]\n", f"probabilistic]\n  policies: {policies}\n", 1)
+    _, loaded = _load(tmp_path, text)
+    assert loaded.model.search.policies != ()
+    rehashed = policies is not None and "adaptive_verification" in policies
+    assert (document_fingerprint(loaded.model)["document_sha256"] != sha256_before) is rehashed
