@@ -84,7 +84,7 @@ def synthesized_auc_facts(
     position of the synthesized rows its simulations draw the estimate's feature from
     (``synthesized_confidence_aucs``, up to the searched K max)."""
     from spectune.simulator._policy_setup import synthesized_confidence_aucs  # torch: only where it is needed
-    from spectune.study._document import simulation_document  # _document imports what calls this
+    from spectune.study._point_simulation import simulation_document
 
     combos: dict[str, Combo] = {}  # the rule plays no part: a row's acceptance is the standard rule's
     for c, rule, sampling, runtime in document.runtime_combinations():
