@@ -100,9 +100,13 @@ def test_the_workers_cap_is_four_a_usable_core_and_never_below_eight(monkeypatch
 
 
 # Runs the entry point with a Ctrl-C delivered while the named module is being imported: the moment is
-# an event of the run itself (that import), not a clock.
+# an event of the run itself (that import), not a clock. A shell starts spectune with SIGINT at its default
+# disposition and unblocked; a child inherits both from the test process, which need not have them (one
+# CI run's pytest worker passed SIGINT on ignored, and the study ran to its end), so the child sets them.
 _INTERRUPTED_AT_IMPORT = """
 import importlib.abc, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
 
 class InterruptAt(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
