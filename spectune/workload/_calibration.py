@@ -24,7 +24,21 @@ from spectune.workload._pair_family import (
     pair_rows,
 )
 
-__all__ = ["KnobCalibration", "calibrate_knob", "clear_calibration_cache", "cached_family_base"]
+__all__ = [
+    "BANK_ROWS",
+    "BANK_SEED",
+    "DRAFT_SAMPLES_PER_ROW",
+    "KnobCalibration",
+    "calibrate_knob",
+    "clear_calibration_cache",
+    "cached_family_base",
+]
+
+# A bank's defaults, the same wherever its rows are rebuilt (calibrated, synthesized, or read for their
+# confidence): rows per (position, temperature), stratified draft samples per row, and the base seed.
+BANK_ROWS = 512
+DRAFT_SAMPLES_PER_ROW = 16
+BANK_SEED = 0
 
 # Rates are matched to 1e-4 when the bank allows it; T = 0 banks only reach multiples of 1/rows.
 _RATE_TOLERANCE = 1e-4
@@ -62,9 +76,9 @@ def calibrate_knob(
     temperature: float,
     measured_with: DraftSampleMethod,
     vocab_size: int,
-    bank_rows: int = 512,
-    draft_samples_per_row: int = 16,
-    bank_seed: int = 0,
+    bank_rows: int = BANK_ROWS,
+    draft_samples_per_row: int = DRAFT_SAMPLES_PER_ROW,
+    bank_seed: int = BANK_SEED,
     device: str | torch.device = "cpu",
 ) -> KnobCalibration:
     """The knob at which the bank's expected acceptance under ``measured_with`` equals ``rate``.

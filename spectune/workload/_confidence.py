@@ -18,7 +18,13 @@ import functools
 import numpy as np
 import torch
 
-from spectune.workload._calibration import cached_family_base, calibrate_knob
+from spectune.workload._calibration import (
+    BANK_ROWS,
+    BANK_SEED,
+    DRAFT_SAMPLES_PER_ROW,
+    cached_family_base,
+    calibrate_knob,
+)
 from spectune.workload._pair_family import DraftSampleMethod, expected_acceptance, pair_rows
 from spectune.workload._synthesizer import LogitSynthesizer
 
@@ -85,9 +91,9 @@ def calibrated_confidence(
     measured_with: DraftSampleMethod,
     draft_sample_method: DraftSampleMethod,
     vocab_size: int,
-    bank_rows: int = 512,
-    draft_samples_per_row: int = 16,
-    bank_seed: int = 0,
+    bank_rows: int = BANK_ROWS,
+    draft_samples_per_row: int = DRAFT_SAMPLES_PER_ROW,
+    bank_seed: int = BANK_SEED,
     device: str | torch.device = "cpu",
 ) -> tuple[np.ndarray, np.ndarray]:
     """``bank_confidence`` of the bank a ``LogitSynthesizer`` with these arguments calibrates to ``rate`` at

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from spectune.workload._calibration import KnobCalibration, cached_family_base, calibrate_knob
+from spectune.workload._calibration import (
+    BANK_ROWS,
+    BANK_SEED,
+    DRAFT_SAMPLES_PER_ROW,
+    KnobCalibration,
+    cached_family_base,
+    calibrate_knob,
+)
 from spectune.workload._pair_family import DraftSampleMethod, draft_samples, pair_rows
 
 __all__ = ["BankStep", "LogitSynthesizer", "SpeculationInputs"]
@@ -92,9 +99,9 @@ class LogitSynthesizer:
         draft_sample_method: DraftSampleMethod,
         measured_with: DraftSampleMethod = "greedy",
         device: str | torch.device = "cpu",
-        bank_rows: int = 512,
-        draft_samples_per_row: int = 16,
-        bank_seed: int = 0,
+        bank_rows: int = BANK_ROWS,
+        draft_samples_per_row: int = DRAFT_SAMPLES_PER_ROW,
+        bank_seed: int = BANK_SEED,
     ) -> None:
         _check_rates_and_temperatures(conditional_rates, temperatures)
         if draft_sample_method not in _DRAFT_MODES:
