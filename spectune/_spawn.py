@@ -1,16 +1,23 @@
-"""A study's worker processes on this machine: one plain pool of spawned processes, started early.
+"""A study's worker processes on this machine: one pool, started early, from a fork server that has
+imported the study's libraries once.
 
-``start_workers`` spawns N processes (``multiprocessing``'s spawn context, so each starts a fresh
-interpreter with the environment as it is then: start them after anything that changes how the
-libraries load, such as ``TRITON_INTERPRET``). Each imports what a study's work needs, opens its
-device, then waits for ``begin`` to hand it the work, which it runs until the work ends, ``stop`` is
-set (a graceful Ctrl-C in the parent) or the parent is gone (an orphan of a killed run). ``close``
-stops and joins them.
+``start_workers`` starts N processes, each of which opens its device and waits for ``begin`` to hand it
+the work, which it runs until the work ends, ``stop`` is set (a graceful Ctrl-C in the parent) or the
+parent is gone (an orphan of a killed run). ``close`` stops and joins them.
 
-Why the work comes later: ``spectune study run`` starts the pool as soon as the study is validated, so
-that the workers' imports and device contexts (seconds on a GPU machine) overlap the parent's own
-start-up and the storage's preparation instead of falling inside the first round
-(``benchmarks/results/study-gpu-2026-12-04-house.md``).
+Two measured reasons shape the start (``benchmarks/results/study-cpu-2026-12-07.md``):
+
+- **Started early.** ``spectune study run`` starts the pool as soon as the study is validated, so that
+  the workers' start-up overlaps the parent's own imports and the storage's preparation instead of
+  falling inside the first round.
+- **Forked from a server that imports once** (``multiprocessing``'s fork server, with ``PRELOAD``):
+  spawned workers each imported torch, Optuna and the simulator themselves, seconds of work that on
+  a 2-core machine queued behind the parent's own imports (the decision study's workers took their
+  first point 6.6 s after the command started, against 3.6 s forked from the server). The server is a
+  fresh process that never opens CUDA, so its children can. It takes the environment as it is when it
+  starts (``TRITON_INTERPRET`` is read when the kernels are imported, there): a pool asked for under
+  another environment is spawned instead. Forking from the server waits for its imports, so the
+  processes are started on a thread of their own while the parent goes on preparing the study.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ import multiprocessing
 import os
 import queue
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-__all__ = ["WorkerPool", "max_workers", "start_workers", "usable_cores", "workers_error"]
+__all__ = ["PRELOAD", "WorkerPool", "max_workers", "start_workers", "usable_cores", "workers_error"]
 
 # --workers on one machine: at most this many a usable core, and never fewer than MIN_MAX_WORKERS. A
 # worker's serving loop is host work, so past a few a core they only time-slice, and each holds its
@@ -33,6 +41,9 @@ __all__ = ["WorkerPool", "max_workers", "start_workers", "usable_cores", "worker
 WORKERS_PER_CORE = 4
 _WORK_POLL_S = 0.1  # a waiting worker looks this often whether its parent is gone
 MIN_MAX_WORKERS = 8
+
+# What the fork server imports once for all its children: everything a worker's work imports.
+PRELOAD = ["torch", "optuna", "spectune.simulator", "spectune.study"]
 
 # What a worker runs: ``work(index, results, keep_going)``, picklable (it is sent to a fresh process).
 Work = Callable[[int, Any, Callable[[], bool]], None]
@@ -47,19 +58,34 @@ class WorkerPool:
     results: Any  # multiprocessing Queue
     stop: Any  # multiprocessing Event
     inbox: Any  # multiprocessing Queue: the work, once per worker
+    starter: threading.Thread | None  # starts the processes from the fork server (``_start_all``)
+    start_error: list[BaseException]  # what starting them raised, if it did
+
+    def wait_started(self) -> None:
+        """Wait until every process is started; raise if one could not be."""
+        if self.starter is not None:
+            self.starter.join()
+        if self.start_error:
+            raise RuntimeError(
+                f"starting the study's worker processes failed: {self.start_error[0]}"
+            ) from self.start_error[0]
 
     def begin(self, work: Work) -> None:
-        """Hand every worker ``work`` (picklable: ``work(index, results, keep_going)``)."""
+        """Hand every worker ``work`` (picklable: ``work(index, results, keep_going)``) once all are started."""
+        self.wait_started()
         for _ in self.processes:
             self.inbox.put(work)
 
     def close(self) -> None:
         """Stop every worker still running and wait for it."""
         self.stop.set()
-        for process in self.processes:
+        if self.starter is not None:
+            self.starter.join()
+        started = [process for process in self.processes if process.pid is not None]
+        for process in started:
             if process.is_alive():
                 process.terminate()
-        for process in self.processes:
+        for process in started:
             process.join(timeout=10)
             if process.is_alive():  # deaf to SIGTERM (stuck in a call that never returns to Python)
                 process.kill()
@@ -91,10 +117,10 @@ def workers_error(workers: int) -> str | None:
 
 
 def start_workers(count: int, device: str) -> WorkerPool:
-    """Spawn ``count`` workers that each import the study's libraries, open ``device`` (a document's
-    ``simulation.device``) and wait for ``WorkerPool.begin``; a process that cannot be started stops
-    those that were."""
-    context = multiprocessing.get_context("spawn")
+    """Start ``count`` workers that each open ``device`` (a document's ``simulation.device``) and wait
+    for ``WorkerPool.begin``; they start on a thread, from the fork server (``PRELOAD``) where it runs
+    with this environment, else spawned. ``begin`` raises if one could not be started."""
+    context = _context()
     results, stop, inbox = context.Queue(), context.Event(), context.Queue()
     # The workers share the cores: each with torch's default (one thread a core) oversubscribes them.
     threads = max(1, (os.cpu_count() or 1) // count)
@@ -102,23 +128,55 @@ def start_workers(count: int, device: str) -> WorkerPool:
         context.Process(target=_entry, args=(i, device, threads, inbox, results, stop), daemon=True)
         for i in range(count)
     ]
-    pool = WorkerPool(processes, results, stop, inbox)
-    with _sigint_ignored_by_children():
-        try:
-            for process in processes:
-                process.start()
-        except BaseException:
-            pool.close()
-            raise
-    return pool
+    errors: list[BaseException] = []
+    starter = None
+    if context.get_start_method() == "spawn":
+        with _sigint_ignored_by_children():
+            _start_all(processes, errors)
+    else:
+        starter = threading.Thread(target=_start_all, args=(processes, errors), name="spectune-workers", daemon=True)
+        starter.start()
+    return WorkerPool(processes, results, stop, inbox, starter, errors)
+
+
+def _start_all(processes: list[BaseProcess], errors: list[BaseException]) -> None:
+    """Start each process; on a failure, record it and start no more (``begin`` raises it)."""
+    try:
+        for process in processes:
+            process.start()
+    except BaseException as err:  # noqa: BLE001 -- raised in the caller by ``WorkerPool.begin``
+        errors.append(err)
+
+
+# The environment the fork server was started with (None: this process started none).
+_server_environ: dict[str, str] | None = None
+
+
+def _context() -> Any:
+    """The fork server's context, the server started now if it is not running (it imports ``PRELOAD``
+    meanwhile); spawning's where the platform has no fork server or the server runs with another
+    environment than this process's now (its children would take that one)."""
+    global _server_environ
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    if _server_environ is None:
+        from multiprocessing import forkserver
+
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        with _sigint_ignored_by_children():  # inherited by the server and its children: none dies starting
+            forkserver.ensure_running()
+        _server_environ = dict(os.environ)
+        return context
+    if _server_environ != dict(os.environ):
+        return multiprocessing.get_context("spawn")
+    return multiprocessing.get_context("forkserver")
 
 
 @contextlib.contextmanager
 def _sigint_ignored_by_children() -> Iterator[None]:
     """Start processes with SIGINT ignored (a spawned child inherits it), so that a Ctrl-C while a
     worker is still importing cannot kill it with a traceback; the parent's handler is back afterwards."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -180,10 +180,10 @@ def run(
     from spectune._spawn import start_workers
 
     document = _load_study(study, n_trials, workers)
-    plan = _plan_run(document, study, storage=storage, out=out, sampler=sampler, workers=workers)
-    # Started now, the workers import and open the device while this process prepares the study (_spawn).
+    # Started now, the workers start up while this process loads its own libraries and prepares the study (_spawn).
     pool = start_workers(workers, document.simulation.device) if workers > 1 else None
     try:
+        plan = _plan_run(document, study, storage=storage, out=out, sampler=sampler, workers=workers)
         console = _console()
         _print_plan(console, document, plan)
         _search_and_report(
