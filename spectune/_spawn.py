@@ -5,19 +5,19 @@ imported the study's libraries once.
 the work, which it runs until the work ends, ``stop`` is set (a graceful Ctrl-C in the parent) or the
 parent is gone (an orphan of a killed run). ``close`` stops and joins them.
 
-Two measured reasons shape the start (``benchmarks/results/study-cpu-2026-12-07.md``):
+Two measured reasons shape the start (the times: ``benchmarks/results/study-cpu-2026-12-07.md``):
 
 - **Started early.** ``spectune study run`` starts the pool as soon as the study is validated, so that
   the workers' start-up overlaps the parent's own imports and the storage's preparation instead of
   falling inside the first round.
 - **Forked from a server that imports once** (``multiprocessing``'s fork server, with ``PRELOAD``):
-  spawned workers each imported torch, Optuna and the simulator themselves, seconds of work that on
-  a 2-core machine queued behind the parent's own imports (the decision study's workers took their
-  first point 6.6 s after the command started, against 3.6 s forked from the server). The server is a
-  fresh process that never opens CUDA, so its children can. It takes the environment as it is when it
-  starts (``TRITON_INTERPRET`` is read when the kernels are imported, there): a pool asked for under
-  another environment is spawned instead. Forking from the server waits for its imports, so the
-  processes are started on a thread of their own while the parent goes on preparing the study.
+  spawned workers each import torch, Optuna and the simulator themselves, seconds of work that, where
+  the machine has fewer cores than processes importing at once, queue behind each other and the
+  parent's own imports and delay the first trial. The server is a fresh process that never opens
+  CUDA, so its children can. It takes the environment as it is when it starts (``TRITON_INTERPRET`` is
+  read when the kernels are imported, there): a pool asked for under another environment is spawned
+  instead. Forking from the server waits for its imports, so the processes are started on a thread of
+  their own while the parent goes on preparing the study.
 """
 
 from __future__ import annotations

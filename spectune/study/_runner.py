@@ -12,9 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import multiprocessing
-import os
 import queue
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +28,7 @@ from spectune.study._abandoned import fail_abandoned_trials
 from spectune.study._batch import run_batch
 from spectune.study._objective import Evaluator
 from spectune.study._polling import DECIDE_AGAIN_S, IDLE_JOURNAL_POLL_S, WORKER_RESULT_POLL_S
-from spectune.study._records import ATTR_OWNER, SearchState, is_abandoned
+from spectune.study._records import SearchState
 from spectune.study._sampler import SpectuneSampler, Strategy, exhaustive_points
 from spectune.study._space import StudySpace
 from spectune.study._storage import (
@@ -200,7 +198,7 @@ def _worker_loop(
     keep_going: Callable[[], bool] = lambda: True,
 ) -> int:
     """Run trials until the study is done (or ``keep_going`` says stop); return how many this worker completed."""
-    study.sampler = sampler = SpectuneSampler(
+    study.sampler = SpectuneSampler(
         spec.space,
         spec.strategy,
         seed=spec.seed + index,
@@ -233,9 +231,7 @@ def _worker_loop(
             time.sleep(idle_poll)
             continue
         waiting_on = None
-        size, spread = _batch_share(spec, state, trials)
-        with sampler.spread(spread):
-            batch = run_batch(study, spec.space, spec.evaluator, size, budget=spec.n_trials)
+        batch = run_batch(study, spec.space, spec.evaluator, _batch_size(spec, state), budget=spec.n_trials)
         completed += batch.completed
         if batch.completed:
             idle_prunes = 0
@@ -251,43 +247,25 @@ def _progress(trials: list[optuna.trial.FrozenTrial]) -> tuple[tuple[int, TrialS
     return tuple((t.number, t.state, len(t.params)) for t in trials)
 
 
-def _batch_share(spec: _WorkerSpec, state: SearchState, trials: list[optuna.trial.FrozenTrial]) -> tuple[int, int]:
-    """How many trials a worker runs at once (their points evaluated in one lockstep call) and the
-    spread its sampler picks them at (``SpectuneSampler.spread``).
-
-    The free points are every point the structured search needs now (the steps no other step waits
-    for), or the exhaustive search's free points of the batch size it reaches next (it goes bucket by
-    bucket). The workers of this machine not busy with a batch share them out: a round's simulations
-    then run in parallel processes rather than one after another in one engine (a member's serving
-    loop is host work, and lockstep groups split by verification rule anyway). Each takes every n-th
-    point of the list (n the idle workers), not the first run of it, so that every share mixes the
-    list's points: in order, the list put one batch size's speculative points together, and the worker
-    that took them ran on alone long after the others. The size is at most BATCH_POINTS and what the
-    budget leaves; TPE decides each point from the results before it: one at a time."""
+def _batch_size(spec: _WorkerSpec, state: SearchState) -> int:
+    """Trials a worker runs at once, their points evaluated in one lockstep call: its share (one of
+    ``spec.workers``) of the points free now, at most BATCH_POINTS and what the budget leaves. The
+    free points are every point the structured search needs now (the steps no other step waits
+    for), or the exhaustive search's free points of the batch size it reaches next (it goes bucket
+    by bucket). Sharing them out runs a round's simulations in parallel processes rather than one
+    after another in one engine: a member's serving loop is host work, and lockstep groups split by
+    verification rule anyway. TPE decides each point from the results before it: one at a time."""
     if spec.strategy == "structured":
         free = len(structured_next_points(state, keep_combos=spec.keep_combos, refine_budget=spec.refine_budget))
     elif spec.strategy == "exhaustive":
         points = exhaustive_points(state)
         free = sum(1 for p in points if p.batch_size == points[0].batch_size) if points else 1
     else:
-        return 1, 1
-    idle = max(1, spec.workers - _busy_workers(trials))
-    size = min(-(-free // idle), BATCH_POINTS)
+        return 1
+    size = min(-(-free // spec.workers), BATCH_POINTS)
     if spec.n_trials is not None:
         size = min(size, spec.n_trials - state.num_complete_trials - state.num_live_trials)
-    return max(size, 1), idle
-
-
-def _busy_workers(trials: list[optuna.trial.FrozenTrial]) -> int:
-    """Other processes of this machine that hold live trials (a batch each)."""
-    host, me = socket.gethostname(), os.getpid()
-    owners = set()
-    for trial in trials:
-        owner = trial.user_attrs.get(ATTR_OWNER)
-        if trial.state == TrialState.RUNNING and isinstance(owner, dict) and owner.get("host") == host:
-            if owner.get("pid") != me and not is_abandoned(trial):
-                owners.add(owner.get("pid"))
-    return len(owners)
+    return max(size, 1)
 
 
 def _next_action(spec: _WorkerSpec, state: SearchState) -> Literal["run", "wait", "stop"]:

@@ -22,7 +22,6 @@ simulating again).
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -56,7 +55,7 @@ from spectune.study._records import (
 from spectune.study._sensitivity import sensitivity_points
 from spectune.study._space import Point, StudySpace
 from spectune.study._storage import reads_are_cheap
-from spectune.study._structured import REFINE_BUDGET, structured_next_points
+from spectune.study._structured import REFINE_BUDGET, structured_next_point
 
 __all__ = [
     "ATTR_NO_POINT_LEFT",
@@ -135,6 +134,10 @@ def exhaustive_points(state: SearchState) -> list[Point]:
     return [point for point in sensitivity_points(state.space, state.completed) if state.is_free(point)]
 
 
+def exhaustive_next_point(state: SearchState) -> Point | None:
+    return next(iter(exhaustive_points(state)), None)
+
+
 class SpectuneSampler(BaseSampler):
     """Proposes one (batch size, combo, K) point per trial with the chosen strategy."""
 
@@ -152,28 +155,6 @@ class SpectuneSampler(BaseSampler):
         self.keep_combos = keep_combos
         self.refine_budget = refine_budget
         self._tpe = TPESampler(seed=seed) if strategy == "tpe" else None
-        self._spread = 1
-        self._picked = 0
-
-    @contextlib.contextmanager
-    def spread(self, every: int) -> Iterator[None]:
-        """Within the block (one worker's batch), pick every ``every``-th free point of the strategy's
-        list, from its first, rather than the first free one each time: the other ``every`` - 1 idle
-        workers take the points between (``_runner._batch_share``)."""
-        self._spread, self._picked = every, 0
-        try:
-            yield
-        finally:
-            self._spread, self._picked = 1, 0
-
-    def _pick(self, points: list[Point]) -> Point | None:
-        """The batch's next point: the points before it that this batch skipped are still free, so
-        the j-th pick is at j * (spread - 1) (the last free one if the list is shorter by now)."""
-        if not points:
-            return None
-        index = min(self._picked * (self._spread - 1), len(points) - 1)
-        self._picked += 1
-        return points[index]
 
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         if ATTR_OWNER not in trial.user_attrs:  # spectune's storages record it at creation
@@ -199,12 +180,9 @@ class SpectuneSampler(BaseSampler):
         ]
         state = SearchState.from_trials(self.space, [*earlier, *later_holders])
         if self.strategy == "structured":
-            point = self._pick(
-                structured_next_points(state, keep_combos=self.keep_combos, refine_budget=self.refine_budget)
-            )
+            point = structured_next_point(state, keep_combos=self.keep_combos, refine_budget=self.refine_budget)
         else:
-            free = exhaustive_points(state)
-            point = self._pick([p for p in free if p.batch_size == free[0].batch_size]) if free else None
+            point = exhaustive_next_point(state)
         if point is None:
             # Every point is evaluated or held: the objective sees this mark and stops without simulating.
             study._storage.set_trial_user_attr(trial._trial_id, ATTR_NO_POINT_LEFT, True)

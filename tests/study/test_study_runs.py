@@ -405,12 +405,12 @@ def test_a_trial_stores_every_kept_metric_in_the_records_order(tmp_path):
 
 
 def test_each_local_worker_takes_its_share_of_the_points_free_now():
-    """A round's free points are spread over the idle workers (each runs its share in lockstep), not all
-    taken by the first worker to look while the others wait; a worker busy with a batch takes none."""
+    """A round's free points are spread over the workers (each runs its share in lockstep), not all
+    taken by the first worker to look while the others wait."""
     from dataclasses import replace
 
     from spectune.study._records import SearchState
-    from spectune.study._runner import _batch_share, _WorkerSpec
+    from spectune.study._runner import _batch_size, _WorkerSpec
     from spectune.study._structured import structured_next_points
 
     space = make_space(batch_sizes=(1, 8, 32, 128), max_k=6)
@@ -418,69 +418,13 @@ def test_each_local_worker_takes_its_share_of_the_points_free_now():
     free = len(structured_next_points(state, keep_combos=2))
     assert free >= 4  # the first round holds several points
     spec = _WorkerSpec(space, SyntheticEvaluator(), "unused", "structured", None, 0, 2, 0)
-    assert _batch_share(spec, state, []) == (min(free, BATCH_POINTS), 1)
-    assert _batch_share(replace(spec, workers=2), state, []) == (-(-free // 2), 2)
-    assert _batch_share(replace(spec, workers=free), state, []) == (1, free)
-    assert _batch_share(replace(spec, workers=4 * free), state, []) == (1, 4 * free)
+    assert _batch_size(spec, state) == min(free, BATCH_POINTS)
+    assert _batch_size(replace(spec, workers=2), state) == -(-free // 2)
+    assert _batch_size(replace(spec, workers=free), state) == 1
+    assert _batch_size(replace(spec, workers=4 * free), state) == 1
     exhaustive = replace(spec, strategy="exhaustive", workers=3)
     bucket = sum(1 for p in space.points() if p.batch_size == 1)
-    assert _batch_share(exhaustive, state, []) == (min(-(-bucket // 3), BATCH_POINTS), 3)
-    # Another live process of this machine holds a batch: one worker of three fewer shares the points.
-    busy = _running_trial_owned_by(os.getppid())
-    assert _batch_share(replace(spec, workers=3), state, [busy]) == (-(-free // 2), 2)
-    assert _batch_share(replace(spec, workers=2), state, [busy]) == (min(free, BATCH_POINTS), 1)
-    # Its own trials and a dead process's do not count.
-    assert _batch_share(replace(spec, workers=2), state, [_running_trial_owned_by(os.getpid())])[1] == 2
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    assert _batch_share(replace(spec, workers=2), state, [_running_trial_owned_by(dead.pid)])[1] == 2
-
-
-def _running_trial_owned_by(pid: int) -> optuna.trial.FrozenTrial:
-    import socket
-
-    from spectune.study._records import _process_start
-
-    owner = {"host": socket.gethostname(), "pid": pid, "started": _process_start(pid)}
-    return optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, user_attrs={ATTR_OWNER: owner})
-
-
-@pytest.mark.parametrize("strategy", ["structured", "exhaustive"])
-def test_a_batch_spread_over_n_workers_takes_every_nth_point_of_the_list(strategy):
-    """A worker's batch picks the points at 0, n, 2n, ... of the strategy's list, so that the workers
-    of a round each take a mix of it (the first run of the list put one batch size's speculative points
-    together, and the worker that took them ran on alone long after the others)."""
-    from spectune.study._batch import run_batch
-    from spectune.study._records import SearchState, trial_point
-    from spectune.study._sampler import SpectuneSampler, exhaustive_points
-    from spectune.study._structured import structured_next_points
-
-    space = make_space(batch_sizes=(1, 8, 32, 128), max_k=6)
-    sampler = SpectuneSampler(space, strategy, seed=0)
-    study = optuna.create_study(sampler=sampler)
-
-    def listed() -> list:
-        state = SearchState.from_trials(space, study.get_trials())
-        if strategy == "structured":
-            return structured_next_points(state, keep_combos=2)
-        free = exhaustive_points(state)
-        return [p for p in free if p.batch_size == free[0].batch_size]
-
-    def batch(size: int) -> list:
-        done = len(study.get_trials())
-        run_batch(study, space, SyntheticEvaluator(), size, budget=None)
-        return [trial_point(space, t) for t in study.get_trials()[done:]]
-
-    first = listed()
-    assert len(first) >= 7
-    with sampler.spread(3):
-        assert batch(3) == first[0:9:3]
-    second = listed()  # the next worker, two idle now, on what the first left (and what its results add)
-    assert len(second) >= 3
-    with sampler.spread(2):
-        assert batch(2) == second[0:4:2]
-    third = listed()
-    assert batch(2) == third[0:2]  # outside a spread: the first free ones
+    assert _batch_size(exhaustive, state) == min(-(-bucket // 3), BATCH_POINTS)
 
 
 def test_worker_processes_run_with_the_environment_their_parent_set_before_the_study(tmp_path, monkeypatch):
