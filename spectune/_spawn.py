@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -154,10 +155,11 @@ _server_environ: dict[str, str] | None = None
 
 def _context() -> Any:
     """The fork server's context, the server started now if it is not running (it imports ``PRELOAD``
-    meanwhile); spawning's where the platform has no fork server or the server runs with another
-    environment than this process's now (its children would take that one)."""
+    meanwhile); spawning's off Linux, or where the server runs with another environment than this
+    process's now (its children would take that one)."""
     global _server_environ
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    # Linux only: on macOS a process forked after loading system frameworks (torch loads Accelerate) may crash.
+    if not sys.platform.startswith("linux"):
         return multiprocessing.get_context("spawn")
     if _server_environ is None:
         from multiprocessing import forkserver
