@@ -164,15 +164,11 @@ def _context() -> Any:
     if _server_environ is None:
         from multiprocessing import forkserver
 
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
         with _sigint_ignored_by_children():  # inherited by the server and its children: none dies starting
             forkserver.ensure_running()
         _server_environ = dict(os.environ)
-        return context
-    if _server_environ != dict(os.environ):
-        return multiprocessing.get_context("spawn")
-    return multiprocessing.get_context("forkserver")
+    return multiprocessing.get_context("forkserver" if _server_environ == dict(os.environ) else "spawn")
 
 
 @contextlib.contextmanager

@@ -66,8 +66,6 @@ def test_closing_workers_whose_work_is_over_prints_no_traceback(capfd):
 
 
 def _report_parent_and_environment(index: int, results, keep_going) -> None:
-    import sys
-
     preloaded = [name for name in _spawn.PRELOAD if name in sys.modules]
     results.put((index, "ok", (os.getppid(), os.environ.get("SPECTUNE_TEST_POOL"), preloaded)))
 
