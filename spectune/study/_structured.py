@@ -16,25 +16,32 @@ So instead of a black-box search over (bucket, combo, K):
    verification, with SGLang's adaptive steps: each policy needs its own best), and any other within
    noise of the last of them (after adaptive precision, below, when the noise alone decides);
 2b. a runtime policy (adaptive verification, SGLang's adaptive steps) is screened only on the combos
-   the K-as-served runtime keeps, and first follows one combo with each bucket only bracketed. Once
-   every bracket is known, a runtime whose best table trails the best by more than the noise and
-   ``CONTENTION_MARGIN`` is done: it cannot win, and settling it would move it by the noise. One that
-   can still win is then searched like the K-as-served runtime: all its combos screened, ``keep_combos``
-   followed, every bucket settled, refined (step 4). On the decision study, where the runtime policies
-   trail by 13-16 %, that leaves out about a quarter of the points;
+   the K-as-served runtime keeps, and first follows one combo with each bucket only bracketed. Its
+   buckets do not wait for each other: each starts from its K-as-served twin's best K there, moved by
+   the gap between the two at the representative bucket, and climbs two K a round (its curves over K
+   max are flat and their best lies far from the twin's), so its walk runs beside the twin's rather
+   than a round per bucket after it. Once every bracket is known, a runtime whose best table trails
+   the best by more than the noise and ``CONTENTION_MARGIN`` is done: it cannot win, and settling it
+   would move it by the noise. One that can still win is then searched like the K-as-served runtime:
+   all its combos screened, ``keep_combos`` followed, every bucket settled, refined (step 4). On the
+   decision study, where the runtime policies trail by 13-16 %, that leaves out about a quarter of the
+   points;
 3. for each kept combo, settle the representative bucket, then walk outwards in both directions
    bucket by bucket, starting each bucket's K search at the neighbour's optimum (towards larger
    batches, at the smallest K that ties with it) and hill-climbing (preferring smaller K at larger
    batch sizes, where the optimum moves down);
 3b. for a single-K policy (static K, adaptive verification under one K max), once the tables are
    settled: each K of a kept combo's table at every bucket, so that one K is known everywhere (for a
-   runtime that cannot win, only its table's K at the representative bucket: reported, not searched);
+   runtime that cannot win, only its table's K at the representative bucket: reported, not searched).
+   Static K needs only the K-as-served tables, so it runs beside the policies' brackets;
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
    the recommendation open (``_precision.precision_requests``), while the work added (simulated
    steps) stays within ``refine_budget`` times the search's own;
 4b. where adaptive verification is searched and nothing measures its acceptance estimate's
    ``confidence_auc``: its best entry's chosen table at a weak and a strong ranker
-   (``_sensitivity``), so that the recommendation says how the answer moves with it;
+   (``_sensitivity``), so that the recommendation says how the answer moves with it -- beside the
+   refinements when adaptive verification cannot win (no refinement moves its entry), after them
+   when it can;
 5. with budget left (``n_trials``), fill the rest of the space nearest the known optima.
 
 The search is shaped for rounds: a round's points run side by side (lockstep, parallel workers), so on
@@ -45,7 +52,9 @@ when the optimum moved is one wasted), or towards larger batches with the K belo
 pipelined: a bucket starts its search from its neighbour's best so far, as soon as the neighbour has
 one, rather than once the neighbour is settled (the buckets' climbs overlap; a start that the
 neighbour's later results move costs the probes it wasted). On the decision study that took 11
-rounds where the walk bucket by bucket took 16, for about 5 % more points. One at a time
+rounds where the walk bucket by bucket took 16, for about 5 % more points; with its five policies,
+2b's side-by-side buckets and the steps run beside others took 13 rounds where 17 were taken before,
+for 3 points more (``benchmarks/study_wall.py --replay``). One at a time
 (``structured_next_point``) the same rules learn each result before the next probe.
 
 ``structured_next_points`` returns every point the search needs now -- the independent steps of all
@@ -62,9 +71,9 @@ a stop) decides the rest knowing part of it, and may take a few points more or f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from spectune.config import POLICY_RUNTIMES, StudyMetrics
+from spectune.config import POLICY_RUNTIMES, StudyMetrics, combo_label
 from spectune.study._policies import SINGLE_K_POLICIES
 from spectune.study._precision import precision_requests, refine_pair
 from spectune.study._recommend import (
@@ -99,6 +108,7 @@ REFINE_BUDGET = 0.5
 # A runtime policy whose bracketed table trails the best by more than this (and outside the noise) is
 # not settled: settling moves a table by the noise, not by this much.
 CONTENTION_MARGIN = 0.02
+ADAPTIVE_VERIFICATION_RUNTIMES = frozenset({"vllm_adaptive"})
 
 
 def structured_next_points(
@@ -174,14 +184,25 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
             contending = _contending_runtimes(state, runtimes) - settled
             settled |= contending
             kept += _follow(state, sorted(contending, key=runtimes.index), settled, keep_combos, refine_budget, needed)
-        if not needed:
-            needed = _single_k_steps(state, list(dict.fromkeys(kept)), settled)
+            needed += _single_k_steps(state, list(dict.fromkeys(kept)), settled)
+        elif "none" in runtimes and not any(_runtime(p) == "none" for p in needed):
+            # The K-as-served runtime is settled while the policies still bracket theirs: its single K
+            # (static K) needs only its own tables, so it runs beside them rather than a round later.
+            needed += _single_k_steps(state, [label for label in kept if space.combo(label).runtime == "none"], settled)
     if not needed:
         groups = precision_requests(state.space, state.completed, runtimes=[r for r in runtimes if r in settled])
-        needed = _refinement_steps(state, refine_budget, groups)
+        needed = _refinement_steps(state, refine_budget, groups, settled)
+        if not settled & ADAPTIVE_VERIFICATION_RUNTIMES:
+            # Adaptive verification is not refined (it cannot win): its best entry is final, and its
+            # sensitivity points (outside the refinement budget) run beside the refinements.
+            needed += sensitivity_points(space, state.completed)
     if not needed:
         needed = sensitivity_points(space, state.completed)
     return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
+
+
+def _runtime(point: Point) -> str | None:
+    return point.combo.runtime if point.combo is not None else None
 
 
 def _follow(
@@ -212,7 +233,7 @@ def _follow(
             state,
             space.batch_sizes[rep],
             keep_combos if settle else 1,
-            lambda group: _refinement_steps(state, refine_budget, [group]),
+            lambda group: _refinement_steps(state, refine_budget, [group], {runtime}),
             runtime,
         )
         needed += contest
@@ -298,18 +319,22 @@ def _chain_steps(state: SearchState, label: str, rep: int, *, settle: bool = Tru
     Without ``settle`` each bucket's climb stops at its bracket (no plateau)."""
     space = state.space
     steps = _plateau_steps(state, label, space.batch_sizes[rep]) if settle else []
+    reference = _reference_start(state, label, rep)
     for direction in (1, -1):
         index = rep + direction
         while 0 <= index < len(space.batch_sizes):
             neighbour, batch_size = space.batch_sizes[index - direction], space.batch_sizes[index]
-            if not any(k > 0 for k in _curve(state, label, neighbour)):
-                break  # nothing to start from yet (the representative bucket was screened: never there)
-            # Going up in batch size the optimum moves down: start from the smallest K that ties with the
-            # neighbour's best; going down it moves up: start from the neighbour's best itself.
-            start = _best_k(state, label, neighbour, smallest_tie=direction > 0)
-            curve = _curve_steps(
-                state, label, batch_size, start=space.middle_k if start is None else start, prefer_lower=direction > 0
-            )
+            start = reference(batch_size) if reference is not None else None
+            if start is None and any(k > 0 for k in _curve(state, label, neighbour)):
+                # Going up in batch size the optimum moves down: start from the smallest K that ties with
+                # the neighbour's best; going down it moves up: start from the neighbour's best itself.
+                start = _best_k(state, label, neighbour, smallest_tie=direction > 0)
+            if start is None:
+                if reference is None:
+                    break  # nothing to start from yet (the representative bucket was screened: never there)
+                index += direction  # a policy's bucket waits for its reference; the next may have one
+                continue
+            curve = _curve_steps(state, label, batch_size, start=start, prefer_lower=direction > 0)
             if curve:
                 steps += curve
             elif settle:
@@ -319,6 +344,49 @@ def _chain_steps(state: SearchState, label: str, rep: int, *, settle: bool = Tru
                 steps += _plateau_steps(state, label, batch_size, floor=ties[0] if ties else 0)
             index += direction
     return steps
+
+
+def _reference_start(state: SearchState, label: str, rep: int) -> Callable[[int], int | None] | None:
+    """For a runtime policy's combo: where each bucket's K search starts without waiting for its
+    neighbour -- its own best there once it has one, else the best K of the K-as-served combo it is
+    served over (same candidate, rule and sampling; else that candidate's most followed one) moved
+    by the gap between the two at the representative bucket. So every bucket's climb starts in the
+    round after the screening, beside the others, where a walk from neighbour to neighbour would take
+    a round per bucket after the K-as-served runtime's own walk. None for a K-as-served combo (its
+    walk is what the policies start from) or while nothing is known to start from."""
+    space = state.space
+    combo = space.combo(label)
+    if not _over_a_twin(space, label):
+        return None
+    rep_batch_size = space.batch_sizes[rep]
+    own_at_rep = _best_k(state, label, rep_batch_size)
+    twins = [c.label for c in space.runtime_combos("none") if c.candidate == combo.candidate]
+    twin = combo_label(combo.candidate, combo.rejection_sample_method, combo.draft_sample_method, "none")
+    twins.sort(key=lambda other: (other != twin, -len(_followed_buckets(state, other))))
+    if own_at_rep is None or not twins:
+        return None
+    ks = space.k_values
+
+    def start(batch_size: int) -> int | None:
+        own = _best_k(state, label, batch_size)
+        if own is not None and own > 0:
+            return own
+        for other in twins:
+            at_bucket, at_rep = _best_k(state, other, batch_size), _best_k(state, other, rep_batch_size)
+            if at_bucket and at_rep:
+                return min(max(at_bucket + own_at_rep - at_rep, ks[1]), ks[-1])
+        return None
+
+    return start
+
+
+def _over_a_twin(space: StudySpace, label: str) -> bool:
+    """A runtime policy's combo in a space that also serves K as drafted (its search starts from those)."""
+    return space.combo(label).runtime != "none" and any(c.runtime == "none" for c in space.combos)
+
+
+def _followed_buckets(state: SearchState, label: str) -> list[int]:
+    return [b for b in state.space.batch_sizes if any(k > 0 for k in _curve(state, label, b))]
 
 
 def _plateau_steps(state: SearchState, label: str, batch_size: int, *, floor: int = 0) -> list[Point]:
@@ -403,13 +471,19 @@ def _bucket_tie_sets(state: SearchState, label: str) -> list[TieSet | None]:
     return [bucket_tie_set(state.space, label, b, state.completed) for b in state.space.batch_sizes]
 
 
-def _refinement_steps(state: SearchState, refine_budget: float, groups: list[list[Point]]) -> list[Point]:
-    """The refined points of every group (most decisive first) that fits the budget, whole."""
-    # The sensitivity points (``confidence_auc`` set) come after every refinement and count in none of it.
+def _refinement_steps(
+    state: SearchState, refine_budget: float, groups: list[list[Point]], runtimes: Collection[str]
+) -> list[Point]:
+    """The refined points of every group (most decisive first) that fits the budget, whole: ``refine_budget``
+    times the work searched on ``runtimes`` (the runtimes refined) and K = 0. A runtime policy that cannot
+    win adds nothing: its points make no tie set of the refined runtimes less certain."""
+    # The sensitivity points (``confidence_auc`` set) count in none of it.
     searched = [p for p in [*state.completed, *state.claimed] if p.confidence_auc is None]
     spent = sum(_work(state, p) for p in searched if p.refinement)
     allowance = refine_budget * sum(
-        _work(state, p) for p in state.completed if not p.refinement and p.confidence_auc is None
+        _work(state, p)
+        for p in state.completed
+        if not p.refinement and p.confidence_auc is None and (p.combo is None or p.combo.runtime in runtimes)
     )
     allowance -= spent
     steps: list[Point] = []
@@ -489,8 +563,12 @@ def _best_k(state: SearchState, label: str, batch_size: int, *, smallest_tie: bo
 
 
 def _curve_steps(state: SearchState, label: str, batch_size: int, *, start: int, prefer_lower: bool) -> list[Point]:
-    """The points of one (combo, bucket) K search that can run now; none when its optimum is bracketed."""
-    ks = next_ks(_curve(state, label, batch_size), state.space.k_values, start=start, prefer_lower=prefer_lower)
+    """The points of one (combo, bucket) K search that can run now; none when its optimum is bracketed.
+    A runtime policy's climbs stride two K (``next_ks``)."""
+    stride = 2 if _over_a_twin(state.space, label) else 1
+    ks = next_ks(
+        _curve(state, label, batch_size), state.space.k_values, start=start, prefer_lower=prefer_lower, stride=stride
+    )
     return [state.space.point(batch_size, label, k) for k in ks]  # all unknown (given-up K count as known)
 
 
@@ -500,7 +578,9 @@ def next_k(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_
     return probes[0] if probes else None
 
 
-def next_ks(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_lower: bool) -> list[int]:
+def next_ks(
+    values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_lower: bool, stride: int = 1
+) -> list[int]:
     """The K to evaluate next on a unimodal curve, most useful first; empty when the best K's neighbours
     are both known.
 
@@ -510,20 +590,23 @@ def next_ks(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer
     together costs a point only when the optimum moved, and saves a round whenever it did not. With
     ``prefer_lower`` (towards larger batches, where the optimum moves down and a simulation reads the
     most logits) the start goes with the K below it only: the one above is probed once the start
-    proves best. The search follows the raw best (ties to the smaller K); the choice among near-ties
-    happens later, in the recommendation.
+    proves best. ``stride`` 2 probes two K a side while climbing: a round per two K of a long climb,
+    for a point wasted where the climb ends after one (a runtime policy's flat curves, whose best K
+    max lies far from where its K-as-served twin's lies). The search follows the raw best (ties to
+    the smaller K); the choice among near-ties happens later, in the recommendation.
     """
     known = values if start in values else {**values, start: math.inf}  # unknown: probed as the best
     best = max(known, key=lambda k: (known[k], -k))
     i = ks.index(best)
     lower = max((ks.index(k) for k in known if k < best), default=-1)
     upper = min((ks.index(k) for k in known if k > best), default=len(ks))
-    sides = [(i - lower - 1, i - 1), (upper - i - 1, i + 1)]  # (unknown K on that side, its nearest)
+    sides = [(i - lower - 1, -1), (upper - i - 1, 1)]  # (unknown K on that side, its direction)
     if not prefer_lower:
         sides.reverse()
-    probes = [ks[j] for gap, j in sides if gap > 0]
     if start in values:
-        return probes
+        # Climbing: the nearest unknown K on each side, and with ``stride`` 2 the one after it too.
+        return [ks[i + step * n] for gap, step in sides for n in range(1, min(gap, stride) + 1)]
+    probes = [ks[i + step] for gap, step in sides if gap > 0]
     return [start, *probes[:1]] if prefer_lower else [start, *probes]
 
 

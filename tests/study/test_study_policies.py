@@ -20,7 +20,15 @@ from pathlib import Path
 from study_doubles import SyntheticEvaluator, fingerprint, make_space
 
 from spectune.errors import SpectuneError
-from spectune.study import load_outcome, recommend, run_study
+from spectune.study import (
+    SearchState,
+    evaluate_metrics,
+    load_outcome,
+    recommend,
+    run_study,
+    structured_converged,
+    structured_next_points,
+)
 from spectune.study._policies import policy_scores
 from spectune.study._runner import BATCH_POINTS
 
@@ -89,6 +97,50 @@ def test_the_structured_search_finds_every_policys_exhaustive_answer(tmp_path):
         assert ks == [c.num_speculative_tokens for c in score.score.choices], policy
         assert found[policy].combo == score.combo, policy
     assert structured.recommendation.policy == exhaustive.recommendation.policy
+
+
+def _search_rounds(space, evaluator) -> int:
+    """Rounds of the structured search when every round's points are evaluated at once (a GPU's workers)."""
+    state = SearchState(space)
+    rounds = 0
+    while not structured_converged(state, keep_combos=2):
+        rounds += 1
+        for point in structured_next_points(state, keep_combos=2):
+            state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
+    return rounds
+
+
+def test_the_runtime_policies_add_few_rounds_to_the_k_table_and_static_k_search():
+    # A policy's buckets start from its K-as-served twin's results, side by side, not neighbour after
+    # neighbour; static K and the sensitivity points run beside the policies' and the refinements' rounds.
+    for noise in (0.0, 0.01):
+        for batch_sizes in ((1, 8, 32, 128), (1, 2, 4, 8, 16, 32, 64, 128, 256)):
+            options = dict(batch_sizes=batch_sizes, max_k=8, assumed_auc=True)
+            evaluator = SyntheticEvaluator(noise=noise)
+            alone = _search_rounds(make_space(policies=("static", "k_table"), **options), evaluator)
+            every = _search_rounds(make_space(policies=ALL_POLICIES, **options), evaluator)
+            assert every <= alone + 2, (noise, batch_sizes, alone, every)
+
+
+def test_runtime_policies_that_cannot_win_leave_the_k_tables_refinements_as_they_were():
+    # The refinement budget is a share of the work searched on the runtimes it refines: the points of a
+    # policy that cannot win make no tie set of the K table less certain, so they buy it no precision.
+    def refined(policies):
+        space = make_space(batch_sizes=(1, 8, 32, 128), max_k=8, policies=policies, assumed_auc=True)
+        evaluator = RuntimeScaled({"vllm_adaptive": 0.85, "sglang_adaptive": 0.85}, noise=0.02)
+        state = SearchState(space)
+        while not structured_converged(state, keep_combos=2):
+            for point in structured_next_points(state, keep_combos=2):
+                state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
+        return {
+            (p.batch_size, p.combo and p.combo.label, p.num_speculative_tokens, p.refinement)
+            for p in state.completed
+            if p.refinement
+        }
+
+    alone = refined(("k_table",))
+    assert alone  # the noise leaves decisions open: the K table is refined
+    assert refined(("k_table", "adaptive_verification_table", "sglang_adaptive")) == alone
 
 
 def _runtime_points(outcome, runtime):
