@@ -13,7 +13,8 @@ trials start as workers come free, the rounds found overlap, and their critical 
 once, then the next round with their results -- on the journal's results, simulating (here, with the
 study's device) any point the journal lacks, and prints each round's points and its longest
 simulation in simulated steps: the critical path a study with a worker per point would follow,
-whatever the timing of the run that wrote the journal.
+whatever the timing of the run that wrote the journal; and the work, every simulation's steps (what
+a study on fewer workers than a round's points waits for).
 
     python benchmarks/study_wall.py runs/decision/study.journal
     python benchmarks/study_wall.py runs/decision/study.journal --replay studies/decision.yaml
@@ -116,7 +117,7 @@ def replay(storage: str, study: Path) -> None:
     keep = document.trials.keep_combos
     simulate = SimulationEvaluator(document)
     state = SearchState(space)
-    rounds = critical = points = 0
+    rounds = critical = points = work = 0
     while not structured_converged(state, keep_combos=keep):
         needed = structured_next_points(state, keep_combos=keep)
         lacking = sum(p.key not in known for p in needed)
@@ -129,7 +130,8 @@ def replay(storage: str, study: Path) -> None:
             f"round {rounds:3d}: {len(needed):2d} points {sizes}, longest {steps} steps ({longest}); {lacking} simulated here"
         )
         rounds, critical, points = rounds + 1, critical + steps, points + len(needed)
-    print(f"{points} points in {rounds} rounds, critical path {critical} simulated steps")
+        work += sum(as_metrics(m).simulated_steps or 0 for _, m in results)
+    print(f"{points} points in {rounds} rounds, critical path {critical} simulated steps, work {work} simulated steps")
 
 
 if __name__ == "__main__":

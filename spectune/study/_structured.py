@@ -18,8 +18,7 @@ So instead of a black-box search over (bucket, combo, K):
 2b. a runtime policy (adaptive verification, SGLang's adaptive steps) is screened only on the combos
    the K-as-served runtime keeps, and first follows one combo with each bucket only bracketed. Its
    buckets do not wait for each other: each starts from its K-as-served twin's best K there, moved by
-   the gap between the two at the representative bucket, and climbs two K a round (its curves over K
-   max are flat and their best lies far from the twin's), so its walk runs beside the twin's rather
+   the gap between the two at the representative bucket, so its walk runs beside the twin's rather
    than a round per bucket after it. Once every bracket is known, a runtime whose best table trails
    the best by more than the noise and ``CONTENTION_MARGIN`` is done: it cannot win, and settling it
    would move it by the noise. One that can still win is then searched like the K-as-served runtime:
@@ -53,8 +52,8 @@ pipelined: a bucket starts its search from its neighbour's best so far, as soon 
 one, rather than once the neighbour is settled (the buckets' climbs overlap; a start that the
 neighbour's later results move costs the probes it wasted). On the decision study that took 11
 rounds where the walk bucket by bucket took 16, for about 5 % more points; with its five policies,
-2b's side-by-side buckets and the steps run beside others took 13 rounds where 17 were taken before,
-for 3 points more (``benchmarks/study_wall.py --replay``). One at a time
+2b's side-by-side buckets and the steps run beside others took 15 rounds where 17 were taken before,
+for 5 points fewer (``benchmarks/study_wall.py --replay``). One at a time
 (``structured_next_point``) the same rules learn each result before the next probe.
 
 ``structured_next_points`` returns every point the search needs now -- the independent steps of all
@@ -563,12 +562,8 @@ def _best_k(state: SearchState, label: str, batch_size: int, *, smallest_tie: bo
 
 
 def _curve_steps(state: SearchState, label: str, batch_size: int, *, start: int, prefer_lower: bool) -> list[Point]:
-    """The points of one (combo, bucket) K search that can run now; none when its optimum is bracketed.
-    A runtime policy's climbs stride two K (``next_ks``)."""
-    stride = 2 if _over_a_twin(state.space, label) else 1
-    ks = next_ks(
-        _curve(state, label, batch_size), state.space.k_values, start=start, prefer_lower=prefer_lower, stride=stride
-    )
+    """The points of one (combo, bucket) K search that can run now; none when its optimum is bracketed."""
+    ks = next_ks(_curve(state, label, batch_size), state.space.k_values, start=start, prefer_lower=prefer_lower)
     return [state.space.point(batch_size, label, k) for k in ks]  # all unknown (given-up K count as known)
 
 
@@ -578,9 +573,7 @@ def next_k(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_
     return probes[0] if probes else None
 
 
-def next_ks(
-    values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_lower: bool, stride: int = 1
-) -> list[int]:
+def next_ks(values: dict[int, float], ks: tuple[int, ...], *, start: int, prefer_lower: bool) -> list[int]:
     """The K to evaluate next on a unimodal curve, most useful first; empty when the best K's neighbours
     are both known.
 
@@ -590,23 +583,20 @@ def next_ks(
     together costs a point only when the optimum moved, and saves a round whenever it did not. With
     ``prefer_lower`` (towards larger batches, where the optimum moves down and a simulation reads the
     most logits) the start goes with the K below it only: the one above is probed once the start
-    proves best. ``stride`` 2 probes two K a side while climbing: a round per two K of a long climb,
-    for a point wasted where the climb ends after one (a runtime policy's flat curves, whose best K
-    max lies far from where its K-as-served twin's lies). The search follows the raw best (ties to
-    the smaller K); the choice among near-ties happens later, in the recommendation.
+    proves best. The search follows the raw best (ties to the smaller K); the choice among near-ties
+    happens later, in the recommendation.
     """
     known = values if start in values else {**values, start: math.inf}  # unknown: probed as the best
     best = max(known, key=lambda k: (known[k], -k))
     i = ks.index(best)
     lower = max((ks.index(k) for k in known if k < best), default=-1)
     upper = min((ks.index(k) for k in known if k > best), default=len(ks))
-    sides = [(i - lower - 1, -1), (upper - i - 1, 1)]  # (unknown K on that side, its direction)
+    sides = [(i - lower - 1, i - 1), (upper - i - 1, i + 1)]  # (unknown K on that side, its nearest)
     if not prefer_lower:
         sides.reverse()
+    probes = [ks[j] for gap, j in sides if gap > 0]
     if start in values:
-        # Climbing: the nearest unknown K on each side, and with ``stride`` 2 the one after it too.
-        return [ks[i + step * n] for gap, step in sides for n in range(1, min(gap, stride) + 1)]
-    probes = [ks[i + step] for gap, step in sides if gap > 0]
+        return probes
     return [start, *probes[:1]] if prefer_lower else [start, *probes]
 
 

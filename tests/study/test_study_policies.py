@@ -119,7 +119,7 @@ def test_the_runtime_policies_add_few_rounds_to_the_k_table_and_static_k_search(
             evaluator = SyntheticEvaluator(noise=noise)
             alone = _search_rounds(make_space(policies=("static", "k_table"), **options), evaluator)
             every = _search_rounds(make_space(policies=ALL_POLICIES, **options), evaluator)
-            assert every <= alone + 2, (noise, batch_sizes, alone, every)
+            assert every <= alone + 3, (noise, batch_sizes, alone, every)  # +6 to +9 before
 
 
 def test_runtime_policies_that_cannot_win_leave_the_k_tables_refinements_as_they_were():

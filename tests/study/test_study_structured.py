@@ -65,34 +65,6 @@ def test_a_search_probes_its_start_with_both_neighbours_at_once():
     assert next_ks({0: 1.0, 3: 9.5, 4: 9.0, 5: 7.0}, KS, start=4, prefer_lower=True) == [2]
 
 
-def _rounds(curve: dict[int, float], *, start: int, stride: int) -> tuple[int, int]:
-    """(best K found, rounds) of a search that evaluates every K ``next_ks`` asks for at once."""
-    known = {0: curve[0]}
-    rounds = 0
-    while probes := next_ks(known, KS, start=start, prefer_lower=False, stride=stride):
-        assert not set(probes) & set(known), "re-proposed an evaluated K"
-        known.update((k, curve[k]) for k in probes)
-        rounds += 1
-    return max(known, key=known.get), rounds
-
-
-def test_a_climb_with_stride_two_probes_two_k_ahead_and_finds_every_peak_in_fewer_rounds():
-    assert next_ks({0: 1.0, 2: 5.0, 3: 6.0}, KS, start=2, prefer_lower=False, stride=2) == [4, 5]
-    assert next_ks({0: 1.0, 6: 5.0, 9: 6.0}, KS, start=9, prefer_lower=False, stride=2) == [10, 8, 7]
-    assert next_ks({0: 1.0}, KS, start=4, prefer_lower=False, stride=2) == [4, 5, 3]  # the start as before
-    rng = random.Random(11)
-    saved = 0
-    for _ in range(300):
-        curve = _random_unimodal(rng)
-        start = rng.randrange(1, len(KS))
-        best, rounds = _rounds(curve, start=start, stride=2)
-        assert best == max(curve, key=curve.get)
-        one_best, one_rounds = _rounds(curve, start=start, stride=1)
-        assert one_best == best and rounds <= one_rounds
-        saved += one_rounds - rounds
-    assert saved > 200  # the long climbs (a peak 3 or more K from the start) take about half the rounds
-
-
 def test_structured_search_finds_the_exhaustive_optimum_of_the_noise_free_double():
     space = make_space(batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128), max_k=10)
     evaluator = SyntheticEvaluator(noise=0.0)
