@@ -142,9 +142,13 @@ def readme_headline(results: Results) -> str:
     GPU of its newest measurement (named)."""
     step = _simulator_row(results, "NVIDIA H200", "128256", "ahead")
     share = float(step["steps_per_s"]) / float(step["floor_steps_per_s"])
-    warm = [row for row in results.study if row["run"] == "warm" and row["mps"] == "yes" and row["V"] == "4096"]
+    warm = [
+        row
+        for row in results.study
+        if row["run"] == "warm" and row["mps"] == "yes" and row["V"] == "4096" and row["workers"] == "8"
+    ]
     if not warm:
-        raise PageError("study-latest.csv: no warm run under MPS at V = 4096")
+        raise PageError("study-latest.csv: no warm run with 8 workers under MPS at V = 4096")
     # The newest measurement only (the last row's study and commit): older commits' runs are history.
     latest = [row for row in warm if (row["study"], row["commit"]) == (warm[-1]["study"], warm[-1]["commit"])]
     median = statistics.median(float(row["wall_s"]) for row in latest)
