@@ -99,15 +99,16 @@ def test_the_structured_search_finds_every_policys_exhaustive_answer(tmp_path):
     assert structured.recommendation.policy == exhaustive.recommendation.policy
 
 
-def _search_rounds(space, evaluator) -> int:
-    """Rounds of the structured search when every round's points are evaluated at once (a GPU's workers)."""
+def _search_rounds(space, evaluator) -> tuple[int, SearchState]:
+    """The structured search with every round's points evaluated at once (a worker per point): its
+    rounds and its final state."""
     state = SearchState(space)
     rounds = 0
     while not structured_converged(state, keep_combos=2):
         rounds += 1
         for point in structured_next_points(state, keep_combos=2):
             state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
-    return rounds
+    return rounds, state
 
 
 def test_the_runtime_policies_add_few_rounds_to_the_k_table_and_static_k_search():
@@ -117,8 +118,8 @@ def test_the_runtime_policies_add_few_rounds_to_the_k_table_and_static_k_search(
         for batch_sizes in ((1, 8, 32, 128), (1, 2, 4, 8, 16, 32, 64, 128, 256)):
             options = dict(batch_sizes=batch_sizes, max_k=8, assumed_auc=True)
             evaluator = SyntheticEvaluator(noise=noise)
-            alone = _search_rounds(make_space(policies=("static", "k_table"), **options), evaluator)
-            every = _search_rounds(make_space(policies=ALL_POLICIES, **options), evaluator)
+            alone, _ = _search_rounds(make_space(policies=("static", "k_table"), **options), evaluator)
+            every, _ = _search_rounds(make_space(policies=ALL_POLICIES, **options), evaluator)
             assert every <= alone + 3, (noise, batch_sizes, alone, every)  # +6 to +9 before
 
 
@@ -127,11 +128,7 @@ def test_runtime_policies_that_cannot_win_leave_the_k_tables_refinements_as_they
     # policy that cannot win make no tie set of the K table less certain, so they buy it no precision.
     def refined(policies):
         space = make_space(batch_sizes=(1, 8, 32, 128), max_k=8, policies=policies, assumed_auc=True)
-        evaluator = RuntimeScaled({"vllm_adaptive": 0.85, "sglang_adaptive": 0.85}, noise=0.02)
-        state = SearchState(space)
-        while not structured_converged(state, keep_combos=2):
-            for point in structured_next_points(state, keep_combos=2):
-                state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
+        _, state = _search_rounds(space, RuntimeScaled({"vllm_adaptive": 0.85, "sglang_adaptive": 0.85}, noise=0.02))
         return {
             (p.batch_size, p.combo and p.combo.label, p.num_speculative_tokens, p.refinement)
             for p in state.completed
