@@ -89,7 +89,7 @@ from spectune.study._recommend import (
     tied_by_noise_only,
 )
 from spectune.study._records import Evaluation, SearchState
-from spectune.study._sensitivity import sensitivity_points
+from spectune.study._sensitivity import ADAPTIVE_VERIFICATION_POLICIES, sensitivity_points
 from spectune.study._space import Combo, Point, StudySpace
 
 __all__ = [
@@ -107,7 +107,7 @@ REFINE_BUDGET = 0.5
 # A runtime policy whose bracketed table trails the best by more than this (and outside the noise) is
 # not settled: settling moves a table by the noise, not by this much.
 CONTENTION_MARGIN = 0.02
-ADAPTIVE_VERIFICATION_RUNTIMES = frozenset({"vllm_adaptive"})
+ADAPTIVE_VERIFICATION_RUNTIMES = frozenset(POLICY_RUNTIMES[policy] for policy in ADAPTIVE_VERIFICATION_POLICIES)
 
 
 def structured_next_points(
@@ -184,7 +184,7 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
             settled |= contending
             kept += _follow(state, sorted(contending, key=runtimes.index), settled, keep_combos, refine_budget, needed)
             needed += _single_k_steps(state, list(dict.fromkeys(kept)), settled)
-        elif "none" in runtimes and not any(_runtime(p) == "none" for p in needed):
+        elif "none" in runtimes and not any(p.combo is not None and p.combo.runtime == "none" for p in needed):
             # The K-as-served runtime is settled while the policies still bracket theirs: its single K
             # (static K) needs only its own tables, so it runs beside them rather than a round later.
             needed += _single_k_steps(state, [label for label in kept if space.combo(label).runtime == "none"], settled)
@@ -198,10 +198,6 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
     if not needed:
         needed = sensitivity_points(space, state.completed)
     return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
-
-
-def _runtime(point: Point) -> str | None:
-    return point.combo.runtime if point.combo is not None else None
 
 
 def _follow(
@@ -354,16 +350,16 @@ def _reference_start(state: SearchState, label: str, rep: int) -> Callable[[int]
     a round per bucket after the K-as-served runtime's own walk. None for a K-as-served combo (its
     walk is what the policies start from) or while nothing is known to start from."""
     space = state.space
-    combo = space.combo(label)
-    if not _over_a_twin(space, label):
-        return None
     rep_batch_size = space.batch_sizes[rep]
-    own_at_rep = _best_k(state, label, rep_batch_size)
+    own_at_rep = _best_k(state, label, rep_batch_size) if _over_a_twin(space, label) else None
+    if own_at_rep is None:
+        return None
+    combo = space.combo(label)
     twins = [c.label for c in space.runtime_combos("none") if c.candidate == combo.candidate]
+    if not twins:
+        return None
     twin = combo_label(combo.candidate, combo.rejection_sample_method, combo.draft_sample_method, "none")
     twins.sort(key=lambda other: (other != twin, -len(_followed_buckets(state, other))))
-    if own_at_rep is None or not twins:
-        return None
     ks = space.k_values
 
     def start(batch_size: int) -> int | None:
