@@ -132,7 +132,7 @@ def kernels_headline(results: Results) -> str:
 def _simulator_row(results: Results, device: str, v: str, engine: str) -> dict[str, str]:
     for row in results.simulator:
         key = (row["device"], row["batch_size"], row["K"], row["V"], row["method"], row["draft"], row["engine"])
-        if key == (device, "256", "5", v, "block", "probabilistic", engine):
+        if key == (device, "256", "5", v, "block", "probabilistic", engine) and not row.get("policy"):
             return row
     raise PageError(f"simulator-latest.csv: no row for {device}, B 256, K 5, V {v}, block/probabilistic, {engine}")
 

@@ -17,6 +17,10 @@ The floor is what a step's data costs at least:
 kernel call a step over all their rows, as a study's points of one batch size run) and reports member
 steps per second (steps of all members over the wall time); the floor is per member step.
 
+``--adaptive-verification`` runs every row under vLLM's adaptive verification (K as K max; the estimate
+ranks by the default ``confidence_auc``, as for these synthetic rates): the policy's per-step host work
+(budget, estimates, admission) beside the engine's, the row's ``policy`` column says so.
+
 ``--profile`` prints where the host's time goes in the timed run (cProfile, the top functions by
 own time; on CUDA the wait for the GPU shows in the read-back of the emitted counts).
 
@@ -26,7 +30,7 @@ own time; on CUDA the wait for the GPU shows in the read-back of the emitted cou
 Writes ``benchmarks/results/simulator-latest.csv`` (or ``--csv``; rows of the other kind of device are
 kept): device, batch_size, K, V, method, draft, steps_per_s, floor_steps_per_s, peak_memory_mib,
 warmup_s (first simulation: calibration and kernel compiles), steps, load_average_1m (other work on the
-machine slows the CPU rows), date, commit, members.
+machine slows the CPU rows), date, commit, members, engine, policy.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ FIELDS = [
     "commit",
     "members",
     "engine",
+    "policy",
 ]
 
 
@@ -83,6 +88,7 @@ def _document(
     steps: int,
     seed: int = 1,
     engine: str = "auto",
+    adaptive: bool = False,
 ):
     from spectune.config import SimulationDocument
 
@@ -96,6 +102,7 @@ def _document(
                 "num_speculative_tokens": k,
                 "rejection_sample_method": method,
                 "draft_sample_method": draft,
+                **({"enable_adaptive_verification": True} if adaptive else {}),
             },
             "acceptance": {"conditional_rates": _RATES[:k]},
             "workload": {
@@ -206,6 +213,9 @@ def main() -> None:
         help="CUDA: the call sizes of the engine verifying ahead (default: spectune's; one size: calls of that size only)",
     )
     parser.add_argument(
+        "--adaptive-verification", action="store_true", help="every row under vLLM's adaptive verification"
+    )
+    parser.add_argument(
         "--commit", help="the commit measured (default: git's HEAD here; give it for a copy outside git)"
     )
     args = parser.parse_args()
@@ -227,6 +237,7 @@ def main() -> None:
     engine = "step" if args.step_by_step or device.type != "cuda" else "ahead"
     if engine == "ahead" and args.call_rows:
         engine = f"ahead {small}/{large}"
+    adaptive = args.adaptive_verification
     bandwidth = _copy_bandwidth(device) if device.type == "cuda" else None
     rows = []
     for spec in args.rows or (CUDA_ROWS if device.type == "cuda" else CPU_ROWS):
@@ -237,14 +248,14 @@ def main() -> None:
         started = time.perf_counter()
         simulate_many(  # calibration, compiles
             [
-                _document(args.device, batch, k, vocab, method, draft, 20, seed, option)
+                _document(args.device, batch, k, vocab, method, draft, 20, seed, option, adaptive)
                 for seed in range(1, args.members + 1)
             ]
         )
         warmup_s = time.perf_counter() - started
         variants = _compiled_variants() if device.type == "cuda" else None
         documents = [
-            _document(args.device, batch, k, vocab, method, draft, args.steps, seed, option)
+            _document(args.device, batch, k, vocab, method, draft, args.steps, seed, option, adaptive)
             for seed in range(1, args.members + 1)
         ]
         profiler = cProfile.Profile() if args.profile else None
@@ -284,10 +295,11 @@ def main() -> None:
             "commit": commit,
             "members": args.members,
             "engine": engine,
+            "policy": "adaptive_verification" if adaptive else "",
         }
         rows.append(row)
         members = f" x{args.members} in lockstep" if args.members > 1 else ""
-        members += f" ({row['engine']})"
+        members += f" ({row['engine']}{', adaptive verification' if adaptive else ''})"
         extra = f", compiles during the timed run: {recompiled}" if recompiled is not None else ""
         sys.stdout.write(
             f"{row['device']}: B={batch} K={k} V={vocab} {method}/{draft}{members}: {steps_per_s:,.0f} steps/s "
@@ -297,11 +309,16 @@ def main() -> None:
         if profiler:
             pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile)
         sys.stdout.flush()
-    # Rows of the other kind of device stay: the file holds the latest CPU and CUDA rows together.
+    # Rows of the other kind of device or policy stay: the file holds the latest of each together.
     kept = []
+    policy = "adaptive_verification" if adaptive else ""
     if args.csv.exists():
         with args.csv.open(newline="") as handle:
-            kept = [r for r in csv.DictReader(handle) if r["device"].startswith("cpu") != (device.type == "cpu")]
+            kept = [
+                r
+                for r in csv.DictReader(handle)
+                if r["device"].startswith("cpu") != (device.type == "cpu") or r.get("policy", "") != policy
+            ]
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with args.csv.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)

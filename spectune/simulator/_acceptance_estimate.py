@@ -98,7 +98,8 @@ class BankFeatures:
                 for outcome, weight in enumerate((1.0 - accept, accept)):
                     keep[t, j, outcome], alias = _alias_table(weight if weight.sum() > 0.0 else np.ones(rows))
                     own[t, j, outcome], other[t, j, outcome] = feature, feature[alias]
-        self._keep, self._own, self._other = keep.ravel(), own.ravel(), other.ravel()
+        # each slot's two features side by side: slot s's own row at 2 s, its alias's at 2 s + 1
+        self._keep, self._features = keep.ravel(), np.stack([own.ravel(), other.ravel()], axis=-1).ravel()
         self._rows = rows
         self._position_start = 2 * rows * np.arange(num_positions, dtype=np.int64)  # each position's groups
         # how far a request's temperature moves its groups (None: one temperature, every request at it)
@@ -108,18 +109,20 @@ class BankFeatures:
     def draw(self, accepted: np.ndarray, running: np.ndarray) -> np.ndarray:
         """accepted: bool [B, K], whether each draft of the running requests (ids int64 [B]) would be accepted
         -> float64 [B, K] features: one uniform and three lookups per draft."""
+        # one uniform gives the column (its whole part, of rows) and the coin (its fraction, independent of it)
+        share = self._rng.random(accepted.shape)
+        share *= self._rows
+        column = share.astype(np.int64)  # the floor: share >= 0
+        share -= column
+        np.minimum(column, self._rows - 1, out=column)  # u x rows rounds up to rows when u is within rounding of 1
         slot = accepted * self._rows
         slot += self._position_start[: accepted.shape[1]]
         if self._temperature_offset is not None:
             slot += self._temperature_offset[running][:, None]
-        # one uniform gives the column (its whole part, of rows) and the coin (its fraction, independent of it)
-        share = self._rng.random(accepted.shape)
-        share *= self._rows
-        column = np.floor(share)
-        share -= column
-        np.minimum(column, self._rows - 1, out=column)  # u x rows rounds up to rows when u is within rounding of 1
-        slot += column.astype(np.int64)
-        return np.where(share < self._keep.take(slot), self._own.take(slot), self._other.take(slot))
+        slot += column
+        pick = slot * 2
+        pick += share >= self._keep.take(slot)  # the alias's feature where the coin says
+        return self._features.take(pick)
 
 
 def _alias_table(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -154,9 +157,14 @@ class OnlineAcceptanceEstimator:
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """features: float64 [B, K] -> acceptance estimates float64 [B, K] (positions 0..K-1)."""
-        width = features.shape[1]
-        clamped = np.clip(features, -_MAX_LOG_ODDS, _MAX_LOG_ODDS)
-        return 1.0 / (1.0 + np.exp(-(self.slope * clamped + self.intercepts[:width])))
+        # sigmoid(slope x clamped + intercept), in place on one array: a step's estimates are host work
+        estimates = np.clip(features, -_MAX_LOG_ODDS, _MAX_LOG_ODDS)
+        estimates *= self.slope
+        estimates += self.intercepts[: features.shape[1]]
+        np.negative(estimates, out=estimates)
+        np.exp(estimates, out=estimates)
+        estimates += 1.0
+        return np.divide(1.0, estimates, out=estimates)
 
     def observe(
         self, features: np.ndarray, predictions: np.ndarray, num_accepted: np.ndarray, num_admitted: np.ndarray
@@ -186,9 +194,10 @@ class OnlineAcceptanceEstimator:
             clamped = np.clip(features, -_MAX_LOG_ODDS, _MAX_LOG_ODDS)
             weight = np.where(observed, predictions * (1.0 - predictions), 0.0)
             residual = np.where(observed, label - predictions, 0.0)
+            weighted = weight * clamped
             sums[:, :width] += (
-                (weight * clamped * clamped).sum(axis=0),
-                (weight * clamped).sum(axis=0),
+                (weighted * clamped).sum(axis=0),
+                weighted.sum(axis=0),
                 weight.sum(axis=0),
                 (residual * clamped).sum(axis=0),
                 residual.sum(axis=0),

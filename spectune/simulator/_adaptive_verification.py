@@ -245,6 +245,9 @@ def admit_top_slots(fresh_survival: np.ndarray, scheduled_drafts: np.ndarray | N
     # position-major order (earlier position, then earlier request) fill what the budget leaves
     flat = scores.ravel()
     threshold = np.partition(flat, flat.size - budget)[flat.size - budget]
+    admitted = np.count_nonzero(scores >= threshold, axis=1)
+    if admitted.sum() == budget:  # no tie at the threshold outside the budget (the usual case)
+        return admitted.astype(np.int64)
     admitted = np.count_nonzero(scores > threshold, axis=1)
     left = budget - int(admitted.sum())
     if left:
