@@ -105,6 +105,7 @@ def replay(storage: str, study: Path) -> None:
         space_from_document,
         structured_converged,
         structured_next_points,
+        structured_single_k_points,
     )
 
     document = load_document(study, expect="study").model
@@ -120,6 +121,7 @@ def replay(storage: str, study: Path) -> None:
     rounds = critical = points = work = 0
     while not structured_converged(state, keep_combos=keep):
         needed = structured_next_points(state, keep_combos=keep)
+        state.single_k |= structured_single_k_points(state, keep_combos=keep)  # as the trials record it
         lacking = sum(p.key not in known for p in needed)
         results = [(p, known[p.key] if p.key in known else simulate(p)) for p in needed]
         for point, metrics in results:

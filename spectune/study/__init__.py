@@ -24,7 +24,12 @@ from spectune.study._records import Evaluation, SearchState, as_metrics, evaluat
 from spectune.study._runner import StudyProgress, resolve_strategy, run_study
 from spectune.study._space import OFF, POLICY_LABELS, Point, StudySpace
 from spectune.study._storage import default_out_dir, describe_storage, locate_study, repair_journal, resolve_storage
-from spectune.study._structured import structured_converged, structured_next_point, structured_next_points
+from spectune.study._structured import (
+    structured_converged,
+    structured_next_point,
+    structured_next_points,
+    structured_single_k_points,
+)
 
 __all__ = [
     "BucketChoice",
@@ -62,4 +67,5 @@ __all__ = [
     "structured_converged",
     "structured_next_point",
     "structured_next_points",
+    "structured_single_k_points",
 ]

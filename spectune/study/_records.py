@@ -30,6 +30,7 @@ __all__ = [
     "ATTR_OWNER",
     "ATTR_REFINEMENT",
     "ATTR_RESULT",
+    "ATTR_SINGLE_K",
     "Evaluation",
     "SearchState",
     "comparison_noise",
@@ -49,6 +50,9 @@ ATTR_RESULT = "spectune.result"  # the trial's StudyMetrics.to_attr()
 ATTR_DUPLICATE_OF = "spectune.duplicate_of"
 ATTR_REFINEMENT = "spectune.refinement"  # a point's refinement level (absent: 0), written before its params
 ATTR_CONFIDENCE_AUC = "spectune.confidence_auc"  # a point's confidence_auc override (absent: none), likewise
+# On a trial whose point only a single-K policy asked for (``structured_single_k_points``): its work does
+# not widen the refinement budget. Absent on trials of studies made before it: their points count.
+ATTR_SINGLE_K = "spectune.single_k"
 # On a trial failed because its run was stopped (Ctrl-C), not by its point: it counts as no failure of
 # the point, else three interruptions of one round would give its points up and the search, resumed,
 # would silently go on without them.
@@ -266,10 +270,12 @@ def _completed(space: StudySpace, trial: FrozenTrial) -> tuple[Point | None, Eva
 
 @dataclass
 class SearchState:
-    """Per point: its evaluation (first completed trial), whether a live trial holds it, its failures."""
+    """Per point: its evaluation (first completed trial), whether a live trial holds it, its failures; and
+    the evaluated points that only a single-K policy asked for (``ATTR_SINGLE_K``)."""
 
     space: StudySpace
     completed: dict[Point, Evaluation] = field(default_factory=dict)
+    single_k: set[Point] = field(default_factory=set)
     claimed: set[Point] = field(default_factory=set)
     failures: Counter[Point] = field(default_factory=Counter)
     num_complete_trials: int = 0
@@ -289,6 +295,8 @@ class SearchState:
                 point, evaluation = _completed(space, trial)
                 if point is not None and evaluation is not None and point not in state.completed:
                     state.completed[point] = evaluation
+                    if trial.user_attrs.get(ATTR_SINGLE_K):
+                        state.single_k.add(point)
                 continue
             point = trial_point(space, trial)
             if trial.state == TrialState.WAITING or (

@@ -43,6 +43,7 @@ from spectune.study._polling import (
 )
 from spectune.study._records import (
     ATTR_OWNER,
+    ATTR_SINGLE_K,
     PARAM_BATCH_SIZE,
     PARAM_COMBO,
     PARAM_K,
@@ -55,7 +56,7 @@ from spectune.study._records import (
 from spectune.study._sensitivity import sensitivity_points
 from spectune.study._space import Point, StudySpace
 from spectune.study._storage import reads_are_cheap
-from spectune.study._structured import REFINE_BUDGET, structured_next_point
+from spectune.study._structured import REFINE_BUDGET, structured_next_point, structured_single_k_points
 
 __all__ = [
     "ATTR_NO_POINT_LEFT",
@@ -180,7 +181,10 @@ class SpectuneSampler(BaseSampler):
         ]
         state = SearchState.from_trials(self.space, [*earlier, *later_holders])
         if self.strategy == "structured":
-            point = structured_next_point(state, keep_combos=self.keep_combos, refine_budget=self.refine_budget)
+            search: dict[str, Any] = {"keep_combos": self.keep_combos, "refine_budget": self.refine_budget}
+            point = structured_next_point(state, **search)
+            if point is not None and point in structured_single_k_points(state, **search):
+                study._storage.set_trial_user_attr(trial._trial_id, ATTR_SINGLE_K, True)
         else:
             point = exhaustive_next_point(state)
         if point is None:

@@ -35,7 +35,9 @@ So instead of a black-box search over (bucket, combo, K):
    Static K needs only the K-as-served tables, so it runs beside the policies' brackets;
 4. adaptive precision: re-simulate with more requests the tie sets whose noise leaves a decision of
    the recommendation open (``_precision.precision_requests``), while the work added (simulated
-   steps) stays within ``refine_budget`` times the search's own;
+   steps) stays within ``refine_budget`` times the search's own on the runtimes refined -- not the
+   points only a single K asked for (``structured_single_k_points``), which measure that policy, not
+   the tables: with or without static K, the K table is refined alike;
 4b. where adaptive verification is searched and nothing measures its acceptance estimate's
    ``confidence_auc``: its best entry's chosen table at a weak and a strong ranker
    (``_sensitivity``), so that the recommendation says how the answer moves with it -- beside the
@@ -99,6 +101,7 @@ __all__ = [
     "structured_converged",
     "structured_next_point",
     "structured_next_points",
+    "structured_single_k_points",
 ]
 
 # Adaptive precision may add this share of the search's own work (simulated steps: a simulation with
@@ -139,32 +142,53 @@ def structured_converged(state: SearchState, *, keep_combos: int, refine_budget:
     return not _needed(state, keep_combos, refine_budget)
 
 
+def structured_single_k_points(
+    state: SearchState, *, keep_combos: int, refine_budget: float = REFINE_BUDGET
+) -> frozenset[Point]:
+    """The points of ``structured_next_points`` that only a single-K policy (static K, one K max) asks for:
+    a trial that takes one records it (``ATTR_SINGLE_K``, kept in ``SearchState.single_k``), so that its
+    work does not widen the refinement budget (step 4: those points measure the policy, not the tables)."""
+    _needed(state, keep_combos, refine_budget)
+    return _single_k_cache.get(_cache_key(state, keep_combos, refine_budget), frozenset())
+
+
 # The last ``_needed`` answers of this process: every trial of a round asks the same question (the
 # trials decide one after another, each on the results before the round plus the points held, which
 # the answer does not depend on), and the answer costs milliseconds late in a study.
 _NEEDED_CACHE_SIZE = 16
 _needed_cache: dict[tuple[object, ...], tuple[StudySpace, tuple[Evaluation, ...], list[Point]]] = {}
+_single_k_cache: dict[tuple[object, ...], frozenset[Point]] = {}  # beside it: structured_single_k_points
+
+
+def _cache_key(state: SearchState, keep_combos: int, refine_budget: float) -> tuple[object, ...]:
+    refining = frozenset(p for p in state.claimed if p.refinement)
+    points = (e.point for e in state.completed.values())
+    single_k = frozenset(state.single_k)
+    return (id(state.space), keep_combos, refine_budget, state.given_up(), refining, single_k, *points)
 
 
 def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[Point]:
     """Unsettled points the search needs now, in priority order (duplicates removed).
 
-    A pure function of the space, the evaluations, the points given up and the refined points held
-    (they spend the refinement budget); the answer is reused while all of them are equal."""
+    A pure function of the space, the evaluations (and which of them only a single K asked for), the
+    points given up and the refined points held (they spend the refinement budget); the answer is reused
+    while all of them are equal."""
     evaluations = tuple(state.completed.values())
-    refining = frozenset(p for p in state.claimed if p.refinement)
-    key = (id(state.space), keep_combos, refine_budget, state.given_up(), refining, *(e.point for e in evaluations))
+    key = _cache_key(state, keep_combos, refine_budget)
     cached = _needed_cache.get(key)
     if cached is not None and cached[0] is state.space and cached[1] == evaluations:
         return list(cached[2])
-    needed = _needed_now(state, keep_combos, refine_budget)
+    needed, single_k = _needed_now(state, keep_combos, refine_budget)
     if len(_needed_cache) >= _NEEDED_CACHE_SIZE:
         _needed_cache.clear()
+        _single_k_cache.clear()
     _needed_cache[key] = (state.space, evaluations, needed)
+    _single_k_cache[key] = single_k
     return list(needed)
 
 
-def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> list[Point]:
+def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> tuple[list[Point], frozenset[Point]]:
+    """``_needed``'s answer, and the points of it that only the single-K steps ask for."""
     space = state.space
     rep = space.representative_bucket()
     rep_batch_size = space.batch_sizes[rep]
@@ -176,6 +200,7 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
     needed += _screening_steps(state, rep_batch_size, screened)
     needed += [Point.off(b) for b in space.batch_sizes if b != rep_batch_size]
     needed = [p for p in needed if not state.is_settled(p)]
+    single_k: list[Point] = []
     if not needed:
         # Each runtime keeps its own combos; a runtime policy first follows one, bracketed, not settled.
         kept = _follow(state, runtimes, settled, keep_combos, refine_budget, needed)
@@ -183,11 +208,15 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
             contending = _contending_runtimes(state, runtimes) - settled
             settled |= contending
             kept += _follow(state, sorted(contending, key=runtimes.index), settled, keep_combos, refine_budget, needed)
-            needed += _single_k_steps(state, list(dict.fromkeys(kept)), settled)
+            single_k = _single_k_steps(state, list(dict.fromkeys(kept)), settled)
         elif "none" in runtimes and not any(p.combo is not None and p.combo.runtime == "none" for p in needed):
             # The K-as-served runtime is settled while the policies still bracket theirs: its single K
             # (static K) needs only its own tables, so it runs beside them rather than a round later.
-            needed += _single_k_steps(state, [label for label in kept if space.combo(label).runtime == "none"], settled)
+            single_k = _single_k_steps(
+                state, [label for label in kept if space.combo(label).runtime == "none"], settled
+            )
+        single_k = [p for p in single_k if p not in needed]
+        needed += single_k
     if not needed:
         groups = precision_requests(state.space, state.completed, runtimes=[r for r in runtimes if r in settled])
         needed = _refinement_steps(state, refine_budget, groups, settled)
@@ -197,7 +226,7 @@ def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> l
             needed += sensitivity_points(space, state.completed)
     if not needed:
         needed = sensitivity_points(space, state.completed)
-    return list(dict.fromkeys(p for p in needed if not state.is_settled(p)))
+    return list(dict.fromkeys(p for p in needed if not state.is_settled(p))), frozenset(single_k)
 
 
 def _follow(
@@ -471,14 +500,18 @@ def _refinement_steps(
 ) -> list[Point]:
     """The refined points of every group (most decisive first) that fits the budget, whole: ``refine_budget``
     times the work searched on ``runtimes`` (the runtimes refined) and K = 0. A runtime policy that cannot
-    win adds nothing: its points make no tie set of the refined runtimes less certain."""
+    win adds nothing: its points make no tie set of the refined runtimes less certain; nor do the points
+    only a single K asked for (``state.single_k``): they measure that policy, not the tables refined."""
     # The sensitivity points (``confidence_auc`` set) count in none of it.
     searched = [p for p in [*state.completed, *state.claimed] if p.confidence_auc is None]
-    spent = sum(_work(state, p) for p in searched if p.refinement)
+    spent = sum(_work(state, p) for p in searched if p.refinement and (p.combo is None or p.combo.runtime in runtimes))
     allowance = refine_budget * sum(
         _work(state, p)
         for p in state.completed
-        if not p.refinement and p.confidence_auc is None and (p.combo is None or p.combo.runtime in runtimes)
+        if not p.refinement
+        and p.confidence_auc is None
+        and (p.combo is None or p.combo.runtime in runtimes)
+        and p not in state.single_k
     )
     allowance -= spent
     steps: list[Point] = []

@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import optuna
 from study_doubles import SyntheticEvaluator, fingerprint, make_space
 
 from spectune.errors import SpectuneError
@@ -28,6 +29,7 @@ from spectune.study import (
     run_study,
     structured_converged,
     structured_next_points,
+    structured_single_k_points,
 )
 from spectune.study._policies import policy_scores
 from spectune.study._runner import BATCH_POINTS
@@ -106,7 +108,9 @@ def _search_rounds(space, evaluator) -> tuple[int, SearchState]:
     rounds = 0
     while not structured_converged(state, keep_combos=2):
         rounds += 1
-        for point in structured_next_points(state, keep_combos=2):
+        needed = structured_next_points(state, keep_combos=2)
+        state.single_k |= structured_single_k_points(state, keep_combos=2)  # as the trials record it
+        for point in needed:
             state.completed[point] = evaluate_metrics(space, point, evaluator(point), len(state.completed))
     return rounds, state
 
@@ -123,21 +127,44 @@ def test_the_runtime_policies_add_few_rounds_to_the_k_table_and_static_k_search(
             assert every <= alone + 3, (noise, batch_sizes, alone, every)  # +6 to +9 before
 
 
-def test_runtime_policies_that_cannot_win_leave_the_k_tables_refinements_as_they_were():
-    # The refinement budget is a share of the work searched on the runtimes it refines: the points of a
-    # policy that cannot win make no tie set of the K table less certain, so they buy it no precision.
-    def refined(policies):
-        space = make_space(batch_sizes=(1, 8, 32, 128), max_k=8, policies=policies, assumed_auc=True)
-        _, state = _search_rounds(space, RuntimeScaled({"vllm_adaptive": 0.85, "sglang_adaptive": 0.85}, noise=0.02))
+def test_the_other_policies_leave_the_k_tables_refinements_as_they_were():
+    # The refinement budget is a share of the work that searched the tables it refines, spent by their own
+    # refinements: the points of a policy that cannot win, and those only a single K (static K) asked for,
+    # make no tie set of the K table less certain, so they buy it no precision (static K's once bought
+    # the decision study a 16x refinement the K table alone does not make).
+    def refined(policies, batch_sizes, noise):
+        space = make_space(batch_sizes=batch_sizes, max_k=8, policies=policies, assumed_auc=True)
+        _, state = _search_rounds(space, RuntimeScaled({"vllm_adaptive": 0.85, "sglang_adaptive": 0.85}, noise=noise))
         return {
             (p.batch_size, p.combo and p.combo.label, p.num_speculative_tokens, p.refinement)
             for p in state.completed
-            if p.refinement
+            if p.refinement and (p.combo is None or p.combo.runtime == "none")
         }
 
-    alone = refined(("k_table",))
-    assert alone  # the noise leaves decisions open: the K table is refined
-    assert refined(("k_table", "adaptive_verification_table", "sglang_adaptive")) == alone
+    for batch_sizes in ((1, 8, 32, 128), (1, 2, 4, 8, 16, 32, 64, 128, 256)):
+        for noise in (0.02, 0.03):
+            alone = refined(("k_table",), batch_sizes, noise)
+            assert alone  # the noise leaves decisions open: the K table is refined
+            for policies in (("static", "k_table"), ALL_POLICIES):
+                assert refined(policies, batch_sizes, noise) == alone, (policies, batch_sizes, noise)
+
+
+def test_a_study_records_the_points_only_a_single_k_asked_for_and_refines_as_without_static_k(tmp_path):
+    # The same through storage: a trial that takes such a point says so, the search read back from storage
+    # leaves it out of the budget, and the K table is refined as without static K.
+    def run(policies):
+        space = make_space(batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256), max_k=8, policies=policies)
+        storage = str(tmp_path / f"{'-'.join(policies)}.journal")
+        run_study(space, SyntheticEvaluator(noise=0.02), fingerprint(), storage=storage, strategy="structured")
+        journal = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage))
+        study = optuna.load_study(study_name=space.name, storage=journal)
+        return SearchState.from_trials(space, study.get_trials(deepcopy=False))
+
+    alone, with_static = run(("k_table",)), run(("static", "k_table"))
+    assert with_static.single_k  # static K asked for points the tables' search did not
+    followed = {p.combo.label for p in with_static.completed if p.combo and p.batch_size == 1}
+    assert all(p.combo.label in followed and not p.refinement for p in with_static.single_k)
+    assert {p for p in with_static.completed if p.refinement} == {p for p in alone.completed if p.refinement}
 
 
 def _runtime_points(outcome, runtime):
