@@ -180,7 +180,8 @@ def performance_page(results: Results) -> str:
     simulator = _table(
         ["device", "B", "K", "V", "rule/draft", "engine", "steps/s", "floor steps/s", "of floor", "date", "commit"],
         (
-            [r["device"], r["batch_size"], r["K"], r["V"], f"{r['method']}/{r['draft']}", r["engine"],
+            [r["device"], r["batch_size"], r["K"], r["V"], f"{r['method']}/{r['draft']}",
+             r["engine"] + (" under adaptive verification" if r.get("policy") else ""),
              _number(r["steps_per_s"], 1), _number(r["floor_steps_per_s"], 1),
              f"{float(r['steps_per_s']) / float(r['floor_steps_per_s']):.0%}", r["date"], r["commit"]]
             for r in results.simulator
@@ -214,7 +215,9 @@ The vLLM 0.33.0 reference implementation's kernels on the same H200, fp32
 ## Simulator
 
 `benchmarks/simulator.py`: simulated serving steps per second of one simulation, and the steps per
-second at which the logits of a step could only just be read once (`simulator-latest.csv`).
+second at which the logits of a step could only just be read once (`simulator-latest.csv`); "under
+adaptive verification" rows (`--adaptive-verification`) add vLLM's policy, whose per-step host work
+(budget, estimates, admission) the GPU does not share.
 
 {simulator}
 ## Studies
