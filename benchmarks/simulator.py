@@ -238,6 +238,7 @@ def main() -> None:
     if engine == "ahead" and args.call_rows:
         engine = f"ahead {small}/{large}"
     adaptive = args.adaptive_verification
+    policy = "adaptive_verification" if adaptive else ""  # the rows' policy column
     bandwidth = _copy_bandwidth(device) if device.type == "cuda" else None
     rows = []
     for spec in args.rows or (CUDA_ROWS if device.type == "cuda" else CPU_ROWS):
@@ -295,7 +296,7 @@ def main() -> None:
             "commit": commit,
             "members": args.members,
             "engine": engine,
-            "policy": "adaptive_verification" if adaptive else "",
+            "policy": policy,
         }
         rows.append(row)
         members = f" x{args.members} in lockstep" if args.members > 1 else ""
@@ -311,7 +312,6 @@ def main() -> None:
         sys.stdout.flush()
     # Rows of the other kind of device or policy stay: the file holds the latest of each together.
     kept = []
-    policy = "adaptive_verification" if adaptive else ""
     if args.csv.exists():
         with args.csv.open(newline="") as handle:
             kept = [

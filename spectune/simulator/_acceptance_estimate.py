@@ -108,7 +108,7 @@ class BankFeatures:
 
     def draw(self, accepted: np.ndarray, running: np.ndarray) -> np.ndarray:
         """accepted: bool [B, K], whether each draft of the running requests (ids int64 [B]) would be accepted
-        -> float64 [B, K] features: one uniform and three lookups per draft."""
+        -> float64 [B, K] features: one uniform and two lookups per draft."""
         # one uniform gives the column (its whole part, of rows) and the coin (its fraction, independent of it)
         share = self._rng.random(accepted.shape)
         share *= self._rows

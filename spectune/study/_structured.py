@@ -148,47 +148,46 @@ def structured_single_k_points(
     """The points of ``structured_next_points`` that only a single-K policy (static K, one K max) asks for:
     a trial that takes one records it (``ATTR_SINGLE_K``, kept in ``SearchState.single_k``), so that its
     work does not widen the refinement budget (step 4: those points measure the policy, not the tables)."""
-    _needed(state, keep_combos, refine_budget)
-    return _single_k_cache.get(_cache_key(state, keep_combos, refine_budget), frozenset())
+    return _answer(state, keep_combos, refine_budget)[1]
 
 
 # The last ``_needed`` answers of this process: every trial of a round asks the same question (the
 # trials decide one after another, each on the results before the round plus the points held, which
 # the answer does not depend on), and the answer costs milliseconds late in a study.
 _NEEDED_CACHE_SIZE = 16
-_needed_cache: dict[tuple[object, ...], tuple[StudySpace, tuple[Evaluation, ...], list[Point]]] = {}
-_single_k_cache: dict[tuple[object, ...], frozenset[Point]] = {}  # beside it: structured_single_k_points
-
-
-def _cache_key(state: SearchState, keep_combos: int, refine_budget: float) -> tuple[object, ...]:
-    refining = frozenset(p for p in state.claimed if p.refinement)
-    points = (e.point for e in state.completed.values())
-    single_k = frozenset(state.single_k)
-    return (id(state.space), keep_combos, refine_budget, state.given_up(), refining, single_k, *points)
+_Answer = tuple[list[Point], frozenset[Point]]
+_needed_cache: dict[tuple[object, ...], tuple[StudySpace, tuple[Evaluation, ...], _Answer]] = {}
 
 
 def _needed(state: SearchState, keep_combos: int, refine_budget: float) -> list[Point]:
-    """Unsettled points the search needs now, in priority order (duplicates removed).
+    """Unsettled points the search needs now, in priority order (duplicates removed)."""
+    return list(_answer(state, keep_combos, refine_budget)[0])
+
+
+def _answer(state: SearchState, keep_combos: int, refine_budget: float) -> _Answer:
+    """``_needed_now``'s answer (the points needed, those of them only a single K asks for).
 
     A pure function of the space, the evaluations (and which of them only a single K asked for), the
     points given up and the refined points held (they spend the refinement budget); the answer is reused
     while all of them are equal."""
     evaluations = tuple(state.completed.values())
-    key = _cache_key(state, keep_combos, refine_budget)
+    refining = frozenset(p for p in state.claimed if p.refinement)
+    key = (
+        id(state.space), keep_combos, refine_budget, state.given_up(), refining, frozenset(state.single_k),
+        *(e.point for e in evaluations),
+    )  # fmt: skip
     cached = _needed_cache.get(key)
     if cached is not None and cached[0] is state.space and cached[1] == evaluations:
-        return list(cached[2])
-    needed, single_k = _needed_now(state, keep_combos, refine_budget)
+        return cached[2]
+    answer = _needed_now(state, keep_combos, refine_budget)
     if len(_needed_cache) >= _NEEDED_CACHE_SIZE:
         _needed_cache.clear()
-        _single_k_cache.clear()
-    _needed_cache[key] = (state.space, evaluations, needed)
-    _single_k_cache[key] = single_k
-    return list(needed)
+    _needed_cache[key] = (state.space, evaluations, answer)
+    return answer
 
 
-def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> tuple[list[Point], frozenset[Point]]:
-    """``_needed``'s answer, and the points of it that only the single-K steps ask for."""
+def _needed_now(state: SearchState, keep_combos: int, refine_budget: float) -> _Answer:
+    """The points the search needs now, and those of them that only the single-K steps ask for."""
     space = state.space
     rep = space.representative_bucket()
     rep_batch_size = space.batch_sizes[rep]
@@ -502,16 +501,13 @@ def _refinement_steps(
     times the work searched on ``runtimes`` (the runtimes refined) and K = 0. A runtime policy that cannot
     win adds nothing: its points make no tie set of the refined runtimes less certain; nor do the points
     only a single K asked for (``state.single_k``): they measure that policy, not the tables refined."""
-    # The sensitivity points (``confidence_auc`` set) count in none of it.
-    searched = [p for p in [*state.completed, *state.claimed] if p.confidence_auc is None]
-    spent = sum(_work(state, p) for p in searched if p.refinement and (p.combo is None or p.combo.runtime in runtimes))
+
+    def counted(point: Point) -> bool:  # the sensitivity points (``confidence_auc`` set) count in none of it
+        return point.confidence_auc is None and (point.combo is None or point.combo.runtime in runtimes)
+
+    spent = sum(_work(state, p) for p in [*state.completed, *state.claimed] if p.refinement and counted(p))
     allowance = refine_budget * sum(
-        _work(state, p)
-        for p in state.completed
-        if not p.refinement
-        and p.confidence_auc is None
-        and (p.combo is None or p.combo.runtime in runtimes)
-        and p not in state.single_k
+        _work(state, p) for p in state.completed if not p.refinement and counted(p) and p not in state.single_k
     )
     allowance -= spent
     steps: list[Point] = []
